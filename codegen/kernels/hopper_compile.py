@@ -1,0 +1,165 @@
+"""Compile the Hopper dGLU kernels of one variant to an sm_90a cubin, no GPU needed.
+
+Besides the cubin, this module states the launch contract of each kernel
+(parameter ABI, block, cluster, shared memory, grid rule, TMA rules) in the
+manifest's terms. The parameter list mirrors the kernels' signatures in
+hopper_dglu.py; tests check it against the parameter info in the cubin.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+from .hopper_dglu import (
+    DTYPES,
+    FINISH_THREADS,
+    THREADS_PER_CTA,
+    TILE_K,
+    Activation,
+    HopperDgluKernel,
+)
+
+# What this kernel family compiles; specs are validated against it.
+SUPPORTED = {
+    "arch": ["sm_90a"],
+    "ab_dtype": ["bf16"],
+    "c_dtype": ["bf16"],
+    "d_dtype": ["bf16"],
+    "act_func": ["dswiglu", "dgeglu"],
+    "dbias": [True, False],
+    "weight_mode": ["dense"],
+    "b_major": ["k"],
+    "tile_mn": [(128, 128), (128, 256)],
+    "cluster_mn": [(1, 1)],
+    "scheduler": ["static"],
+}
+
+
+def _pointer(name: str, tensor: str | None = None, optional: bool = False) -> dict:
+    param = {"name": name, "kind": "pointer", "size": 8, "align": 8, "tensor": tensor or name}
+    if optional:
+        param["optional"] = True
+    return param
+
+
+def _i32(name: str) -> dict:
+    return {"name": name, "kind": "i32", "size": 4, "align": 4, "value": name}
+
+
+def _tensormap(tensor: str) -> dict:
+    return {"name": f"tma_{tensor}", "kind": "tensormap", "size": 128, "align": 64, "tensor": tensor}
+
+
+def _i32_tuple(name: str, values: list[str]) -> dict:
+    return {"name": name, "kind": "i32_tuple", "size": 4 * len(values), "align": 4, "values": values}
+
+
+MAIN_PARAMS = [
+    _tensormap("a"),
+    _i32_tuple("a_extents", ["m", "k"]),
+    _tensormap("b"),
+    _i32_tuple("b_extents", ["n", "k", "l"]),
+    _pointer("c"),
+    _pointer("d_row"),
+    _pointer("padded_offsets"),
+    _pointer("alpha"),
+    _pointer("beta"),
+    _pointer("prob"),
+    _pointer("dprob"),
+    _pointer("dbias_ws", optional=True),
+    _i32("m"),
+    _i32("n"),
+    _i32("l"),
+]
+
+FINISH_PARAMS = [_pointer("dbias_ws"), _pointer("dbias"), _i32("l_n2")]
+
+
+def _tma_rules(tile_m: int, tile_n: int) -> dict[str, dict]:
+    """TMA descriptors of A (M, K) and B (N, K, L): K innermost, 128B swizzle."""
+    common = {"dtype": "bf16", "swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+    return {
+        "a": {**common, "dims": [1, 0], "box": [TILE_K, tile_m]},
+        "b": {**common, "dims": [1, 0, 2], "box": [TILE_K, tile_n, 1]},
+    }
+
+
+def _activation(key: dict) -> Activation:
+    return Activation(key["act_func"], dict(key.get("act_params") or {}))
+
+
+def _compile(host, args: list, dump_dir: Path) -> tuple[bytes, str]:
+    """Compile ``host`` for sm_90a; return the cubin and its PTX."""
+    compiled = cute.compile(
+        host, *args, options=f"--gpu-arch sm_90a --keep-cubin --keep-ptx --dump-dir={dump_dir}"
+    )
+    cubin, ptx = compiled.__cubin__, compiled.__ptx__
+    if not isinstance(cubin, bytes) or not ptx:
+        raise RuntimeError(f"CuTe DSL produced no cubin/PTX (dump dir {dump_dir})")
+    return cubin, ptx
+
+
+def _entry_named(entries: list[str], prefix: str) -> str | None:
+    """The PTX entry whose name is ``prefix`` plus the DSL's numeric suffix."""
+    found = [e for e in entries if re.fullmatch(re.escape(prefix) + r"(_\d+)?", e)]
+    if len(found) > 1:
+        raise RuntimeError(f"several kernels named {prefix!r}: {found}")
+    return found[0] if found else None
+
+
+def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[dict], dict]:
+    """Compile the fused kernel (and the dbias finisher) of one Hopper variant."""
+    tile_mn = (key["tile_m"], key["tile_n"])
+    kernel = HopperDgluKernel(
+        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]]
+    )
+    bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
+    gmem = cute.AddressSpace.gmem
+
+    def ptr(dtype, align=16):
+        return make_ptr(dtype, 16 * 1024, gmem, assumed_align=align)
+
+    args = [
+        ptr(bf16), ptr(bf16), ptr(DTYPES[key["c_dtype"]]), ptr(DTYPES[key["d_dtype"]]),
+        ptr(i32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(bf16, 4),
+        i32(1024), i32(256), i32(256), i32(4), make_fake_stream(),
+    ]
+    main_symbol = f"{symbol_prefix}_main"
+    finish_symbol = f"{symbol_prefix}_dbias_finish"
+    for fn, symbol in ((HopperDgluKernel.kernel, main_symbol), (HopperDgluKernel.dbias_finish, finish_symbol)):
+        fn.set_name_prefix(symbol, remove_cutlass_symbol=True, keep_mangled_name=False)
+    with tempfile.TemporaryDirectory(prefix="dglu-cute-") as tmp:
+        cubin, ptx = _compile(kernel.host, args, Path(tmp))
+    entries = re.findall(r"\.entry\s+(\w+)\s*\(", ptx)
+    # the DSL appends a per-trace suffix ("_0") to the prefix it was given
+    main_symbol, finish_symbol = (_entry_named(entries, s) for s in (main_symbol, finish_symbol))
+    kernels = [
+        {
+            "role": "main",
+            "symbol": main_symbol,
+            "block": [THREADS_PER_CTA, 1, 1],
+            "cluster": [key["cluster_m"], key["cluster_n"], 1],
+            "dynamic_smem_bytes": kernel.smem_bytes,
+            "grid": {"rule": "persistent_tiles", "tile_m": tile_mn[0], "tile_n": tile_mn[1]},
+            "params": MAIN_PARAMS,
+        }
+    ]
+    if key["dbias"]:
+        kernels.append(
+            {
+                "role": "dbias_finish",
+                "symbol": finish_symbol,
+                "block": [FINISH_THREADS, 1, 1],
+                "cluster": [1, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "grid": {"rule": "elementwise", "count": "l_n2"},
+                "params": FINISH_PARAMS,
+            }
+        )
+    return cubin, kernels, _tma_rules(*tile_mn)

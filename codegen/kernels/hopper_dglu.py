@@ -1,0 +1,445 @@
+"""Fused grouped GEMM + dGLU backward for Hopper (sm_90a), in CuTe DSL.
+
+One persistent, warp-specialized kernel per variant:
+
+- warpgroup 0 (one warp active) loads A and B_g tiles with TMA into a
+  multi-stage shared-memory ring guarded by mbarriers;
+- warpgroups 1 and 2 (cooperative, 64 rows each) issue WGMMA into fp32
+  accumulators and then run the dGLU epilogue straight from registers:
+  R = alpha_g^2 * acc, read the gate/input pair of C, write the pair of D,
+  add the row sums into dprob and the column sums into an fp32 dbias
+  workspace with one atomic per row / column per warp.
+
+Tiles walk (m-tile, n-tile) in a static persistent order. Expert
+boundaries are multiples of 256, so an M-tile of 128 rows never straddles
+two experts; each tile finds its expert with a binary search over
+padded_offsets, and tiles past padded_offsets[-1] are skipped.
+
+A second, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
+caller's bf16 dbias.
+
+The host entry takes only pointers and int32 extents, so the kernels'
+parameters are CUtensorMaps (+ their int32 coordinate extents), raw
+pointers and int32 scalars: an ABI the runtime reproduces from the
+manifest without CuTe DSL.
+"""
+
+
+from dataclasses import dataclass, field
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+THREADS_PER_WARPGROUP = 128
+NUM_MMA_WARPGROUPS = 2
+THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+TILE_K = 64
+BLOCK_COLUMNS = 32  # gate/input interleave width of C and D
+LOAD_REGISTERS = 40
+MMA_REGISTERS = 232
+SMEM_CAPACITY = 232448  # sm_90 opt-in maximum per block
+SMEM_RESERVED = 1024  # mbarriers and alignment slack
+FINISH_THREADS = 256
+
+DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The dGLU flavour and the constants compiled into the epilogue."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+
+
+class HopperDgluKernel:
+    """Builds the fused kernel of one variant; see the module docstring."""
+
+    def __init__(
+        self,
+        tile_mn: tuple[int, int],
+        activation: Activation,
+        with_dbias: bool,
+        c_dtype: type,
+        d_dtype: type,
+    ):
+        self.tile_m, self.tile_n = tile_mn
+        if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
+            raise ValueError(f"tile_m must be {64 * NUM_MMA_WARPGROUPS}, got {self.tile_m}")
+        if self.tile_n % BLOCK_COLUMNS:
+            raise ValueError(f"tile_n must be a multiple of {BLOCK_COLUMNS}, got {self.tile_n}")
+        self.activation = activation
+        self.with_dbias = with_dbias
+        self.ab_dtype = cutlass.BFloat16
+        self.acc_dtype = cutlass.Float32
+        self.c_dtype = c_dtype
+        self.d_dtype = d_dtype
+        self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
+        ab_bytes = (self.tile_m + self.tile_n) * TILE_K * self.ab_dtype.width // 8
+        self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED) // ab_bytes
+        self.tma_bytes = ab_bytes
+
+    # ------------------------------------------------------------------ layouts
+    def _tiled_mma(self) -> cute.TiledMma:
+        return sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype,
+            self.ab_dtype,
+            warpgroup.OperandMajorMode.K,
+            warpgroup.OperandMajorMode.K,
+            self.acc_dtype,
+            (NUM_MMA_WARPGROUPS, 1, 1),
+            tiler_mn=(64, self.tile_n),
+        )
+
+    def _smem_layouts(self):
+        layout = utils.LayoutEnum.ROW_MAJOR
+        a = sm90_utils.make_smem_layout_a(layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
+        b = sm90_utils.make_smem_layout_b(layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
+        return a, b
+
+    def shared_storage(self):
+        a_layout, b_layout = self._smem_layouts()
+
+        @cute.struct
+        class SharedStorage:
+            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
+
+        return SharedStorage
+
+    # --------------------------------------------------------------------- host
+    @cute.jit
+    def host(
+        self,
+        a_ptr: cute.Pointer,
+        b_ptr: cute.Pointer,
+        c_ptr: cute.Pointer,
+        d_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        alpha_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        prob_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        dbias_ws_ptr: cute.Pointer,
+        dbias_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        """Compile-time entry: builds the TMA atoms and launches the kernels.
+
+        Only the kernels' code and signatures matter: the runtime computes
+        grids and encodes descriptors itself from the manifest.
+        """
+        a = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
+        b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
+        a_smem_staged, b_smem_staged = self._smem_layouts()
+        tma_atom_a, tma_a = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(),
+            a,
+            cute.slice_(a_smem_staged, (None, None, 0)),
+            (self.tile_m, TILE_K),
+        )
+        tma_atom_b, tma_b = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(),
+            b,
+            cute.slice_(b_smem_staged, (None, None, 0)),
+            (self.tile_n, TILE_K),
+        )
+        # recorded for the manifest: the launch's dynamic shared memory
+        self.smem_bytes = self.shared_storage().size_in_bytes()
+        self.kernel(
+            tma_atom_a,
+            tma_a,
+            tma_atom_b,
+            tma_b,
+            c_ptr,
+            d_ptr,
+            offsets_ptr,
+            alpha_ptr,
+            beta_ptr,
+            prob_ptr,
+            dprob_ptr,
+            dbias_ws_ptr,
+            m,
+            n,
+            l,
+        ).launch(
+            grid=[1, 1, 1],
+            block=[THREADS_PER_CTA, 1, 1],
+            smem=self.smem_bytes,
+            stream=stream,
+        )
+        if cutlass.const_expr(self.with_dbias):
+            self.dbias_finish(dbias_ws_ptr, dbias_ptr, l * n * 2).launch(
+                grid=[1, 1, 1], block=[FINISH_THREADS, 1, 1], stream=stream
+            )
+
+    # ------------------------------------------------------------------- device
+    @cute.jit
+    def expert_of_row(self, offsets: cute.Tensor, l: cutlass.Int32, row: cutlass.Int32):
+        """Index g of the expert owning ``row``: first g with offsets[g] > row."""
+        lo = cutlass.Int32(0)
+        hi = l
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if offsets[mid] <= row:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        c_ptr: cute.Pointer,
+        d_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        alpha_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        prob_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        dbias_ws_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
+
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_atom_a)
+            cpasync.prefetch_descriptor(tma_atom_b)
+
+        a_smem_staged, b_smem_staged = self._smem_layouts()
+        smem = utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage())
+
+        mainloop = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mainloop_barriers.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_WARPGROUPS * 4),
+            tx_count=self.tma_bytes,
+            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+        )
+
+        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
+        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
+
+        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L)
+        gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
+        gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), (None, None, None))
+        tAsA, tAgA = cpasync.tma_partition(
+            tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
+        )
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
+        )
+        k_tile_count = cute.size(gA, mode=[3])
+
+        offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
+        two_n = n * 2
+        mC = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        mD = cute.make_tensor(d_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))
+        mBeta = cute.make_tensor(beta_ptr, cute.make_layout(l))
+        mProb = cute.make_tensor(prob_ptr, cute.make_layout(m))
+        mDprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
+        mDbiasWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, two_n), stride=(two_n, 1)))
+        # Only rows below padded_offsets[-1] belong to an expert; every tile
+        # of this walk is valid because that bound is a multiple of 256.
+        num_n_tiles = (n + self.tile_n - 1) // self.tile_n
+        num_tiles = (offsets[l - 1] // self.tile_m) * num_n_tiles
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+
+        if warpgroup_idx == 0:
+            cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
+            if warp_idx == 0:
+                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+                tile = bidx
+                while tile < num_tiles:
+                    m_tile = tile // num_n_tiles
+                    n_tile = tile - m_tile * num_n_tiles
+                    expert = self.expert_of_row(offsets, l, m_tile * self.tile_m)
+                    tAgA_m = tAgA[(None, m_tile, None)]
+                    tBgB_n = tBgB[(None, n_tile, None, expert)]
+                    for k_tile in range(k_tile_count):
+                        mainloop.producer_acquire(state)
+                        barrier = mainloop.producer_get_barrier(state)
+                        cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
+                        cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier)
+                        mainloop.producer_commit(state)
+                        state.advance()
+                    tile += gdim
+                mainloop.producer_tail(state)
+        else:
+            cute.arch.setmaxregister_increase(MMA_REGISTERS)
+            mma_tidx = tidx - THREADS_PER_WARPGROUP
+            tiled_mma = self._tiled_mma()
+            thr_mma = tiled_mma.get_slice(mma_tidx)
+            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+            tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+            acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
+            num_k_blocks = cute.size(tCrA, mode=[2])
+            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+
+            tile = bidx
+            while tile < num_tiles:
+                m_tile = tile // num_n_tiles
+                n_tile = tile - m_tile * num_n_tiles
+                row0 = m_tile * self.tile_m
+                expert = self.expert_of_row(offsets, l, row0)
+                acc.fill(0.0)
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.fence()
+                # Keep one k-tile of WGMMAs in flight: release a stage only
+                # once the WGMMAs that read it have completed.
+                for k_tile in range(cutlass.min(1, k_tile_count)):
+                    mainloop.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    warpgroup.commit_group()
+                    read_state.advance()
+                for k_tile in range(1, k_tile_count):
+                    mainloop.consumer_wait(read_state)
+                    for kb in cutlass.range_constexpr(num_k_blocks):
+                        coord = (None, None, kb, read_state.index)
+                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                    warpgroup.commit_group()
+                    warpgroup.wait_group(1)
+                    mainloop.consumer_release(release_state)
+                    release_state.advance()
+                    read_state.advance()
+                warpgroup.wait_group(0)
+                for k_tile in range(cutlass.min(1, k_tile_count)):
+                    mainloop.consumer_release(release_state)
+                    release_state.advance()
+                self.epilogue(acc, tCcC, row0, n_tile * self.tile_n, expert, mC, mD, mAlpha, mBeta, mProb, mDprob, mDbiasWs, n)
+                tile += gdim
+
+    # ---------------------------------------------------------------- epilogue
+    @cute.jit
+    def activation_grads(self, gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32):
+        """(d_gate / R, d_input / R, dprob / R) of one gate/input pair, before prob."""
+        if cutlass.const_expr(self.activation.name == "dswiglu"):
+            g = gate * beta
+            u = x * beta
+            s = 1.0 / (1.0 + cute.math.exp(-g, fastmath=True))
+            act = g * s
+            return u * s * (1.0 + g * (1.0 - s)), act, act * u
+        else:
+            p = self.activation.params
+            a = p["geglu_alpha"]
+            hi = p["glu_clamp_max"]
+            lo = p["glu_clamp_min"]
+            offset = p["linear_offset"]
+            gc = cute.arch.fmin(gate, cutlass.Float32(hi))
+            xc = cute.arch.fmax(cute.arch.fmin(x, cutlass.Float32(hi)), cutlass.Float32(lo))
+            s = 1.0 / (1.0 + cute.math.exp(-a * gc, fastmath=True))
+            gate_mask = cutlass.Float32(cutlass.select_(gate <= hi, 1.0, 0.0))
+            x_mask = cutlass.Float32(cutlass.select_((x >= lo) & (x <= hi), 1.0, 0.0))
+            act = gc * s
+            d_gate = (xc + offset) * s * (1.0 + a * gc * (1.0 - s)) * gate_mask
+            return d_gate, act * x_mask, act * (xc + offset)
+
+    @cute.jit
+    def epilogue(
+        self,
+        acc: cute.Tensor,
+        tCcC: cute.Tensor,
+        row0: cutlass.Int32,
+        n0: cutlass.Int32,
+        expert: cutlass.Int32,
+        mC: cute.Tensor,
+        mD: cute.Tensor,
+        mAlpha: cute.Tensor,
+        mBeta: cute.Tensor,
+        mProb: cute.Tensor,
+        mDprob: cute.Tensor,
+        mDbiasWs: cute.Tensor,
+        n: cutlass.Int32,
+    ):
+        """dGLU on one accumulator tile, straight from registers to global memory.
+
+        The WGMMA accumulator of a thread is ((2 columns, 2 rows, tile_n/8), 1, 1):
+        rows r and r+8 of its warp's 16-row slice, column pairs 8 apart.
+        Columns at or past n hold R = 0 (TMA zero-fills B), so they add
+        nothing to dprob; their C reads are clamped in bounds and their
+        stores are skipped.
+        """
+        alpha = mAlpha[expert]
+        beta = mBeta[expert]
+        scale = alpha * alpha
+        lane = cute.arch.lane_idx()
+        rows = [row0 + tCcC[((0, r2, 0), 0, 0)][0] for r2 in range(2)]
+        probs = [mProb[rows[r2]] for r2 in range(2)]
+        dprob_part = [cutlass.Float32(0.0), cutlass.Float32(0.0)]
+        for v in cutlass.range_constexpr(self.tile_n // 8):
+            for c2 in cutlass.range_constexpr(2):
+                col = n0 + tCcC[((c2, 0, v), 0, 0)][1]
+                in_range = col < n
+                col_c = cutlass.min(col, n - 1)
+                gate_col = (col_c // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col_c % BLOCK_COLUMNS
+                input_col = gate_col + BLOCK_COLUMNS
+                bias_gate = cutlass.Float32(0.0)
+                bias_input = cutlass.Float32(0.0)
+                for r2 in cutlass.range_constexpr(2):
+                    row = rows[r2]
+                    gate = mC[row, gate_col].to(cutlass.Float32)
+                    x = mC[row, input_col].to(cutlass.Float32)
+                    r = acc[((c2, r2, v), 0, 0)] * scale
+                    d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
+                    out_gate = (r * probs[r2] * d_gate).to(self.d_dtype)
+                    out_input = (r * probs[r2] * d_input).to(self.d_dtype)
+                    dprob_part[r2] = dprob_part[r2] + r * d_prob
+                    if in_range:
+                        mD[row, gate_col] = out_gate
+                        mD[row, input_col] = out_input
+                    if cutlass.const_expr(self.with_dbias):
+                        bias_gate = bias_gate + out_gate.to(cutlass.Float32)
+                        bias_input = bias_input + out_input.to(cutlass.Float32)
+                if cutlass.const_expr(self.with_dbias):
+                    # lanes 4 apart hold the same columns of other rows
+                    for step in cutlass.range_constexpr(3):
+                        bias_gate = bias_gate + cute.arch.shuffle_sync_bfly(bias_gate, 4 << step)
+                        bias_input = bias_input + cute.arch.shuffle_sync_bfly(bias_input, 4 << step)
+                    if in_range & (lane < 4):
+                        ws_row = mDbiasWs[(expert, None)]
+                        cute.arch.red(ws_row.iterator + gate_col, bias_gate, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                        cute.arch.red(ws_row.iterator + input_col, bias_input, op="add", dtype="f32", sem="relaxed", scope="gpu")
+        for r2 in cutlass.range_constexpr(2):
+            # the 4 lanes of a quad hold the same rows
+            part = dprob_part[r2]
+            part = part + cute.arch.shuffle_sync_bfly(part, 1)
+            part = part + cute.arch.shuffle_sync_bfly(part, 2)
+            if lane % 4 == 0:
+                cute.arch.red(mDprob.iterator + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
+
+    @cute.kernel
+    def dbias_finish(self, ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, count: cutlass.Int32):
+        """dbias[i] = bf16(float(dbias[i]) + workspace[i]) for i < count."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * FINISH_THREADS + tidx
+        if i < count:
+            ws = cute.make_tensor(ws_ptr, cute.make_layout(count))
+            dbias = cute.make_tensor(dbias_ptr, cute.make_layout(count))
+            dbias[i] = (dbias[i].to(cutlass.Float32) + ws[i]).to(dbias.element_type)
