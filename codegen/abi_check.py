@@ -1,0 +1,78 @@
+"""Check a variant's KERNEL entries (docs/manifest.md) against its cubin.
+
+The manifest says how to launch each kernel; the cubin says what ptxas
+built. They must agree on the symbol, the block size and, parameter by
+parameter, on size and placement: ptxas places parameter i at the first
+offset past parameter i-1 that is aligned (counted from the start of the
+constant bank) to the parameter's alignment.
+"""
+
+from __future__ import annotations
+
+from codegen.cubin_info import CubinInfo, CubinKernel
+
+# kind -> (size, align) of its PTX parameter; i32_tuple's size is 4 per value.
+PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {
+    "tensormap": (128, 64),
+    "pointer": (8, 8),
+    "i32": (4, 4),
+    "f32": (4, 4),
+    "i32_tuple": (None, 4),
+}
+
+
+class AbiMismatch(ValueError):
+    """A manifest entry that disagrees with its cubin."""
+
+
+def check_kernels(kernels: list[dict], cubin: CubinInfo, where: str) -> None:
+    """Raise AbiMismatch, naming ``where``, at the first disagreement."""
+    listed = sorted(entry["symbol"] for entry in kernels)
+    if listed != sorted(cubin.kernels):
+        raise AbiMismatch(f"{where}: the manifest lists kernels {listed}, the cubin has {sorted(cubin.kernels)}")
+    for entry in kernels:
+        symbol = entry["symbol"]
+        found = cubin.kernels[symbol]
+        _check_block(entry, found, f"{where}: kernel {symbol}")
+        _check_params(entry["params"], found, f"{where}: kernel {symbol}")
+
+
+def _check_block(entry: dict, found: CubinKernel, where: str) -> None:
+    declared = tuple(found.reqntid or found.max_threads or ())
+    if declared and tuple(entry["block"]) != declared:
+        raise AbiMismatch(f"{where}: block {entry['block']} but the cubin requires {list(declared)}")
+
+
+def _check_params(params: list[dict], found: CubinKernel, where: str) -> None:
+    if len(params) != len(found.params):
+        raise AbiMismatch(f"{where}: {len(params)} params in the manifest, {len(found.params)} in the cubin")
+    base = found.param_base or 0
+    end = 0
+    for index, (param, actual) in enumerate(zip(params, found.params)):
+        label = f"{where}: param {index} ({param.get('name')!r})"
+        _check_kind(param, label)
+        if param["size"] != actual.size:
+            raise AbiMismatch(f"{label}: size {param['size']} but the cubin has {actual.size}")
+        expected = -(-(base + end) // param["align"]) * param["align"] - base
+        if actual.offset != expected:
+            raise AbiMismatch(
+                f"{label}: the cubin places it at offset {actual.offset}, "
+                f"but align {param['align']} after offset {end} gives {expected}"
+            )
+        end = actual.offset + actual.size
+    if found.param_bytes is not None and end != found.param_bytes:
+        raise AbiMismatch(f"{where}: params end at {end} but the cubin has {found.param_bytes} bytes of params")
+
+
+def _check_kind(param: dict, label: str) -> None:
+    kind = param.get("kind")
+    if kind not in PARAM_LAYOUT:
+        raise AbiMismatch(f"{label}: unknown kind {kind!r}; known: {', '.join(PARAM_LAYOUT)}")
+    size, align = PARAM_LAYOUT[kind]
+    if kind == "i32_tuple":
+        size = 4 * len(param.get("values", []))
+    if (param.get("size"), param.get("align")) != (size, align):
+        raise AbiMismatch(
+            f"{label}: a {kind} has size {size} and align {align}, "
+            f"the manifest says size {param.get('size')} and align {param.get('align')}"
+        )

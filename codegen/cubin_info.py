@@ -1,0 +1,146 @@
+"""Read a cubin's own description of its kernels, in pure Python.
+
+A cubin is an ELF64 file. Its ``__global__`` functions are FUNC symbols
+marked as CUDA entries; the section ``.nv.info.<kernel>`` holds records
+(EIATTR_*) such as each parameter's ordinal, offset and size
+(EIATTR_KPARAM_INFO), where the parameters start in the constant bank
+(EIATTR_PARAM_CBANK) and the block size from ``.reqntid`` (EIATTR_REQNTID). This is the independent check of a manifest's ABI:
+it reads what ptxas wrote, not what the build side claims.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+_KPARAM_INFO = struct.Struct("<IHHI")
+
+_EM_CUDA = 190
+_STT_FUNC = 2
+_STO_CUDA_ENTRY = 0x10
+_SHT_SYMTAB = 2
+
+# .nv.info record formats and the attributes read here.
+_EIFMT_SVAL = 4  # a u16 byte count, then that many bytes; other formats carry a u16 value
+_EIATTR_MAX_THREADS = 0x05
+_EIATTR_PARAM_CBANK = 0x0A
+_EIATTR_REQNTID = 0x10
+_EIATTR_KPARAM_INFO = 0x17
+_EIATTR_CBANK_PARAM_SIZE = 0x19
+
+
+class CubinError(ValueError):
+    """Bytes that are not a cubin this module can read."""
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter as ptxas laid it out."""
+
+    ordinal: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class CubinKernel:
+    """A ``__global__`` function of a cubin."""
+
+    symbol: str
+    params: tuple[KernelParam, ...]  # by ordinal
+    param_base: int | None  # where offset 0 sits in the constant bank (EIATTR_PARAM_CBANK)
+    param_bytes: int | None  # EIATTR_CBANK_PARAM_SIZE
+    reqntid: tuple[int, int, int] | None  # from .reqntid
+    max_threads: tuple[int, int, int] | None  # from .maxntid
+
+
+@dataclass(frozen=True)
+class CubinInfo:
+    """What a cubin says about itself."""
+
+    sm: int  # e.g. 90 for sm_90 / sm_90a
+    toolkit: str  # CUDA toolkit of ptxas, e.g. "12.9"
+    kernels: dict[str, CubinKernel]
+
+
+def read_cubin(data: bytes) -> CubinInfo:
+    """Parse the cubin ``data``; raises CubinError if it is not one."""
+    if len(data) < _ELF_HEADER.size or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise CubinError("not a little-endian ELF64 file")
+    header = _ELF_HEADER.unpack_from(data)
+    machine, version, shoff, flags = header[2], header[3], header[6], header[7]
+    shentsize, shnum, shstrndx = header[11], header[12], header[13]
+    if machine != _EM_CUDA:
+        raise CubinError(f"ELF machine is {machine}, not CUDA ({_EM_CUDA})")
+    sections = [_SECTION_HEADER.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
+    names = _section(data, sections[shstrndx])
+    by_name = {_cstring(names, sh[0]): sh for sh in sections}
+
+    kernels = {}
+    for symbol in _entry_symbols(data, sections):
+        info = by_name.get(f".nv.info.{symbol}")
+        records = _nv_info_records(_section(data, info)) if info else []
+        kernels[symbol] = _kernel(symbol, records)
+    return CubinInfo(sm=flags & 0xFF, toolkit=f"{version // 10}.{version % 10}", kernels=kernels)
+
+
+def _section(data: bytes, header: tuple) -> bytes:
+    offset, size = header[4], header[5]
+    if offset + size > len(data):
+        raise CubinError("a section runs past the end of the file")
+    return data[offset : offset + size]
+
+
+def _cstring(table: bytes, offset: int) -> str:
+    return table[offset : table.index(b"\0", offset)].decode()
+
+
+def _entry_symbols(data: bytes, sections: list[tuple]) -> list[str]:
+    """Names of the FUNC symbols marked as CUDA entries, in symbol order."""
+    symbols = []
+    for sh in sections:
+        if sh[1] != _SHT_SYMTAB:
+            continue
+        table, strings = _section(data, sh), _section(data, sections[sh[6]])
+        for offset in range(0, len(table), _SYMBOL.size):
+            name, info, other = _SYMBOL.unpack_from(table, offset)[:3]
+            if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                symbols.append(_cstring(strings, name))
+    return symbols
+
+
+def _nv_info_records(section: bytes) -> list[tuple[int, bytes | int]]:
+    """(attribute, payload bytes or u16 value) of each .nv.info record."""
+    records, pos = [], 0
+    while pos + 4 <= len(section):
+        fmt, attr, value = struct.unpack_from("<BBH", section, pos)
+        pos += 4
+        if fmt == _EIFMT_SVAL:
+            records.append((attr, section[pos : pos + value]))
+            pos += value
+        else:
+            records.append((attr, value))
+    if pos != len(section):
+        raise CubinError(f".nv.info section of {len(section)} bytes ends inside a record")
+    return records
+
+
+def _kernel(symbol: str, records: list[tuple[int, bytes | int]]) -> CubinKernel:
+    params, param_base, param_bytes, reqntid, max_threads = [], None, None, None, None
+    for attr, payload in records:
+        if attr == _EIATTR_KPARAM_INFO:
+            _, ordinal, offset, packed = _KPARAM_INFO.unpack(payload)
+            params.append(KernelParam(ordinal=ordinal, offset=offset, size=(packed >> 18) & 0x3FFF))
+        elif attr == _EIATTR_PARAM_CBANK:
+            param_base = struct.unpack_from("<H", payload, 4)[0]
+        elif attr == _EIATTR_CBANK_PARAM_SIZE:
+            param_bytes = payload
+        elif attr == _EIATTR_REQNTID:
+            reqntid = struct.unpack("<3I", payload)
+        elif attr == _EIATTR_MAX_THREADS:
+            max_threads = struct.unpack("<3I", payload)
+    params.sort(key=lambda param: param.ordinal)
+    return CubinKernel(symbol, tuple(params), param_base, param_bytes, reqntid, max_threads)

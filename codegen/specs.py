@@ -1,0 +1,263 @@
+"""Kernel variant specs: the YAML schema, its validation and expansion.
+
+A spec file is a mapping with an optional ``defaults:`` mapping and a
+``variants:`` list. Each entry of ``variants`` is merged over ``defaults``;
+any field given as a list stands for each of its values, and an entry
+expands to the cartesian product of its lists. After expansion every
+variant has all of ``FIELDS``, each of the right type and inside what the
+kernels support (``codegen.kernels.SUPPORTED``); duplicates are rejected.
+Every error names the file, the entry (index and line) and the field.
+YAML is read strictly (see ``codegen.yaml_strict``): ``yes``/``on`` are
+strings here, not booleans.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from codegen.kernels import SUPPORTED
+from codegen.yaml_strict import StrictLoader
+
+# Field -> required type, in the canonical order of a variant's key.
+FIELDS: dict[str, type] = {
+    "arch": str,
+    "ab_dtype": str,
+    "c_dtype": str,
+    "d_dtype": str,
+    "act_func": str,
+    "act_params": dict,
+    "dbias": bool,
+    "weight_mode": str,
+    "b_major": str,
+    "tile_m": int,
+    "tile_n": int,
+    "cluster_m": int,
+    "cluster_n": int,
+    "scheduler": str,
+}
+_TYPE_NAMES = {str: "a string", bool: "a boolean (true or false)", int: "an integer", dict: "a mapping"}
+
+# Keys of the kernels' SUPPORTED table that constrain several fields jointly.
+JOINT_FIELDS: dict[str, tuple[str, ...]] = {
+    "tile_mn": ("tile_m", "tile_n"),
+    "cluster_mn": ("cluster_m", "cluster_n"),
+}
+
+# Activation -> its compile-time constants and their defaults.
+ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
+    "dswiglu": {},
+    "dgeglu": {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0},
+}
+
+TOP_LEVEL_KEYS = ("defaults", "variants")
+
+
+class SpecError(ValueError):
+    """A spec file that cannot be turned into variants."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel variant: the normalised fields of an expanded spec entry."""
+
+    arch: str
+    ab_dtype: str
+    c_dtype: str
+    d_dtype: str
+    act_func: str
+    act_params: tuple[tuple[str, float], ...]
+    dbias: bool
+    weight_mode: str
+    b_major: str
+    tile_m: int
+    tile_n: int
+    cluster_m: int
+    cluster_n: int
+    scheduler: str
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The variant's fields as the manifest's ``key`` mapping."""
+        key = {field: getattr(self, field) for field in FIELDS}
+        key["act_params"] = dict(self.act_params)
+        return key
+
+    @property
+    def name(self) -> str:
+        """A readable, filesystem-safe name, unique per key."""
+        parts = [
+            self.arch.replace("_", ""),
+            self.ab_dtype,
+            self.c_dtype,
+            self.d_dtype,
+            self.act_func,
+            "dbias" if self.dbias else "nodbias",
+            self.weight_mode,
+            self.b_major,
+            f"{self.tile_m}x{self.tile_n}",
+            f"{self.cluster_m}x{self.cluster_n}",
+            self.scheduler,
+        ]
+        if dict(self.act_params) != ACT_PARAM_DEFAULTS[self.act_func]:
+            parts.append("p" + _params_hash(self.act_params))
+        return "_".join(parts)
+
+
+def _params_hash(params: tuple[tuple[str, float], ...]) -> str:
+    text = json.dumps(dict(params), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def load_specs(path: str | Path) -> list[Variant]:
+    """Read, validate and expand the spec file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read spec file: {err.strerror}") from None
+    return parse_specs(text, str(path))
+
+
+def parse_specs(text: str, source: str = "<spec>") -> list[Variant]:
+    """Validate and expand spec ``text``; ``source`` names it in errors."""
+    root_node, data = _load_yaml(text, source)
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: needs a mapping with keys {list(TOP_LEVEL_KEYS)}, got {_describe(data)}")
+    unknown = [key for key in data if key not in TOP_LEVEL_KEYS]
+    if unknown:
+        raise SpecError(f"{source}: unknown top-level key {unknown[0]!r}; allowed: {', '.join(TOP_LEVEL_KEYS)}")
+    lines = _top_level_lines(root_node)
+
+    defaults = data.get("defaults", {})
+    where = f"{source}: defaults (line {lines.get('defaults', '?')})"
+    if not isinstance(defaults, dict):
+        raise SpecError(f"{where}: needs a mapping of fields, got {_describe(defaults)}")
+    _check_fields(defaults, where)
+
+    entries = data.get("variants")
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(f"{source}: 'variants' needs a non-empty list of entries, got {_describe(entries)}")
+
+    variants: dict[str, tuple[Variant, str]] = {}  # name -> (variant, the entry that gave it)
+    for index, entry in enumerate(entries):
+        label = f"variants[{index}] (line {lines['entries'][index]})"
+        where = f"{source}: {label}"
+        if not isinstance(entry, dict):
+            raise SpecError(f"{where}: needs a mapping of fields, got {_describe(entry)}")
+        _check_fields(entry, where)
+        for fields in _expand({**defaults, **entry}, where):
+            variant = _normalise(fields, where)
+            if variant.name in variants:
+                known, known_label = variants[variant.name]
+                problem = "duplicate variant" if known == variant else "variant name collision:"
+                raise SpecError(f"{where}: {problem} {variant.name}, already given by {known_label}")
+            variants[variant.name] = (variant, label)
+    return [variant for variant, _ in variants.values()]
+
+
+def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    loader = StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    except yaml.YAMLError as err:
+        raise SpecError(f"{source}: invalid YAML: {err}") from None
+    finally:
+        loader.dispose()
+
+
+def _top_level_lines(root: yaml.MappingNode) -> dict[str, Any]:
+    """1-based lines of ``defaults`` and of each ``variants`` entry."""
+    lines: dict[str, Any] = {"entries": []}
+    for key_node, value_node in root.value:
+        if key_node.value == "defaults":
+            lines["defaults"] = key_node.start_mark.line + 1
+        elif key_node.value == "variants" and isinstance(value_node, yaml.SequenceNode):
+            lines["entries"] = [item.start_mark.line + 1 for item in value_node.value]
+    return lines
+
+
+def _check_fields(fields: dict, where: str) -> None:
+    """Reject unknown field names and values of the wrong type."""
+    for name, value in fields.items():
+        if name not in FIELDS:
+            raise SpecError(f"{where}: unknown field {name!r}; allowed: {', '.join(FIELDS)}")
+        for item in value if isinstance(value, list) else [value]:
+            _check_type(name, item, where)
+        if value == []:
+            raise SpecError(f"{where}: field {name!r}: empty list, needs at least one value")
+
+
+def _check_type(name: str, value: Any, where: str) -> None:
+    wanted = FIELDS[name]
+    # bool is a subclass of int: check the exact type.
+    if type(value) is not wanted:
+        hint = " (quote it if you meant a string)" if isinstance(value, (bool, int, float)) and wanted is str else ""
+        raise SpecError(f"{where}: field {name!r}: got {_describe(value)}, needs {_TYPE_NAMES[wanted]}{hint}")
+
+
+def _expand(fields: dict, where: str) -> list[dict]:
+    """The cartesian product over list-valued fields, in ``FIELDS`` order."""
+    missing = [name for name in FIELDS if name not in fields and name != "act_params"]
+    if missing:
+        raise SpecError(f"{where}: missing field(s) {', '.join(missing)} (give them in the entry or in defaults)")
+    names = [name for name in FIELDS if name in fields]
+    choices = [fields[name] if isinstance(fields[name], list) else [fields[name]] for name in names]
+    return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
+
+
+def _normalise(fields: dict, where: str) -> Variant:
+    """Check one expanded variant against SUPPORTED and fill in act_params."""
+    for table_key, allowed in SUPPORTED.items():
+        names = JOINT_FIELDS.get(table_key, (table_key,))
+        value = tuple(fields[name] for name in names) if len(names) > 1 else fields[table_key]
+        if value not in allowed:
+            label = f"fields ({', '.join(names)})" if len(names) > 1 else f"field {table_key!r}"
+            allowed_text = ", ".join(_format_value(item) for item in allowed)
+            raise SpecError(f"{where}: {label}: got {_format_value(value)}, allowed: {allowed_text}")
+    params = _normalise_act_params(fields["act_func"], fields.get("act_params", {}), where)
+    return Variant(**{**fields, "act_params": params})
+
+
+def _normalise_act_params(act_func: str, given: dict, where: str) -> tuple[tuple[str, float], ...]:
+    defaults = ACT_PARAM_DEFAULTS[act_func]
+    for name, value in given.items():
+        if name not in defaults:
+            allowed = ", ".join(defaults) if defaults else "none"
+            raise SpecError(f"{where}: field 'act_params': unknown parameter {name!r} for {act_func}; allowed: {allowed}")
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise SpecError(f"{where}: field 'act_params': {name}: got {_describe(value)}, needs a finite number")
+    params = {name: float(given.get(name, default)) for name, default in defaults.items()}
+    if act_func == "dgeglu" and not params["glu_clamp_min"] < params["glu_clamp_max"]:
+        raise SpecError(
+            f"{where}: field 'act_params': glu_clamp_min ({params['glu_clamp_min']}) "
+            f"must be below glu_clamp_max ({params['glu_clamp_max']})"
+        )
+    return tuple(params.items())
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_format_value(item) for item in value) + ")"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+_KIND_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "list", dict: "mapping"}
+
+
+def _describe(value: Any) -> str:
+    """E.g. ``integer 96``, ``string 'yes'``, ``a list``, ``null``."""
+    if value is None:
+        return "null"
+    kind = _KIND_NAMES.get(type(value), type(value).__name__)
+    return f"a {kind}" if isinstance(value, (list, dict)) else f"{kind} {_format_value(value)}"
