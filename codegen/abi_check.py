@@ -1,10 +1,11 @@
-"""Check a variant's KERNEL entries (docs/manifest.md) against its cubin.
+"""Check a variant's launch description (docs/manifest.md) before it ships.
 
-The manifest says how to launch each kernel; the cubin says what ptxas
-built. They must agree on the symbol, the block size and, parameter by
-parameter, on size and placement: ptxas places parameter i at the first
+The KERNEL entries say how to launch each kernel; the cubin says what
+ptxas built. They must agree on the symbols, the block size and, parameter
+by parameter, on size and placement: ptxas places parameter i at the first
 offset past parameter i-1 that is aligned (counted from the start of the
-constant bank) to the parameter's alignment.
+constant bank) to the parameter's alignment. Every tensormap parameter
+also needs a TMA rule to encode its descriptor from.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {
 }
 
 
+TMA_RULE_FIELDS = ("dtype", "dims", "box", "swizzle", "l2_promotion", "oob_fill", "interleave")
+
+
 class AbiMismatch(ValueError):
-    """A manifest entry that disagrees with its cubin."""
+    """A launch description that disagrees with its cubin or with itself."""
 
 
 def check_kernels(kernels: list[dict], cubin: CubinInfo, where: str) -> None:
@@ -76,3 +80,23 @@ def _check_kind(param: dict, label: str) -> None:
             f"{label}: a {kind} has size {size} and align {align}, "
             f"the manifest says size {param.get('size')} and align {param.get('align')}"
         )
+
+
+def check_tma_rules(kernels: list[dict], tma: dict[str, dict], where: str) -> None:
+    """Each tensormap parameter's tensor has a complete TMA rule."""
+    for entry in kernels:
+        for param in entry["params"]:
+            if param["kind"] != "tensormap":
+                continue
+            rule = tma.get(param["tensor"])
+            label = f"{where}: kernel {entry['symbol']}: param {param['name']!r}"
+            if rule is None:
+                raise AbiMismatch(f"{label}: no TMA rule for tensor {param['tensor']!r}; rules exist for {sorted(tma)}")
+            missing = [field for field in TMA_RULE_FIELDS if field not in rule]
+            if missing:
+                raise AbiMismatch(f"{label}: TMA rule of {param['tensor']!r} lacks {', '.join(missing)}")
+            if sorted(rule["dims"]) != list(range(len(rule["box"]))):
+                raise AbiMismatch(
+                    f"{label}: TMA rule of {param['tensor']!r}: dims {rule['dims']} must order "
+                    f"the {len(rule['box'])} dimensions of box {rule['box']}"
+                )

@@ -1,0 +1,6 @@
+"""The build side of dglu: compiles kernel variants ahead of time.
+
+kernel_specs/*.yaml --(specs)--> variants --(kernels)--> cubins
+--(build)--> an artifact directory with manifest.json (docs/manifest.md).
+This is the only code that imports CuTe DSL (``cutlass``).
+"""

@@ -1,0 +1,42 @@
+"""``python -m codegen``: compile a spec file into an artifact directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from codegen.abi_check import AbiMismatch
+from codegen.build import BuildError, build_artifacts
+from codegen.specs import SpecError, load_specs
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@click.command(name="dglu-build")
+@click.option(
+    "--specs",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=REPO_ROOT / "kernel_specs" / "default.yaml",
+    show_default=True,
+    help="Spec file listing the variants to compile.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".artifacts"),
+    show_default=True,
+    help="Artifact directory to write the cubins and manifest.json into.",
+)
+def main(specs: Path, out: Path) -> None:
+    """Compile every variant of SPECS into OUT (no GPU needed)."""
+    try:
+        variants = load_specs(specs)
+        manifest = build_artifacts(variants, out)
+    except (SpecError, BuildError, AbiMismatch) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"wrote {len(manifest['variants'])} variants and manifest.json to {out}")
+
+
+if __name__ == "__main__":
+    main()
