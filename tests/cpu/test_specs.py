@@ -1,0 +1,266 @@
+"""Spec files: expansion, normalisation, names, and every kind of bad input."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codegen.kernels import SUPPORTED
+from codegen.specs import ACT_PARAM_DEFAULTS, FIELDS, JOINT_FIELDS, SpecError, load_specs, parse_specs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+DEFAULTS = """\
+defaults:
+  arch: sm_90a
+  ab_dtype: bf16
+  c_dtype: bf16
+  d_dtype: bf16
+  weight_mode: dense
+  b_major: k
+  tile_m: 128
+  tile_n: 128
+  cluster_m: 1
+  cluster_n: 1
+  scheduler: static
+"""
+DEFAULTS_LINES = DEFAULTS.count("\n")
+
+
+def spec(variants: str, defaults: str = DEFAULTS) -> str:
+    """A spec file text: ``defaults`` followed by a ``variants:`` block."""
+    return defaults + "variants:\n" + textwrap.indent(textwrap.dedent(variants), "  ")
+
+
+def spec_error(text: str) -> str:
+    with pytest.raises(SpecError) as caught:
+        parse_specs(text, "bad.yaml")
+    return str(caught.value)
+
+
+# --- good specs -------------------------------------------------------------
+
+
+def test_smoke_spec_has_one_variant_per_activation():
+    variants = load_specs(REPO_ROOT / "kernel_specs" / "smoke.yaml")
+    assert [(v.act_func, v.dbias) for v in variants] == [("dswiglu", True), ("dgeglu", False)]
+    assert variants[0].name == "sm90a_bf16_bf16_bf16_dswiglu_dbias_dense_k_128x128_1x1_static"
+    assert variants[1].name == "sm90a_bf16_bf16_bf16_dgeglu_nodbias_dense_k_128x128_1x1_static"
+
+
+def test_default_spec_is_both_activations_with_and_without_dbias():
+    variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
+    assert sorted((v.act_func, v.dbias) for v in variants) == sorted(
+        (act, dbias) for act in ("dswiglu", "dgeglu") for dbias in (True, False)
+    )
+    assert {(v.tile_m, v.tile_n) for v in variants} == {(128, 128)}
+
+
+def test_lists_expand_to_the_cartesian_product_in_field_order():
+    variants = parse_specs(spec("- {act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: [128, 256]}\n"))
+    assert [(v.act_func, v.dbias, v.tile_n) for v in variants] == [
+        (act, dbias, tile_n) for act in ("dswiglu", "dgeglu") for dbias in (True, False) for tile_n in (128, 256)
+    ]
+    assert len({v.name for v in variants}) == 8
+
+
+def test_entry_fields_override_defaults():
+    (variant,) = parse_specs(spec("- {act_func: dswiglu, dbias: false, tile_n: 256}\n"))
+    assert (variant.tile_m, variant.tile_n) == (128, 256)
+    assert variant.name.endswith("_128x256_1x1_static")
+
+
+def test_key_has_every_field_in_canonical_order_with_act_param_defaults():
+    (variant,) = parse_specs(spec("- {act_func: dgeglu, dbias: true}\n"))
+    key = variant.key
+    assert list(key) == list(FIELDS)
+    assert key["act_params"] == ACT_PARAM_DEFAULTS["dgeglu"]
+    assert all(type(value) is float for value in key["act_params"].values())
+    assert key["dbias"] is True and key["tile_m"] == 128
+
+
+def test_act_params_other_than_the_defaults_get_a_stable_hash_suffix():
+    text = spec(
+        """\
+        - {act_func: dgeglu, dbias: true}
+        - {act_func: dgeglu, dbias: true, act_params: {geglu_alpha: 1, linear_offset: 0, glu_clamp_max: 10, glu_clamp_min: -10}}
+        - {act_func: dgeglu, dbias: true, act_params: {glu_clamp_max: 1e1, glu_clamp_min: -1e1, geglu_alpha: 1.0, linear_offset: 0.0}}
+        """
+    )
+    with pytest.raises(SpecError, match=r"variants\[2\] \(line \d+\): duplicate variant .*_p[0-9a-f]{8}, already given by variants\[1\]"):
+        parse_specs(text)
+    default, deepseek = parse_specs(text.rsplit("\n  - ", 1)[0] + "\n")
+    assert not re.search(r"_p[0-9a-f]{8}$", default.name)
+    assert re.fullmatch(re.escape(default.name) + r"_p[0-9a-f]{8}", deepseek.name)
+    assert deepseek.key["act_params"] == {"geglu_alpha": 1.0, "glu_clamp_max": 10.0, "glu_clamp_min": -10.0, "linear_offset": 0.0}
+    assert deepseek.name == parse_specs(text.rsplit("\n  - ", 1)[0] + "\n")[1].name
+
+
+def test_act_params_equal_to_the_defaults_name_the_same_variant():
+    text = spec("- {act_func: dgeglu, dbias: true}\n- {act_func: dgeglu, dbias: true, act_params: {geglu_alpha: 1.702}}\n")
+    assert "duplicate variant" in spec_error(text)
+
+
+def test_names_are_filesystem_safe():
+    variants = parse_specs(spec("- {act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: [128, 256]}\n"))
+    assert all(re.fullmatch(r"[a-z0-9_]+", v.name) for v in variants)
+
+
+def test_supported_table_constrains_every_field_but_act_params():
+    constrained = {name for key in SUPPORTED for name in JOINT_FIELDS.get(key, (key,))}
+    assert constrained == set(FIELDS) - {"act_params"}
+
+
+# --- bad specs: structure ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "bad.yaml: needs a mapping with keys ['defaults', 'variants'], got null"),
+        ("- a\n- b\n", "bad.yaml: needs a mapping with keys ['defaults', 'variants'], got a list"),
+        (DEFAULTS + "variant: []\n", "bad.yaml: unknown top-level key 'variant'; allowed: defaults, variants"),
+        (DEFAULTS, "bad.yaml: 'variants' needs a non-empty list of entries, got null"),
+        (DEFAULTS + "variants: []\n", "bad.yaml: 'variants' needs a non-empty list of entries, got a list"),
+        (DEFAULTS + "variants: {act_func: dswiglu}\n", "'variants' needs a non-empty list of entries, got a mapping"),
+        ("defaults: [1]\nvariants: [{}]\n", "bad.yaml: defaults (line 1): needs a mapping of fields, got a list"),
+        (spec("- dswiglu\n"), f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): needs a mapping of fields, got string 'dswiglu'"),
+    ],
+)
+def test_bad_structure_is_named(text, expected):
+    assert expected in spec_error(text)
+
+
+def test_invalid_yaml_names_the_file_and_line():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: true\n"))
+    assert message.startswith("bad.yaml: invalid YAML:")
+    assert f"line {DEFAULTS_LINES + 3}" in message
+
+
+def test_duplicate_yaml_keys_are_rejected():
+    message = spec_error(spec("- act_func: dswiglu\n  dbias: true\n  act_func: dgeglu\n"))
+    assert "found duplicate key 'act_func'" in message
+    assert f"first at line {DEFAULTS_LINES + 2}" in message
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"nope\.yaml: cannot read spec file: No such file"):
+        load_specs(tmp_path / "nope.yaml")
+
+
+# --- bad specs: fields ---------------------------------------------------------
+
+
+def test_unknown_field_lists_the_allowed_ones():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: true, tile_nn: 128}\n"))
+    assert f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): unknown field 'tile_nn'; allowed: " in message
+    assert ", ".join(FIELDS) in message
+
+
+def test_unknown_field_in_defaults_is_named():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: true}\n", DEFAULTS + "  stages: 4\n"))
+    assert "bad.yaml: defaults (line 1): unknown field 'stages'" in message
+
+
+def test_missing_fields_are_listed():
+    message = spec_error(spec("- {act_func: dswiglu}\n", "defaults: {arch: sm_90a}\n"))
+    assert "bad.yaml: variants[0] (line 3): missing field(s) ab_dtype, c_dtype, d_dtype, dbias," in message
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{act_func: dswiglu, dbias: yes}", "field 'dbias': got string 'yes', needs a boolean (true or false)"),
+        ("{act_func: dswiglu, dbias: on}", "field 'dbias': got string 'on', needs a boolean (true or false)"),
+        ("{act_func: dswiglu, dbias: 1}", "field 'dbias': got integer 1, needs a boolean (true or false)"),
+        ("{act_func: dswiglu, dbias: 'true'}", "field 'dbias': got string 'true', needs a boolean"),
+        ("{act_func: dswiglu, dbias: true, tile_m: '128'}", "field 'tile_m': got string '128', needs an integer"),
+        ("{act_func: dswiglu, dbias: true, tile_m: 128.0}", "field 'tile_m': got float 128.0, needs an integer"),
+        ("{act_func: dswiglu, dbias: true, tile_m: true}", "field 'tile_m': got boolean true, needs an integer"),
+        ("{act_func: dswiglu, dbias: true, tile_m: 0200}", "field 'tile_m': got string '0200', needs an integer"),
+        ("{act_func: true, dbias: true}", "field 'act_func': got boolean true, needs a string (quote it if you meant a string)"),
+        ("{act_func: dswiglu, dbias: true, arch: 90}", "field 'arch': got integer 90, needs a string"),
+        ("{act_func: dswiglu, dbias: true, scheduler: ~}", "field 'scheduler': got null, needs a string"),
+        ("{act_func: dswiglu, dbias: true, act_params: 1.702}", "field 'act_params': got float 1.702, needs a mapping"),
+        ("{act_func: [dswiglu, 7], dbias: true}", "field 'act_func': got integer 7, needs a string"),
+        ("{act_func: [], dbias: true}", "field 'act_func': empty list, needs at least one value"),
+    ],
+)
+def test_wrong_types_are_named_with_what_is_needed(entry, expected):
+    message = spec_error(spec(f"- {entry}\n"))
+    assert message.startswith(f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): {expected}")
+
+
+def test_wrong_type_in_defaults_is_named():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: true}\n", DEFAULTS.replace("tile_m: 128", "tile_m: big")))
+    assert message == "bad.yaml: defaults (line 1): field 'tile_m': got string 'big', needs an integer"
+
+
+def _allowed(table_key: str) -> str:
+    def fmt(value):
+        if isinstance(value, tuple):
+            return "(" + ", ".join(map(str, value)) + ")"
+        return repr(value) if isinstance(value, str) else str(value)
+
+    return ", ".join(fmt(value) for value in SUPPORTED[table_key])
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{act_func: dswiglu, dbias: true, arch: sm_80}", f"field 'arch': got 'sm_80', allowed: {_allowed('arch')}"),
+        ("{act_func: relu, dbias: true}", f"field 'act_func': got 'relu', allowed: {_allowed('act_func')}"),
+        ("{act_func: on, dbias: true}", f"field 'act_func': got 'on', allowed: {_allowed('act_func')}"),
+        ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),
+        ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed: {_allowed('ab_dtype')}"),
+        ("{act_func: dswiglu, dbias: true, weight_mode: discrete}", "field 'weight_mode': got 'discrete', allowed:"),
+        ("{act_func: dswiglu, dbias: true, tile_n: 96}", f"fields (tile_m, tile_n): got (128, 96), allowed: {_allowed('tile_mn')}"),
+        ("{act_func: dswiglu, dbias: true, cluster_m: 2}", f"fields (cluster_m, cluster_n): got (2, 1), allowed: {_allowed('cluster_mn')}"),
+    ],
+)
+def test_unsupported_values_list_the_allowed_ones(entry, expected):
+    message = spec_error(spec(f"- {entry}\n"))
+    assert message.startswith(f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): {expected}")
+
+
+def test_errors_name_the_entry_and_its_line():
+    text = spec("- {act_func: dswiglu, dbias: true}\n\n- act_func: dgeglu\n  dbias: false\n  tile_n: 64\n")
+    assert f"variants[1] (line {DEFAULTS_LINES + 4}): fields (tile_m, tile_n)" in spec_error(text)
+
+
+# --- bad specs: act_params and duplicates -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{act_func: dswiglu, dbias: true, act_params: {geglu_alpha: 1.0}}", "unknown parameter 'geglu_alpha' for dswiglu; allowed: none"),
+        ("{act_func: dgeglu, dbias: true, act_params: {alpha: 1.0}}", "unknown parameter 'alpha' for dgeglu; allowed: geglu_alpha, glu_clamp_max,"),
+        ("{act_func: dgeglu, dbias: true, act_params: {geglu_alpha: fast}}", "geglu_alpha: got string 'fast', needs a finite number"),
+        ("{act_func: dgeglu, dbias: true, act_params: {geglu_alpha: true}}", "geglu_alpha: got boolean true, needs a finite number"),
+        ("{act_func: dgeglu, dbias: true, act_params: {geglu_alpha: .inf}}", "geglu_alpha: got string '.inf', needs a finite number"),
+        ("{act_func: dgeglu, dbias: true, act_params: {geglu_alpha: 1e999}}", "geglu_alpha: got float inf, needs a finite number"),
+        ("{act_func: dgeglu, dbias: true, act_params: {glu_clamp_min: 7}}", "glu_clamp_min (7.0) must be below glu_clamp_max (7.0)"),
+    ],
+)
+def test_bad_act_params_are_named(entry, expected):
+    message = spec_error(spec(f"- {entry}\n"))
+    assert message.startswith(f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): field 'act_params': {expected}")
+
+
+def test_duplicates_across_entries_name_both():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: true}\n- {act_func: [dgeglu, dswiglu], dbias: true}\n"))
+    assert message == (
+        f"bad.yaml: variants[1] (line {DEFAULTS_LINES + 3}): duplicate variant "
+        f"sm90a_bf16_bf16_bf16_dswiglu_dbias_dense_k_128x128_1x1_static, "
+        f"already given by variants[0] (line {DEFAULTS_LINES + 2})"
+    )
+
+
+def test_duplicates_within_one_entry_are_rejected():
+    message = spec_error(spec("- {act_func: dswiglu, dbias: [true, true]}\n"))
+    assert "duplicate variant sm90a_bf16_bf16_bf16_dswiglu_dbias_" in message
+    assert message.count(f"variants[0] (line {DEFAULTS_LINES + 2})") == 2
