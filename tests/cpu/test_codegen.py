@@ -1,0 +1,297 @@
+"""Compiling the smoke specs for real: the artifact directory, its manifest,
+and the manifest's ABI checked against what ptxas wrote into each cubin."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import glob
+import hashlib
+import importlib.metadata
+import json
+import platform
+import re
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from codegen.abi_check import AbiMismatch, check_kernels, check_tma_rules
+from codegen.build import BuildError, build_artifacts
+from codegen.cubin_info import CubinError, read_cubin
+from codegen.kernels import compile_variant
+from codegen.specs import load_specs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMOKE = load_specs(REPO_ROOT / "kernel_specs" / "smoke.yaml")
+
+pytestmark = pytest.mark.slow
+
+
+@dataclasses.dataclass
+class Artifacts:
+    out_dir: Path
+    manifest: dict
+    progress: list[str]
+
+    def cubin(self, variant: dict) -> bytes:
+        return (self.out_dir / variant["cubin"]).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Artifacts:
+    out_dir = tmp_path_factory.mktemp("artifacts") / "smoke"
+    progress: list[str] = []
+    manifest = build_artifacts(SMOKE, out_dir, progress=progress.append)
+    return Artifacts(out_dir, manifest, progress)
+
+
+# --- the artifact directory -----------------------------------------------------
+
+
+def test_manifest_on_disk_is_the_one_returned(artifacts):
+    assert json.loads((artifacts.out_dir / "manifest.json").read_text()) == artifacts.manifest
+
+
+def test_manifest_lists_each_variant_once_by_name_with_its_key(artifacts):
+    variants = artifacts.manifest["variants"]
+    assert [v["name"] for v in variants] == sorted(s.name for s in SMOKE)
+    by_name = {s.name: s for s in SMOKE}
+    for variant in variants:
+        assert variant["key"] == by_name[variant["name"]].key
+        assert variant["cubin"] == variant["name"] + ".cubin"
+
+
+def test_toolchain_names_the_versions_that_built_the_cubins(artifacts):
+    manifest = artifacts.manifest
+    assert manifest["schema_version"] == 1
+    toolchain = manifest["toolchain"]
+    assert toolchain["cutlass_dsl"] == importlib.metadata.version("nvidia-cutlass-dsl")
+    assert toolchain["python"] == platform.python_version()
+    assert {read_cubin(artifacts.cubin(v)).toolkit for v in manifest["variants"]} == {toolchain["ptxas"]}
+
+
+def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
+    for variant in artifacts.manifest["variants"]:
+        data = artifacts.cubin(variant)
+        assert hashlib.sha256(data).hexdigest() == variant["sha256"]
+        assert len(data) == variant["size"]
+    expected = {"manifest.json"} | {v["cubin"] for v in artifacts.manifest["variants"]}
+    assert {path.name for path in artifacts.out_dir.iterdir()} == expected
+
+
+def test_progress_has_one_line_per_variant_in_build_order(artifacts):
+    names = [v["name"] for v in artifacts.manifest["variants"]]
+    assert len(artifacts.progress) == len(names)
+    for done, (line, name) in enumerate(zip(artifacts.progress, names), start=1):
+        assert re.fullmatch(rf"\[{done}/{len(names)}\] {name} \d+\.\ds", line)
+
+
+def test_each_variant_has_a_main_kernel_first_and_dbias_finish_only_with_dbias(artifacts):
+    for variant in artifacts.manifest["variants"]:
+        roles = [kernel["role"] for kernel in variant["kernels"]]
+        assert roles == (["main", "dbias_finish"] if variant["key"]["dbias"] else ["main"])
+        for kernel in variant["kernels"]:
+            assert kernel["symbol"].startswith("dglu_" + variant["name"])
+
+
+# --- the manifest's ABI against the cubin ----------------------------------------
+
+
+def test_manifest_params_match_the_cubins_kparam_info(artifacts):
+    for variant in artifacts.manifest["variants"]:
+        cubin = read_cubin(artifacts.cubin(variant))
+        assert cubin.sm == 90
+        assert sorted(cubin.kernels) == sorted(k["symbol"] for k in variant["kernels"])
+        for kernel in variant["kernels"]:
+            found = cubin.kernels[kernel["symbol"]]
+            assert list(found.reqntid) == kernel["block"]
+            assert [p.ordinal for p in found.params] == list(range(len(kernel["params"])))
+            assert [p["size"] for p in kernel["params"]] == [p.size for p in found.params]
+            end = 0
+            for param, actual in zip(kernel["params"], found.params):
+                assert (found.param_base + actual.offset) % param["align"] == 0, param["name"]
+                assert end <= actual.offset < end + param["align"], param["name"]
+                end = actual.offset + actual.size
+            assert end == found.param_bytes
+        check_kernels(variant["kernels"], cubin, variant["name"])
+        check_tma_rules(variant["kernels"], variant["tma"], variant["name"])
+
+
+def _cuobjdump() -> str | None:
+    found = glob.glob(str(Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "*" / "bin" / "cuobjdump"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_cuobjdump() is None, reason="cuobjdump (pip package nvidia-cuda-cuobjdump) is not installed")
+def test_cubin_reader_agrees_with_cuobjdump(artifacts):
+    for variant in artifacts.manifest["variants"]:
+        path = artifacts.out_dir / variant["cubin"]
+        text = subprocess.run([_cuobjdump(), "-elf", str(path)], check=True, capture_output=True, text=True).stdout
+        info = read_cubin(path.read_bytes())
+        for symbol, kernel in info.kernels.items():
+            section = text.split(f"\n.nv.info.{symbol}\n", 1)[1].split("\n\n", 1)[0]
+            params = re.findall(r"Ordinal : (0x[0-9a-f]+)\s+Offset\s+: (0x[0-9a-f]+)\s+Size\s+: (0x[0-9a-f]+)", section)
+            assert sorted((int(o, 16), int(off, 16), int(s, 16)) for o, off, s in params) == [
+                (p.ordinal, p.offset, p.size) for p in kernel.params
+            ]
+            reqntid = re.search(r"EIATTR_REQNTID\n\s+Format:\s+\w+\n\s+Value:\s+(\S+) (\S+) (\S+)", section)
+            assert tuple(int(v, 16) for v in reqntid.groups()) == kernel.reqntid
+            assert f"sm={info.sm}" in text
+
+
+def test_cubin_reader_rejects_what_is_not_a_cubin():
+    with pytest.raises(CubinError, match="not a little-endian ELF64 file"):
+        read_cubin(b"\x7fELF\x01\x01" + bytes(64))
+    elf_for_x86 = b"\x7fELF\x02\x01\x01" + bytes(9) + (2).to_bytes(2, "little") + (62).to_bytes(2, "little") + bytes(44)
+    with pytest.raises(CubinError, match=r"ELF machine is 62, not CUDA \(190\)"):
+        read_cubin(elf_for_x86)
+
+
+def _first(params: list[dict], kind: str) -> int:
+    return next(index for index, param in enumerate(params) if param["kind"] == kind)
+
+
+def _grow_tuple(params):
+    index = _first(params, "i32_tuple")
+    param = params[index]
+    size = param["size"]
+    param.update(size=size + 4, values=param["values"] + ["l"])
+    return rf"param {index} \('{param['name']}'\): size {size + 4} but the cubin has {size}"
+
+
+def _misalign_tuple(params):
+    param = params[_first(params, "i32_tuple")]
+    param["align"] = 8
+    return rf"a i32_tuple has size {param['size']} and align 4, the manifest says size {param['size']} and align 8"
+
+
+def _unknown_kind(params):
+    index = _first(params, "pointer")
+    params[index]["kind"] = "int64"
+    return rf"param {index} \('{params[index]['name']}'\): unknown kind 'int64'"
+
+
+def _swap_first_two(params):
+    params[0], params[1] = params[1], params[0]
+    assert params[0]["size"] != params[1]["size"]
+    return rf"param 0 \('{params[0]['name']}'\): size {params[0]['size']} but the cubin has {params[1]['size']}"
+
+
+def _drop_last(params):
+    params.pop()
+    return rf"{len(params)} params in the manifest, {len(params) + 1} in the cubin"
+
+
+PARAM_MUTATIONS = [_grow_tuple, _misalign_tuple, _unknown_kind, _swap_first_two, _drop_last]
+
+
+@pytest.mark.parametrize("mutate", PARAM_MUTATIONS, ids=lambda mutate: mutate.__name__)
+def test_abi_check_names_each_kind_of_param_mismatch(artifacts, mutate):
+    variant = artifacts.manifest["variants"][0]
+    kernels = copy.deepcopy(variant["kernels"])
+    expected = mutate(kernels[0]["params"])
+    with pytest.raises(AbiMismatch, match=expected):
+        check_kernels(kernels, read_cubin(artifacts.cubin(variant)), variant["name"])
+
+
+def test_abi_check_names_a_wrong_block_or_symbol(artifacts):
+    variant = artifacts.manifest["variants"][0]
+    cubin = read_cubin(artifacts.cubin(variant))
+    block = variant["kernels"][0]["block"]
+    wrong_block = copy.deepcopy(variant["kernels"])
+    wrong_block[0]["block"] = [block[0] + 32, 1, 1]
+    with pytest.raises(AbiMismatch, match=re.escape(f"block {[block[0] + 32, 1, 1]} but the cubin requires {block}")):
+        check_kernels(wrong_block, cubin, variant["name"])
+    wrong_symbol = copy.deepcopy(variant["kernels"])
+    wrong_symbol[0]["symbol"] = "dglu_other_main"
+    with pytest.raises(AbiMismatch, match=r"the manifest lists kernels \[.*'dglu_other_main'.*\], the cubin has"):
+        check_kernels(wrong_symbol, cubin, variant["name"])
+
+
+def test_abi_check_catches_a_cubin_that_places_a_param_elsewhere(artifacts):
+    variant = artifacts.manifest["variants"][0]
+    cubin = read_cubin(artifacts.cubin(variant))
+    symbol = variant["kernels"][0]["symbol"]
+    kernel = cubin.kernels[symbol]
+    index = _first(variant["kernels"][0]["params"], "pointer")
+    params = list(kernel.params)
+    placed, previous = params[index].offset, params[index - 1]
+    params[index] = dataclasses.replace(params[index], offset=placed + 8)
+    moved = dataclasses.replace(cubin, kernels={symbol: dataclasses.replace(kernel, params=tuple(params))})
+    expected = (
+        rf"param {index} \('\w+'\): the cubin places it at offset {placed + 8}, "
+        rf"but align 8 after offset {previous.offset + previous.size} gives {placed}"
+    )
+    with pytest.raises(AbiMismatch, match=expected):
+        check_kernels(variant["kernels"][:1], moved, variant["name"])
+    shorter = dataclasses.replace(cubin, kernels={symbol: dataclasses.replace(kernel, param_bytes=kernel.param_bytes + 4)})
+    with pytest.raises(AbiMismatch, match=rf"params end at {kernel.param_bytes} but the cubin has {kernel.param_bytes + 4} bytes"):
+        check_kernels(variant["kernels"][:1], shorter, variant["name"])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda tma: tma.pop("b"), r"param 'tma_b': no TMA rule for tensor 'b'; rules exist for \['a'\]"),
+        (lambda tma: tma["a"].pop("swizzle"), r"param 'tma_a': TMA rule of 'a' lacks swizzle"),
+        (lambda tma: tma["b"].update(dims=[0, 1, 1]), r"dims \[0, 1, 1\] must order the 3 dimensions of box"),
+    ],
+)
+def test_tma_rule_check_names_the_param_and_the_problem(artifacts, mutate, expected):
+    variant = artifacts.manifest["variants"][0]
+    tma = copy.deepcopy(variant["tma"])
+    mutate(tma)
+    with pytest.raises(AbiMismatch, match=expected):
+        check_tma_rules(variant["kernels"], tma, variant["name"])
+
+
+# --- failures write nothing ---------------------------------------------------------
+
+
+def test_a_failed_compile_writes_nothing(tmp_path):
+    def compile_then_fail(key, symbol_prefix):
+        if key["act_func"] == "dswiglu":  # sorted by name, the second variant
+            raise RuntimeError("compiler crashed")
+        return compile_variant(key, symbol_prefix)
+
+    with pytest.raises(RuntimeError, match="compiler crashed"):
+        build_artifacts(SMOKE, tmp_path / "out", progress=lambda line: None, compile_fn=compile_then_fail)
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_that_disagrees_with_its_cubin_is_rejected_before_writing(tmp_path):
+    def compile_with_wrong_block(key, symbol_prefix):
+        result = compile_variant(key, symbol_prefix)
+        kernels = copy.deepcopy(result.kernels)
+        kernels[0]["block"] = [128, 1, 1]
+        return dataclasses.replace(result, kernels=kernels)
+
+    with pytest.raises(AbiMismatch, match=r"variant sm90a_\w+: kernel dglu_\w+_main\w*: block \[128, 1, 1\]"):
+        build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_with_wrong_block)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cubin_for_another_arch_is_rejected(tmp_path):
+    def compile_for_sm100(key, symbol_prefix):
+        result = compile_variant(key, symbol_prefix)
+        cubin = bytearray(result.cubin)
+        flags_offset = 48  # e_flags of the ELF64 header; its low byte is the SM
+        cubin[flags_offset] = 100
+        return dataclasses.replace(result, cubin=bytes(cubin))
+
+    with pytest.raises(BuildError, match=r"cubin is for sm_100, the variant's arch is sm_90a"):
+        build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_for_sm100)
+
+
+def test_bad_out_dir_and_empty_variants_fail_before_compiling(tmp_path):
+    def must_not_compile(key, symbol_prefix):
+        raise AssertionError("compiled despite bad arguments")
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(BuildError, match=r"out_dir: .*file exists and is not a directory"):
+        build_artifacts(SMOKE, not_a_dir, compile_fn=must_not_compile)
+    with pytest.raises(BuildError, match="variants: got none, need at least one"):
+        build_artifacts([], tmp_path / "out", compile_fn=must_not_compile)
