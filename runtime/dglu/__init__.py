@@ -1,0 +1,32 @@
+"""dglu: prebuilt grouped GEMM + dGLU backward kernels for Mixture-of-Experts training.
+
+The kernels were compiled ahead of time into cubins (listed in a manifest.json); this
+package only loads and launches them through cuda-python. Importing it is cheap: torch
+and cuda.bindings are imported on first use, and nothing is ever compiled at run time.
+Run ``python -m dglu`` to list the installed variants and the device found.
+"""
+
+from .api import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90
+from .errors import (
+    CudaDriverError,
+    DgluError,
+    IntegrityError,
+    ManifestError,
+    ParamPackingError,
+    VariantNotFoundError,
+)
+from .tuple_dict import TupleDict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CudaDriverError",
+    "DgluError",
+    "GroupedGemmDgluSm90",
+    "IntegrityError",
+    "ManifestError",
+    "ParamPackingError",
+    "TupleDict",
+    "VariantNotFoundError",
+    "grouped_gemm_dglu_wrapper_sm90",
+]

@@ -1,0 +1,323 @@
+"""The public op, with the seed's argument names: the wrapper and the class API.
+
+Argument names, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
+API, except that ``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and
+torch.bfloat16 (so that importing dglu does not import torch). Every argument is checked
+before anything is allocated or launched. padded_offsets' values are read back to the host
+and checked (a small synchronous copy) unless the stream is capturing a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .driver import device_info
+from .dtypes import torch_dtype
+from .manifest import Variant, installed_variants, search_path
+from .options import M_ALIGNED, OpOptions, check_absent, check_dense_weights, check_options, output_dtype_name
+from .problem import Problem
+from .runner import LoadedVariant, load_variant, run_variant
+from .selection import VariantRequest, arch_for_capability, select_variant
+from .streams import resolve_stream
+from .tuple_dict import TupleDict
+from .validation import check_offset_values, describe_tensors, output_view
+
+BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
+
+
+def _select(problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool) -> Variant:
+    device = problem.tensors["a"].device
+    tile = options.tile or (None, None)
+    cluster = options.cluster or (None, None)
+    request = VariantRequest(
+        arch=arch_for_capability(device_info(device).capability),
+        ab_dtype=problem.tensors["a"].dtype,
+        c_dtype=problem.tensors["c"].dtype,
+        d_dtype=d_dtype,
+        act_func=options.act_func,
+        act_params=options.act_params,
+        dbias=dbias,
+        weight_mode="dense",
+        b_major=options.b_major,
+        tile_m=tile[0],
+        tile_n=tile[1],
+        cluster_m=cluster[0],
+        cluster_n=cluster[1],
+        scheduler=options.scheduler,
+    )
+    searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
+    return select_variant(installed_variants(), request, searched)
+
+
+def _check_offsets(padded_offsets: Any, problem: Problem, stream: Any) -> None:
+    """Check padded_offsets' values on the host, unless ``stream`` is capturing a graph."""
+    import torch
+
+    with torch.cuda.stream(stream):
+        if torch.cuda.is_current_stream_capturing():
+            return
+        values = padded_offsets.tolist()
+    check_offset_values("padded_offsets", values, problem.m, M_ALIGNED)
+
+
+def grouped_gemm_dglu_wrapper_sm90(
+    a_tensor: Any,
+    c_tensor: Any,
+    sfa_tensor: Any = None,
+    *,
+    padded_offsets: Any,
+    alpha_tensor: Any,
+    beta_tensor: Any,
+    prob_tensor: Any,
+    dprob_tensor: Any,
+    b_tensor: Any = None,
+    sfb_tensor: Any = None,
+    b_ptrs: Any = None,
+    sfb_ptrs: Any = None,
+    n: int | None = None,
+    b_dtype: Any = None,
+    b_major: str = "k",
+    norm_const_tensor: Any = None,
+    acc_dtype: Any = None,
+    d_dtype: Any = None,
+    cd_major: str = "n",
+    mma_tiler_mn: tuple[int, int] | None = None,
+    cluster_shape_mn: tuple[int, int] | None = None,
+    sf_vec_size: int = 16,
+    vector_f32: bool = False,
+    m_aligned: int = 256,
+    discrete_col_sfd: bool = False,
+    act_func: str = "dswiglu",
+    geglu_alpha: float = 1.702,
+    glu_clamp_max: float = 7.0,
+    glu_clamp_min: float = -7.0,
+    linear_offset: float = 1.0,
+    situ_beta1: float = 4.0,
+    situ_beta2: float = 25.0,
+    epilogue_op: str | None = None,
+    generate_dbias: bool = False,
+    use_dynamic_sched: bool = False,
+    current_stream: Any = None,
+) -> TupleDict:
+    """Grouped GEMM + dGLU backward on SM90; allocates D_row (and dbias if generate_dbias).
+
+    Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
+    d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
+    bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past
+    valid_m (owned by no expert) are left uninitialised.
+    """
+    import torch
+
+    check_absent(BLOCK_SCALED, NotImplementedError, sfa_tensor=sfa_tensor, sfb_tensor=sfb_tensor,
+                 sfb_ptrs=sfb_ptrs, norm_const_tensor=norm_const_tensor)
+    check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs, "n": n, "b_dtype": b_dtype})
+    options = check_options(
+        acc_dtype=acc_dtype, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
+        sf_vec_size=sf_vec_size, vector_f32=vector_f32, m_aligned=m_aligned,
+        discrete_col_sfd=discrete_col_sfd, act_func=act_func, geglu_alpha=geglu_alpha,
+        glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, linear_offset=linear_offset,
+        situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major, epilogue_op=epilogue_op,
+        use_dynamic_sched=use_dynamic_sched, cd_major=cd_major,
+    )
+    d_dtype_name = output_dtype_name("d_dtype", d_dtype)
+    if not isinstance(generate_dbias, bool):
+        raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
+    problem = describe_tensors(
+        {
+            "a": ("a_tensor", a_tensor), "b": ("b_tensor", b_tensor), "c": ("c_tensor", c_tensor),
+            "padded_offsets": ("padded_offsets", padded_offsets),
+            "alpha": ("alpha_tensor", alpha_tensor), "beta": ("beta_tensor", beta_tensor),
+            "prob": ("prob_tensor", prob_tensor), "dprob": ("dprob_tensor", dprob_tensor),
+        },
+        options.b_major,
+    )
+    device = problem.tensors["a"].device
+    stream = resolve_stream(current_stream, device)
+    variant = _select(problem, options, d_dtype=d_dtype_name, dbias=generate_dbias)
+    _check_offsets(padded_offsets, problem, stream)
+    loaded = load_variant(variant, device)
+
+    rows = (problem.m, 2 * problem.n, 1)
+    with torch.cuda.stream(stream):
+        d_row = torch.empty(rows, dtype=torch_dtype(d_dtype_name), device=a_tensor.device)
+        dbias = (
+            torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=a_tensor.device)
+            if generate_dbias else None
+        )
+    outputs = {"d_row": d_row, "dbias": dbias}
+    views = {**problem.tensors, **{role: output_view(role, t, problem)
+                                  for role, t in outputs.items() if t is not None}}
+    run_variant(loaded, replace(problem, tensors=views), stream)
+    return TupleDict(
+        d_row_tensor=d_row, d_col_tensor=None, dprob_tensor=dprob_tensor, dbias_tensor=dbias,
+        amax_tensor=None, sfd_row_tensor=None, sfd_col_tensor=None,
+    )
+
+
+class GroupedGemmDgluSm90:
+    """Class API: describe the op with sample tensors, check_support(), compile(), execute().
+
+    dbias is compiled in only when ``sample_dbias`` is given. compile() loads the prebuilt
+    cubin (nothing is compiled at run time). execute() accepts any M, N, K, L with the
+    samples' dtypes, on the samples' device.
+    """
+
+    def __init__(
+        self,
+        sample_a: Any,
+        sample_c: Any,
+        sample_d_row: Any,
+        sample_d_col: Any = None,
+        sample_sfa: Any = None,
+        *,
+        sample_padded_offsets: Any,
+        sample_alpha: Any,
+        sample_beta: Any,
+        sample_prob: Any,
+        sample_dprob: Any,
+        sample_dbias: Any = None,
+        sample_b: Any = None,
+        sample_sfb: Any = None,
+        sample_sfd_row: Any = None,
+        sample_sfd_col: Any = None,
+        sample_amax: Any = None,
+        sample_norm_const: Any = None,
+        num_experts: int | None = None,
+        b_shape: tuple[int, int] | None = None,
+        b_dtype: Any = None,
+        acc_dtype: Any = None,
+        mma_tiler_mn: tuple[int, int] | None = None,
+        cluster_shape_mn: tuple[int, int] | None = None,
+        sf_vec_size: int = 16,
+        vector_f32: bool = False,
+        m_aligned: int = 256,
+        discrete_col_sfd: bool = False,
+        act_func: str = "dswiglu",
+        geglu_alpha: float = 1.702,
+        glu_clamp_max: float = 7.0,
+        glu_clamp_min: float = -7.0,
+        linear_offset: float = 1.0,
+        situ_beta1: float = 4.0,
+        situ_beta2: float = 25.0,
+        b_major: str = "k",
+        epilogue_op: str | None = None,
+        use_dynamic_sched: bool = False,
+    ) -> None:
+        self._samples = {
+            "a": ("sample_a", sample_a), "b": ("sample_b", sample_b), "c": ("sample_c", sample_c),
+            "d_row": ("sample_d_row", sample_d_row),
+            "padded_offsets": ("sample_padded_offsets", sample_padded_offsets),
+            "alpha": ("sample_alpha", sample_alpha), "beta": ("sample_beta", sample_beta),
+            "prob": ("sample_prob", sample_prob), "dprob": ("sample_dprob", sample_dprob),
+        }
+        if sample_dbias is not None:
+            self._samples["dbias"] = ("sample_dbias", sample_dbias)
+        self._block_scaled = {
+            "sample_d_col": sample_d_col, "sample_sfa": sample_sfa, "sample_sfb": sample_sfb,
+            "sample_sfd_row": sample_sfd_row, "sample_sfd_col": sample_sfd_col,
+            "sample_amax": sample_amax, "sample_norm_const": sample_norm_const,
+        }
+        self._discrete = {"num_experts": num_experts, "b_shape": b_shape, "b_dtype": b_dtype}
+        self._config = {
+            "acc_dtype": acc_dtype, "mma_tiler_mn": mma_tiler_mn,
+            "cluster_shape_mn": cluster_shape_mn, "sf_vec_size": sf_vec_size,
+            "vector_f32": vector_f32, "m_aligned": m_aligned, "discrete_col_sfd": discrete_col_sfd,
+            "act_func": act_func, "geglu_alpha": geglu_alpha, "glu_clamp_max": glu_clamp_max,
+            "glu_clamp_min": glu_clamp_min, "linear_offset": linear_offset,
+            "situ_beta1": situ_beta1, "situ_beta2": situ_beta2, "b_major": b_major,
+            "epilogue_op": epilogue_op, "use_dynamic_sched": use_dynamic_sched,
+        }
+        self._options: OpOptions | None = None
+        self._variant: Variant | None = None
+        self._loaded: LoadedVariant | None = None
+
+    @property
+    def variant_name(self) -> str | None:
+        """The name of the prebuilt variant chosen by check_support(), if it ran."""
+        return self._variant.name if self._variant else None
+
+    def check_support(self) -> bool:
+        """True when a prebuilt kernel serves the samples and configuration; else raise why."""
+        check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled)
+        check_dense_weights("sample_b", self._samples["b"][1], self._discrete)
+        options = check_options(**self._config)
+        problem = describe_tensors(self._samples, options.b_major)
+        self._variant = _select(problem, options, d_dtype=problem.tensors["d_row"].dtype,
+                                dbias="dbias" in self._samples)
+        self._options = options
+        return True
+
+    def compile(self) -> None:
+        """Load the chosen prebuilt cubin on the samples' device (checks support first)."""
+        if self._variant is None:
+            self.check_support()
+        self._loaded = load_variant(self._variant, self._samples_device())
+
+    def _samples_device(self) -> int:
+        return self._samples["a"][1].device.index
+
+    def execute(
+        self,
+        a_tensor: Any,
+        c_tensor: Any,
+        d_row_tensor: Any,
+        d_col_tensor: Any = None,
+        sfa_tensor: Any = None,
+        *,
+        padded_offsets: Any,
+        alpha_tensor: Any,
+        beta_tensor: Any,
+        prob_tensor: Any,
+        dprob_tensor: Any,
+        dbias_tensor: Any = None,
+        b_tensor: Any = None,
+        sfb_tensor: Any = None,
+        b_ptrs: Any = None,
+        sfb_ptrs: Any = None,
+        sfd_row_tensor: Any = None,
+        sfd_col_tensor: Any = None,
+        amax_tensor: Any = None,
+        norm_const_tensor: Any = None,
+        current_stream: Any = None,
+    ) -> None:
+        """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
+        if self._loaded is None:
+            self.compile()
+        variant, options = self._variant, self._options
+        check_absent(BLOCK_SCALED, NotImplementedError, d_col_tensor=d_col_tensor,
+                     sfa_tensor=sfa_tensor, sfb_tensor=sfb_tensor, sfb_ptrs=sfb_ptrs,
+                     sfd_row_tensor=sfd_row_tensor, sfd_col_tensor=sfd_col_tensor,
+                     amax_tensor=amax_tensor, norm_const_tensor=norm_const_tensor)
+        check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs})
+        if dbias_tensor is not None and not variant.key.dbias:
+            raise ValueError("dbias_tensor: this op was built without sample_dbias, so its kernel "
+                             "has no dbias; construct it with sample_dbias to produce dbias")
+        if dbias_tensor is None and variant.key.dbias:
+            raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
+        arguments = {
+            "a": ("a_tensor", a_tensor), "b": ("b_tensor", b_tensor), "c": ("c_tensor", c_tensor),
+            "d_row": ("d_row_tensor", d_row_tensor), "padded_offsets": ("padded_offsets", padded_offsets),
+            "alpha": ("alpha_tensor", alpha_tensor), "beta": ("beta_tensor", beta_tensor),
+            "prob": ("prob_tensor", prob_tensor), "dprob": ("dprob_tensor", dprob_tensor),
+        }
+        if dbias_tensor is not None:
+            arguments["dbias"] = ("dbias_tensor", dbias_tensor)
+        problem = describe_tensors(arguments, options.b_major)
+        self._check_compiled_for(problem, arguments)
+        stream = resolve_stream(current_stream, self._loaded.device)
+        _check_offsets(padded_offsets, problem, stream)
+        run_variant(self._loaded, problem, stream)
+
+    def _check_compiled_for(self, problem: Problem, arguments: dict[str, tuple[str, Any]]) -> None:
+        """Refuse tensors whose dtypes or device differ from the compiled samples'."""
+        key = self._variant.key
+        for role, field in (("a", "ab_dtype"), ("c", "c_dtype"), ("d_row", "d_dtype")):
+            got = problem.tensors[role].dtype
+            if got != getattr(key, field):
+                raise ValueError(f"{arguments[role][0]}: dtype {got} differs from the "
+                                 f"{getattr(key, field)} the op was compiled for (its samples)")
+        device = problem.tensors["a"].device
+        if device != self._loaded.device:
+            raise ValueError(f"a_tensor: on cuda:{device}, but the op was compiled for "
+                             f"cuda:{self._loaded.device} (its samples' device)")

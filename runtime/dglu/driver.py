@@ -1,0 +1,134 @@
+"""Thin helpers over ``cuda.bindings.driver``.
+
+Checked calls that raise a readable CudaDriverError; one driver initialisation per
+process; device facts cached per device; the device's primary context made current;
+cuModuleLoadData once per (context, cubin sha256); cuModuleGetFunction plus the
+dynamic shared memory attribute once per loaded function.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import CudaDriverError
+
+_lock = threading.Lock()
+_modules: dict[tuple[int, str], Any] = {}
+_functions: dict[tuple[int, str], Any] = {}
+
+
+def _driver() -> Any:
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _error_text(driver: Any, error: Any) -> str:
+    _, name = driver.cuGetErrorName(error)
+    _, text = driver.cuGetErrorString(error)
+    return f"{name.decode()} ({text.decode()})"
+
+
+def checked(function_name: str, *args: Any) -> Any:
+    """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
+    driver = _driver()
+    error, *values = getattr(driver, function_name)(*args)
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise CudaDriverError(f"{function_name} failed: {_error_text(driver, error)}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@functools.cache
+def initialize() -> None:
+    """cuInit once per process; a missing driver library becomes a CudaDriverError."""
+    try:
+        checked("cuInit", 0)
+    except CudaDriverError:
+        raise
+    except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libcuda
+        raise CudaDriverError(f"no usable CUDA driver: {exc}") from exc
+
+
+def device_count() -> int:
+    """Number of CUDA devices the driver sees."""
+    initialize()
+    return checked("cuDeviceGetCount")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Facts about one device that selection and launch need."""
+
+    ordinal: int
+    name: str
+    capability: tuple[int, int]
+    sm_count: int
+    max_dynamic_smem_bytes: int
+
+
+@functools.cache
+def device_info(ordinal: int) -> DeviceInfo:
+    """Name, compute capability, SM count and opt-in shared memory of a device (cached)."""
+    initialize()
+    driver = _driver()
+    device = checked("cuDeviceGet", ordinal)
+    attribute = driver.CUdevice_attribute
+
+    def get(name: str) -> int:
+        return checked("cuDeviceGetAttribute", getattr(attribute, name), device)
+
+    raw_name = checked("cuDeviceGetName", 256, device)
+    return DeviceInfo(
+        ordinal=ordinal,
+        name=raw_name.split(b"\0", 1)[0].decode(),
+        capability=(
+            get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR"),
+            get("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR"),
+        ),
+        sm_count=get("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+        max_dynamic_smem_bytes=get("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+    )
+
+
+@functools.cache
+def _primary_context(ordinal: int) -> Any:
+    initialize()
+    return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
+
+
+def make_current(ordinal: int) -> Any:
+    """Make the device's primary context (the one torch uses) current; return it."""
+    context = _primary_context(ordinal)
+    if int(checked("cuCtxGetCurrent")) != int(context):
+        checked("cuCtxSetCurrent", context)
+    return context
+
+
+def module_for(context: Any, sha256: str, read_image: Callable[[], bytes]) -> Any:
+    """The module of a cubin in ``context``, loaded on first use (``read_image`` runs once)."""
+    key = (int(context), sha256)
+    with _lock:
+        if key not in _modules:
+            _modules[key] = checked("cuModuleLoadData", read_image())
+        return _modules[key]
+
+
+def kernel_function(module: Any, symbol: str, dynamic_smem_bytes: int) -> Any:
+    """A kernel of a loaded module, its dynamic shared memory limit set once."""
+    key = (int(module), symbol)
+    with _lock:
+        if key not in _functions:
+            function = checked("cuModuleGetFunction", module, symbol.encode())
+            checked(
+                "cuFuncSetAttribute",
+                function,
+                _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dynamic_smem_bytes,
+            )
+            _functions[key] = function
+        return _functions[key]

@@ -1,0 +1,42 @@
+"""Element types by their manifest names: byte size, torch dtype and TMA data type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One element type as the manifest names it (e.g. "bf16")."""
+
+    name: str
+    size: int
+    torch_name: str
+    tensor_map_type: str  # member name of cuda.bindings.driver.CUtensorMapDataType
+
+
+ELEMENT_TYPES: dict[str, ElementType] = {
+    e.name: e
+    for e in (
+        ElementType("bf16", 2, "bfloat16", "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"),
+        ElementType("fp16", 2, "float16", "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"),
+        ElementType("fp32", 4, "float32", "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),
+        ElementType("i32", 4, "int32", "CU_TENSOR_MAP_DATA_TYPE_INT32"),
+    )
+}
+
+FLOAT_TYPES = ("bf16", "fp16", "fp32")
+
+
+def element_type_of(torch_dtype: Any) -> ElementType | None:
+    """The element type of a torch dtype, or None when dglu has no name for it."""
+    torch_name = str(torch_dtype).removeprefix("torch.")
+    return next((e for e in ELEMENT_TYPES.values() if e.torch_name == torch_name), None)
+
+
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a manifest element type name (imports torch)."""
+    import torch
+
+    return getattr(torch, ELEMENT_TYPES[name].torch_name)

@@ -1,0 +1,91 @@
+"""Load a variant's kernels into the device's context and run them for one problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .driver import device_info, kernel_function, make_current, module_for
+from .dtypes import torch_dtype
+from .errors import CudaDriverError
+from .grid import is_empty, launch_grid
+from .integrity import read_verified_cubin
+from .launch import launch_kernel
+from .manifest import Variant
+from .params import KernelArguments, pack_params
+from .problem import WORKSPACES, Problem, TensorView
+from .tma import encode_tensor_map
+
+
+@dataclass(frozen=True)
+class LoadedVariant:
+    """A variant whose kernels are loaded on one device, in launch order."""
+
+    variant: Variant
+    device: int
+    functions: tuple[Any, ...]
+
+
+def load_variant(variant: Variant, device: int) -> LoadedVariant:
+    """Load (once per context and cubin) and return the variant's kernels on ``device``."""
+    limit = device_info(device).max_dynamic_smem_bytes
+    for kernel in variant.kernels:
+        if kernel.dynamic_smem_bytes > limit:
+            raise CudaDriverError(
+                f"variant {variant.name}: kernel {kernel.symbol} needs {kernel.dynamic_smem_bytes} "
+                f"bytes of shared memory, device {device} allows {limit}"
+            )
+    context = make_current(device)
+    module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
+    functions = tuple(
+        kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes) for kernel in variant.kernels
+    )
+    return LoadedVariant(variant=variant, device=device, functions=functions)
+
+
+def _workspaces(loaded: LoadedVariant, problem: Problem) -> dict[str, Any]:
+    """Zeroed workspaces the variant's kernels name, allocated on the current torch stream."""
+    import torch
+
+    names = {
+        p.tensor for k in loaded.variant.kernels for p in k.params if p.tensor in WORKSPACES
+    }
+    return {
+        name: torch.zeros(
+            problem.scalars[WORKSPACES[name].count],
+            dtype=torch_dtype(WORKSPACES[name].dtype),
+            device=torch.device("cuda", loaded.device),
+        )
+        for name in sorted(names)
+    }
+
+
+def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
+    """Launch every kernel of the variant, in manifest order, on the torch ``stream``.
+
+    Workspaces are allocated zeroed on ``stream``; a launch with an empty grid (M = 0)
+    is skipped.
+    """
+    import torch
+
+    with torch.cuda.stream(stream):
+        workspaces = _workspaces(loaded, problem)
+    views: dict[str, TensorView] = dict(problem.tensors)
+    for name, tensor in workspaces.items():
+        views[name] = TensorView(loaded.device, tensor.data_ptr(), tuple(tensor.shape),
+                                 tuple(tensor.stride()), WORKSPACES[name].dtype)
+    pointers = {name: view.pointer for name, view in views.items()}
+    scalars = problem.scalars
+    sm_count = device_info(loaded.device).sm_count
+    make_current(loaded.device)
+    for kernel, function in zip(loaded.variant.kernels, loaded.functions):
+        grid = launch_grid(kernel, scalars, sm_count)
+        if is_empty(grid):
+            continue
+        tensor_maps = {
+            p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
+            for p in kernel.params
+            if p.kind == "tensormap"
+        }
+        arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
+        launch_kernel(function, kernel, grid, stream.cuda_stream, arguments)

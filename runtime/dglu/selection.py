@@ -1,0 +1,137 @@
+"""Pick the prebuilt variant that matches a call.
+
+Every given field of a request must equal the variant's key (act_params: the compiled
+constants, compared as numbers). tile, cluster and scheduler take part only when the
+request gives them; the first matching variant in selection order (dglu.manifest) wins.
+When nothing matches, the error names the request, the nearest variants (fewest
+differing fields) and how to build the missing one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+from .errors import VariantNotFoundError
+from .manifest import KEY_FIELDS, Variant, VariantKey
+
+NEAREST_SHOWN = 3
+# Launch shape of a suggested entry when no installed variant can lend one.
+FALLBACK_LAUNCH_SHAPE = {"tile_m": 128, "tile_n": 128, "cluster_m": 1, "cluster_n": 1,
+                         "scheduler": "static"}
+
+
+def arch_for_capability(capability: tuple[int, int]) -> str:
+    """The cubin architecture dglu builds for a compute capability."""
+    major, minor = capability
+    if (major, minor) == (9, 0):
+        return "sm_90a"
+    if major == 10:
+        return "sm_100a"
+    raise VariantNotFoundError(
+        f"dglu has no kernels for compute capability {major}.{minor}: it builds sm_90a "
+        f"(capability 9.0, Hopper) and sm_100a (capability 10.x, Blackwell)"
+    )
+
+
+@dataclass(frozen=True)
+class VariantRequest:
+    """What a call needs; None in a launch-shape field means "any"."""
+
+    arch: str
+    ab_dtype: str
+    c_dtype: str
+    d_dtype: str
+    act_func: str
+    act_params: tuple[tuple[str, float], ...]
+    dbias: bool
+    weight_mode: str
+    b_major: str
+    tile_m: int | None = None
+    tile_n: int | None = None
+    cluster_m: int | None = None
+    cluster_n: int | None = None
+    scheduler: str | None = None
+
+    def wanted(self) -> dict[str, Any]:
+        """The fields a variant must match."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
+    return [name for name, value in wanted.items() if getattr(key, name) != value]
+
+
+def _show(name: str, value: Any) -> str:
+    return f"{name}={dict(value) if name == 'act_params' else value}"
+
+
+def _suggested_key(request: VariantRequest, nearest: Variant | None) -> dict[str, Any]:
+    base = nearest.key.as_dict() if nearest else dict(FALLBACK_LAUNCH_SHAPE)
+    entry = {name: base.get(name) for name in KEY_FIELDS}
+    entry.update(request.wanted())
+    entry["act_params"] = dict(request.act_params)
+    return entry
+
+
+def build_command(entry: dict[str, Any]) -> str:
+    """The ``dglu-build add`` command line that would build the variant ``entry``."""
+    parts = [
+        "dglu-build add",
+        f"--arch {entry['arch']}",
+        f"--ab-dtype {entry['ab_dtype']}",
+        f"--c-dtype {entry['c_dtype']}",
+        f"--d-dtype {entry['d_dtype']}",
+        f"--act {entry['act_func']}",
+        *(f"--act-param {name}={value}" for name, value in entry["act_params"].items()),
+        "--dbias" if entry["dbias"] else "--no-dbias",
+        f"--weight-mode {entry['weight_mode']}",
+        f"--b-major {entry['b_major']}",
+        f"--tile {entry['tile_m']}x{entry['tile_n']}",
+        f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
+        f"--scheduler {entry['scheduler']}",
+    ]
+    return " ".join(parts)
+
+
+def missing_variant_message(
+    request: VariantRequest, variants: Sequence[Variant], searched: Sequence[str] = ()
+) -> str:
+    """Why no variant matches, the nearest ones, and how to build the missing one."""
+    wanted = request.wanted()
+    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None]
+    lines = [
+        "no prebuilt dglu kernel matches this call",
+        "  requested: " + ", ".join(_show(n, v) for n, v in wanted.items())
+        + (f" (any {', '.join(any_fields)})" if any_fields else ""),
+    ]
+    ranked = sorted(variants, key=lambda v: len(_differences(v.key, wanted)))
+    if ranked:
+        lines.append("  nearest available variants (the fields that differ):")
+        for variant in ranked[:NEAREST_SHOWN]:
+            diffs = ", ".join(_show(n, getattr(variant.key, n)) for n in _differences(variant.key, wanted))
+            lines.append(f"    {variant.name}: {diffs}")
+    else:
+        lines.append("  no variants are installed")
+    if searched:
+        lines.append("  searched: " + "; ".join(searched))
+    entry = _suggested_key(request, ranked[0] if ranked else None)
+    lines += [
+        "  build it with:",
+        f"    {build_command(entry)}",
+        "  or add this entry to the `variants:` list of a kernel_specs/*.yaml file and rebuild:",
+        f"    - {json.dumps(entry)}",
+    ]
+    return "\n".join(lines)
+
+
+def select_variant(
+    variants: Sequence[Variant], request: VariantRequest, searched: Sequence[str] = ()
+) -> Variant:
+    """The first variant whose key matches every given field of ``request``."""
+    wanted = request.wanted()
+    for variant in variants:
+        if not _differences(variant.key, wanted):
+            return variant
+    raise VariantNotFoundError(missing_variant_message(request, variants, searched))
