@@ -1,0 +1,126 @@
+"""The wheel, built from the repo through its PEP 517 backend (smoke specs),
+installed into a fresh venv: it must import without CuTe DSL and hold the
+manifest and cubins it claims."""
+
+from __future__ import annotations
+
+import email.parser
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from codegen.specs import load_specs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMOKE_SPECS = "kernel_specs/smoke.yaml"
+CUBINS = "dglu/_cubins/"
+
+pytestmark = pytest.mark.slow
+
+# Prints what importing dglu brought in, as JSON.
+IMPORT_PROBE = """
+import importlib.resources, json, sys
+import dglu
+print(json.dumps({
+    "file": dglu.__file__,
+    "cutlass": sorted(m for m in sys.modules if m == "cutlass" or m.startswith("cutlass.")),
+    "manifest": (importlib.resources.files("dglu") / "_cubins" / "manifest.json").is_file(),
+}))
+"""
+
+
+def run(args: list, **kwargs) -> str:
+    """Run a command; on failure show its output in the test report."""
+    done = subprocess.run([str(arg) for arg in args], capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{args} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def clean_env(**extra: str) -> dict:
+    """The environment without anything that would put the repo on sys.path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DGLU_USE_INSTALLED")}
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    run(
+        [sys.executable, "-m", "pip", "wheel", REPO_ROOT, "--no-deps", "--no-build-isolation", "-w", dist],
+        env=clean_env(DGLU_SPECS=SMOKE_SPECS),
+    )
+    (built,) = dist.glob("*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def wheel_manifest(wheel) -> dict:
+    with zipfile.ZipFile(wheel) as archive:
+        return json.loads(archive.read(CUBINS + "manifest.json"))
+
+
+def test_wheel_is_pure_python(wheel):
+    assert re.fullmatch(r"dglu-[0-9][\w.]*-py3-none-any\.whl", wheel.name)
+
+
+def test_wheel_holds_the_smoke_variants_with_matching_hashes(wheel, wheel_manifest):
+    expected = sorted(variant.name for variant in load_specs(REPO_ROOT / SMOKE_SPECS))
+    assert [variant["name"] for variant in wheel_manifest["variants"]] == expected
+    with zipfile.ZipFile(wheel) as archive:
+        cubins = {name for name in archive.namelist() if name.startswith(CUBINS) and name.endswith(".cubin")}
+        assert cubins == {CUBINS + variant["cubin"] for variant in wheel_manifest["variants"]}
+        for variant in wheel_manifest["variants"]:
+            data = archive.read(CUBINS + variant["cubin"])
+            assert hashlib.sha256(data).hexdigest() == variant["sha256"]
+            assert len(data) == variant["size"]
+
+
+def test_wheel_holds_the_runtime_package_and_no_build_code(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    runtime = {"dglu/" + path.relative_to(REPO_ROOT / "runtime" / "dglu").as_posix() for path in (REPO_ROOT / "runtime" / "dglu").rglob("*.py")}
+    assert runtime and runtime <= names
+    assert not [name for name in names if name.startswith(("codegen/", "kernel_specs/", "build/", "tests/"))]
+
+
+def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata_name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
+    requires = metadata.get_all("Requires-Dist")
+    run_time = [req for req in requires if "extra ==" not in req]
+    assert [re.match(r"[\w-]+", req).group() for req in run_time] == ["cuda-bindings"]
+    cutlass = [req for req in requires if req.startswith("nvidia-cutlass-dsl")]
+    assert cutlass and all(re.search(r"extra == ['\"]build['\"]", req) for req in cutlass)
+
+
+def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", venv])
+    python = venv / "bin" / "python"
+    run([python, "-m", "pip", "install", "--quiet", "--no-deps", wheel], env=clean_env())
+    cuda_bindings = f"cuda-bindings=={importlib.metadata.version('cuda-bindings')}"
+    run([python, "-m", "pip", "install", "--quiet", cuda_bindings], env=clean_env())
+
+    probe = json.loads(run([python, "-c", IMPORT_PROBE], cwd=tmp_path, env=clean_env()))
+    assert Path(probe["file"]).is_relative_to(venv)
+    assert probe["cutlass"] == []
+    assert probe["manifest"]
+    assert "cutlass" not in run([python, "-m", "pip", "list"], env=clean_env())
+
+
+def test_importing_the_wheel_loads_no_cutlass_even_where_it_is_installed(wheel, tmp_path):
+    importlib.metadata.version("nvidia-cutlass-dsl")  # the premise: CuTe DSL is importable here
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+    probe = json.loads(run([sys.executable, "-c", IMPORT_PROBE], cwd=tmp_path, env=clean_env(PYTHONPATH=str(tmp_path / "site"))))
+    assert Path(probe["file"]).is_relative_to(tmp_path / "site")
+    assert probe["cutlass"] == []
