@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -11,6 +12,12 @@ from codegen.build import BuildError, build_artifacts
 from codegen.specs import SpecError, load_specs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def user_variant_dir() -> Path:
+    """The directory the dglu runtime searches for user-built variants."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "dglu" / "variants"
 
 
 @click.command(name="dglu-build")
@@ -24,9 +31,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".artifacts"),
-    show_default=True,
-    help="Artifact directory to write the cubins and manifest.json into.",
+    default=user_variant_dir,
+    show_default="$XDG_CACHE_HOME/dglu/variants, which the dglu runtime searches",
+    help="Artifact directory to write the cubins and manifest.json into (its manifest is replaced).",
 )
 def main(specs: Path, out: Path) -> None:
     """Compile every variant of SPECS into OUT (no GPU needed)."""

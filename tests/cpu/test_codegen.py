@@ -96,6 +96,16 @@ def test_each_variant_has_a_main_kernel_first_and_dbias_finish_only_with_dbias(a
             assert kernel["symbol"].startswith("dglu_" + variant["name"])
 
 
+def test_the_runtime_reads_the_manifest_and_verifies_every_cubin(artifacts):
+    from dglu.integrity import read_verified_cubin
+    from dglu.manifest import read_manifest
+
+    manifest = read_manifest(artifacts.out_dir)
+    assert [variant.name for variant in manifest.variants] == [v["name"] for v in artifacts.manifest["variants"]]
+    for variant, written in zip(manifest.variants, artifacts.manifest["variants"]):
+        assert read_verified_cubin(variant) == artifacts.cubin(written)
+
+
 # --- the manifest's ABI against the cubin ----------------------------------------
 
 

@@ -115,6 +115,9 @@ def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path
     assert probe["cutlass"] == []
     assert probe["manifest"]
     assert "cutlass" not in run([python, "-m", "pip", "list"], env=clean_env())
+    # the installed runtime accepts the wheel's manifest (no GPU needed to list it)
+    listing = run([python, "-m", "dglu"], cwd=tmp_path, env=clean_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
+    assert all(variant.name in listing for variant in load_specs(REPO_ROOT / SMOKE_SPECS))
 
 
 def test_importing_the_wheel_loads_no_cutlass_even_where_it_is_installed(wheel, tmp_path):
