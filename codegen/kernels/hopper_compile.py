@@ -35,7 +35,7 @@ SUPPORTED = {
     "dbias": [True, False],
     "weight_mode": ["dense"],
     "b_major": ["k"],
-    "tile_mn": [(128, 128), (128, 256)],
+    "tile_mn": [(128, 128), (128, 64)],
     "cluster_mn": [(1, 1)],
     "scheduler": ["static"],
 }
@@ -65,15 +65,16 @@ MAIN_PARAMS = [
     _i32_tuple("a_extents", ["m", "k"]),
     _tensormap("b"),
     _i32_tuple("b_extents", ["n", "k", "l"]),
-    _pointer("c"),
-    _pointer("d_row"),
+    _tensormap("c"),
+    _i32_tuple("c_extents", ["m", "n2"]),
+    _tensormap("d_row"),
+    _i32_tuple("d_row_extents", ["m", "n2"]),
     _pointer("padded_offsets"),
     _pointer("alpha"),
     _pointer("beta"),
     _pointer("prob"),
     _pointer("dprob"),
     _pointer("dbias_ws", optional=True),
-    _i32("m"),
     _i32("n"),
     _i32("l"),
 ]
@@ -81,12 +82,15 @@ MAIN_PARAMS = [
 FINISH_PARAMS = [_pointer("dbias_ws"), _pointer("dbias"), _i32("l_n2")]
 
 
-def _tma_rules(tile_m: int, tile_n: int) -> dict[str, dict]:
-    """TMA descriptors of A (M, K) and B (N, K, L): K innermost, 128B swizzle."""
-    common = {"dtype": "bf16", "swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str, dict]:
+    """TMA descriptors: A (M, K), B (N, K, L), C and D (M, 2N); innermost first, 128B swizzle."""
+    common = {"swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+    cd_box = [kernel.cd_box_cols, kernel.tile_m]
     return {
-        "a": {**common, "dims": [1, 0], "box": [TILE_K, tile_m]},
-        "b": {**common, "dims": [1, 0, 2], "box": [TILE_K, tile_n, 1]},
+        "a": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_m]},
+        "b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]},
+        "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": cd_box},
+        "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": cd_box},
     }
 
 
@@ -162,4 +166,4 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
                 "params": FINISH_PARAMS,
             }
         )
-    return cubin, kernels, _tma_rules(*tile_mn)
+    return cubin, kernels, _tma_rules(kernel, key["c_dtype"], key["d_dtype"])

@@ -1,19 +1,24 @@
 """Fused grouped GEMM + dGLU backward for Hopper (sm_90a), in CuTe DSL.
 
-One persistent, warp-specialized kernel per variant:
+One persistent, warp-specialized kernel per variant (384 threads):
 
-- warpgroup 0 (one warp active) loads A and B_g tiles with TMA into a
-  multi-stage shared-memory ring guarded by mbarriers;
+- warp 0 (the producer) issues every TMA transfer: A and B_g tiles into a
+  multi-stage shared-memory ring, the tile's C block into an epilogue
+  buffer, and the TMA store of the finished D block from that buffer;
 - warpgroups 1 and 2 (cooperative, 64 rows each) issue WGMMA into fp32
-  accumulators and then run the dGLU epilogue straight from registers:
-  R = alpha_g^2 * acc, read the gate/input pair of C, write the pair of D,
-  add the row sums into dprob and the column sums into an fp32 dbias
-  workspace with one atomic per row / column per warp.
+  accumulators, then run the dGLU epilogue: R = alpha_g^2 * acc, read the
+  gate/input pair of C from shared memory, write the pair of D in place,
+  and add row sums into dprob and column sums into an fp32 dbias workspace.
 
-Tiles walk (m-tile, n-tile) in a static persistent order. Expert
-boundaries are multiples of 256, so an M-tile of 128 rows never straddles
-two experts; each tile finds its expert with a binary search over
-padded_offsets, and tiles past padded_offsets[-1] are skipped.
+Because the producer loads C for a tile while that tile's mainloop runs and
+stores D of the previous tile itself, the consumers never wait on global
+memory in the epilogue.
+
+Tiles walk bands of RASTER_BAND m-tiles: within a band the m-tile varies
+fastest, so the CTAs running together share B_g's n-tiles and a band of A
+rows in L2. Expert boundaries are multiples of 256, so a 128-row tile never
+straddles two experts; each tile finds its expert with a binary search over
+padded_offsets, and the walk stops at padded_offsets[-1].
 
 A second, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
 caller's bf16 dbias.
@@ -23,7 +28,6 @@ parameters are CUtensorMaps (+ their int32 coordinate extents), raw
 pointers and int32 scalars: an ABI the runtime reproduces from the
 manifest without CuTe DSL.
 """
-
 
 from dataclasses import dataclass, field
 
@@ -37,13 +41,16 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 THREADS_PER_WARPGROUP = 128
 NUM_MMA_WARPGROUPS = 2
-THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+NUM_MMA_THREADS = NUM_MMA_WARPGROUPS * THREADS_PER_WARPGROUP
+THREADS_PER_CTA = THREADS_PER_WARPGROUP + NUM_MMA_THREADS
 TILE_K = 64
 BLOCK_COLUMNS = 32  # gate/input interleave width of C and D
 LOAD_REGISTERS = 40
 MMA_REGISTERS = 232
 SMEM_CAPACITY = 232448  # sm_90 opt-in maximum per block
 SMEM_RESERVED = 1024  # mbarriers and alignment slack
+SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
+RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
@@ -62,7 +69,7 @@ class HopperDgluKernel:
 
     def __init__(
         self,
-        tile_mn: tuple[int, int],
+        tile_mn: tuple,
         activation: Activation,
         with_dbias: bool,
         c_dtype: type,
@@ -73,6 +80,8 @@ class HopperDgluKernel:
             raise ValueError(f"tile_m must be {64 * NUM_MMA_WARPGROUPS}, got {self.tile_m}")
         if self.tile_n % BLOCK_COLUMNS:
             raise ValueError(f"tile_n must be a multiple of {BLOCK_COLUMNS}, got {self.tile_n}")
+        if c_dtype is not d_dtype:
+            raise ValueError("D is written in place over C in shared memory: c_dtype must equal d_dtype")
         self.activation = activation
         self.with_dbias = with_dbias
         self.ab_dtype = cutlass.BFloat16
@@ -80,9 +89,14 @@ class HopperDgluKernel:
         self.c_dtype = c_dtype
         self.d_dtype = d_dtype
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
-        ab_bytes = (self.tile_m + self.tile_n) * TILE_K * self.ab_dtype.width // 8
-        self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED) // ab_bytes
-        self.tma_bytes = ab_bytes
+        # C/D blocks are tile_m x 2*tile_n, moved as boxes one swizzle row wide
+        self.cd_box_cols = SWIZZLE_BITS // c_dtype.width
+        self.cd_boxes = 2 * self.tile_n // self.cd_box_cols
+        self.cd_bytes = self.tile_m * 2 * self.tile_n * c_dtype.width // 8
+        self.ab_bytes = (self.tile_m + self.tile_n) * TILE_K * self.ab_dtype.width // 8
+        self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED - self.cd_bytes) // self.ab_bytes
+        if self.num_stages < 2:
+            raise ValueError(f"tile {tile_mn} leaves room for {self.num_stages} pipeline stages; need 2")
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -97,19 +111,26 @@ class HopperDgluKernel:
         )
 
     def _smem_layouts(self):
-        layout = utils.LayoutEnum.ROW_MAJOR
-        a = sm90_utils.make_smem_layout_a(layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
-        b = sm90_utils.make_smem_layout_b(layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
-        return a, b
+        """Staged shared-memory layouts of A, B and the C/D block (its boxes as stages)."""
+        row_major = utils.LayoutEnum.ROW_MAJOR
+        a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
+        b = sm90_utils.make_smem_layout_b(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
+        cd = sm90_utils.make_smem_layout_a(
+            row_major, (self.tile_m, 0, self.cd_box_cols), self.c_dtype, self.cd_boxes
+        )
+        return a, b, cd
 
     def shared_storage(self):
-        a_layout, b_layout = self._smem_layouts()
+        a_layout, b_layout, cd_layout = self._smem_layouts()
 
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            c_full: cutlass.Int64
+            d_ready: cutlass.Int64
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
+            sCD: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(cd_layout)], 1024]
 
         return SharedStorage
 
@@ -139,39 +160,30 @@ class HopperDgluKernel:
         Only the kernels' code and signatures matter: the runtime computes
         grids and encodes descriptors itself from the manifest.
         """
+        two_n = n * 2
         a = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
         b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
-        a_smem_staged, b_smem_staged = self._smem_layouts()
+        c = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        d = cute.make_tensor(d_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        a_smem, b_smem, cd_smem = self._smem_layouts()
+        cd_box = cute.slice_(cd_smem, (None, None, 0))
         tma_atom_a, tma_a = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(),
-            a,
-            cute.slice_(a_smem_staged, (None, None, 0)),
-            (self.tile_m, TILE_K),
+            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_smem, (None, None, 0)), (self.tile_m, TILE_K)
         )
         tma_atom_b, tma_b = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(),
-            b,
-            cute.slice_(b_smem_staged, (None, None, 0)),
-            (self.tile_n, TILE_K),
+            cpasync.CopyBulkTensorTileG2SOp(), b, cute.slice_(b_smem, (None, None, 0)), (self.tile_n, TILE_K)
+        )
+        tma_atom_c, tma_c = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), c, cd_box, (self.tile_m, self.cd_box_cols)
+        )
+        tma_atom_d, tma_d = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), d, cd_box, (self.tile_m, self.cd_box_cols)
         )
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
         self.kernel(
-            tma_atom_a,
-            tma_a,
-            tma_atom_b,
-            tma_b,
-            c_ptr,
-            d_ptr,
-            offsets_ptr,
-            alpha_ptr,
-            beta_ptr,
-            prob_ptr,
-            dprob_ptr,
-            dbias_ws_ptr,
-            m,
-            n,
-            l,
+            tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d,
+            offsets_ptr, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
         ).launch(
             grid=[1, 1, 1],
             block=[THREADS_PER_CTA, 1, 1],
@@ -179,7 +191,7 @@ class HopperDgluKernel:
             stream=stream,
         )
         if cutlass.const_expr(self.with_dbias):
-            self.dbias_finish(dbias_ws_ptr, dbias_ptr, l * n * 2).launch(
+            self.dbias_finish(dbias_ws_ptr, dbias_ptr, l * two_n).launch(
                 grid=[1, 1, 1], block=[FINISH_THREADS, 1, 1], stream=stream
             )
 
@@ -197,6 +209,16 @@ class HopperDgluKernel:
                 hi = mid
         return lo
 
+    @cute.jit
+    def tile_coords(self, tile: cutlass.Int32, num_m_tiles: cutlass.Int32, num_n_tiles: cutlass.Int32):
+        """(m-tile, n-tile) of a linear tile index in the banded raster order."""
+        band = tile // (RASTER_BAND * num_n_tiles)
+        first_m = band * RASTER_BAND
+        band_rows = cutlass.min(RASTER_BAND, num_m_tiles - first_m)
+        rest = tile - first_m * num_n_tiles
+        n_tile = rest // band_rows
+        return first_m + rest - n_tile * band_rows, n_tile
+
     @cute.kernel
     def kernel(
         self,
@@ -204,15 +226,16 @@ class HopperDgluKernel:
         mA_mk: cute.Tensor,
         tma_atom_b: cute.CopyAtom,
         mB_nkl: cute.Tensor,
-        c_ptr: cute.Pointer,
-        d_ptr: cute.Pointer,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_mn: cute.Tensor,
         offsets_ptr: cute.Pointer,
         alpha_ptr: cute.Pointer,
         beta_ptr: cute.Pointer,
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
-        m: cutlass.Int32,
         n: cutlass.Int32,
         l: cutlass.Int32,
     ):
@@ -221,119 +244,183 @@ class HopperDgluKernel:
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
 
         if warp_idx == 0:
-            cpasync.prefetch_descriptor(tma_atom_a)
-            cpasync.prefetch_descriptor(tma_atom_b)
+            for atom in (tma_atom_a, tma_atom_b, tma_atom_c, tma_atom_d):
+                cpasync.prefetch_descriptor(atom)
 
-        a_smem_staged, b_smem_staged = self._smem_layouts()
-        smem = utils.SmemAllocator()
-        storage = smem.allocate(self.shared_storage())
-
+        a_smem, b_smem, cd_smem = self._smem_layouts()
+        storage = utils.SmemAllocator().allocate(self.shared_storage())
+        c_full = storage.c_full.ptr
+        d_ready = storage.d_ready.ptr
+        if tidx == 0:
+            cute.arch.mbarrier_init(c_full, 1)
+            cute.arch.mbarrier_init(d_ready, NUM_MMA_THREADS)
+        # creating the pipeline fences and syncs every barrier's init
         mainloop = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_WARPGROUPS * 4),
-            tx_count=self.tma_bytes,
+            tx_count=self.ab_bytes,
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
         )
 
-        sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
-        sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
-
-        # (bM, bK, RestM, RestK) and (bN, bK, RestN, RestK, L)
-        gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
-        gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), (None, None, None))
-        tAsA, tAgA = cpasync.tma_partition(
-            tma_atom_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
-        )
-        tBsB, tBgB = cpasync.tma_partition(
-            tma_atom_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
-        )
-        k_tile_count = cute.size(gA, mode=[3])
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        sCD = storage.sCD.get_tensor(cd_smem.outer, swizzle=cd_smem.inner)
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
-        two_n = n * 2
-        mC = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        mD = cute.make_tensor(d_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        mAlpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))
-        mBeta = cute.make_tensor(beta_ptr, cute.make_layout(l))
-        mProb = cute.make_tensor(prob_ptr, cute.make_layout(m))
-        mDprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
-        mDbiasWs = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, two_n), stride=(two_n, 1)))
-        # Only rows below padded_offsets[-1] belong to an expert; every tile
-        # of this walk is valid because that bound is a multiple of 256.
+        num_m_tiles = offsets[l - 1] // self.tile_m
         num_n_tiles = (n + self.tile_n - 1) // self.tile_n
-        num_tiles = (offsets[l - 1] // self.tile_m) * num_n_tiles
+        num_tiles = num_m_tiles * num_n_tiles
+        k_tile_count = (mA_mk.shape[1] + TILE_K - 1) // TILE_K
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
 
         if warpgroup_idx == 0:
             cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
             if warp_idx == 0:
-                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-                tile = bidx
-                while tile < num_tiles:
-                    m_tile = tile // num_n_tiles
-                    n_tile = tile - m_tile * num_n_tiles
-                    expert = self.expert_of_row(offsets, l, m_tile * self.tile_m)
-                    tAgA_m = tAgA[(None, m_tile, None)]
-                    tBgB_n = tBgB[(None, n_tile, None, expert)]
-                    for k_tile in range(k_tile_count):
-                        mainloop.producer_acquire(state)
-                        barrier = mainloop.producer_get_barrier(state)
-                        cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
-                        cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier)
-                        mainloop.producer_commit(state)
-                        state.advance()
-                    tile += gdim
-                mainloop.producer_tail(state)
+                self.produce(
+                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
+                    sA, sB, sCD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
+                    bidx, gdim,
+                )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
-            mma_tidx = tidx - THREADS_PER_WARPGROUP
-            tiled_mma = self._tiled_mma()
-            thr_mma = tiled_mma.get_slice(mma_tidx)
-            tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
-            tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-            tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
-            acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
-            num_k_blocks = cute.size(tCrA, mode=[2])
-            read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-            release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+            self.consume(
+                mainloop, sA, sB, sCD, c_full, d_ready, tidx - THREADS_PER_WARPGROUP, offsets,
+                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
+                k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+            )
 
-            tile = bidx
-            while tile < num_tiles:
-                m_tile = tile // num_n_tiles
-                n_tile = tile - m_tile * num_n_tiles
-                row0 = m_tile * self.tile_m
-                expert = self.expert_of_row(offsets, l, row0)
-                acc.fill(0.0)
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.fence()
-                # Keep one k-tile of WGMMAs in flight: release a stage only
-                # once the WGMMAs that read it have completed.
-                for k_tile in range(cutlass.min(1, k_tile_count)):
-                    mainloop.consumer_wait(read_state)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    warpgroup.commit_group()
-                    read_state.advance()
-                for k_tile in range(1, k_tile_count):
-                    mainloop.consumer_wait(read_state)
-                    for kb in cutlass.range_constexpr(num_k_blocks):
-                        coord = (None, None, kb, read_state.index)
-                        cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                    warpgroup.commit_group()
-                    warpgroup.wait_group(1)
-                    mainloop.consumer_release(release_state)
-                    release_state.advance()
-                    read_state.advance()
-                warpgroup.wait_group(0)
-                for k_tile in range(cutlass.min(1, k_tile_count)):
-                    mainloop.consumer_release(release_state)
-                    release_state.advance()
-                self.epilogue(acc, tCcC, row0, n_tile * self.tile_n, expert, mC, mD, mAlpha, mBeta, mProb, mDprob, mDbiasWs, n)
-                tile += gdim
+    @cute.jit
+    def produce(
+        self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
+        sA, sB, sCD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+    ):
+        """The producer warp: every TMA load and store of this CTA's tiles."""
+        # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK, L), (bM, box, RestM, RestBoxes)
+        gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
+        gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), (None, None, None))
+        gC = cute.local_tile(mC_mn, (self.tile_m, self.cd_box_cols), (None, None))
+        gD = cute.local_tile(mD_mn, (self.tile_m, self.cd_box_cols), (None, None))
+        one = cute.make_layout(1)
+        tAsA, tAgA = cpasync.tma_partition(tma_atom_a, 0, one, cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cpasync.tma_partition(tma_atom_b, 0, one, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+        tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sCD, 0, 2), cute.group_modes(gC, 0, 2))
+        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sCD, 0, 2), cute.group_modes(gD, 0, 2))
+        # the C block of a tile is loaded once this many of its k-tiles are
+        # queued: by then the previous tile's epilogue has finished with the buffer
+        swap_at = cutlass.min(self.num_stages, k_tile_count) - 1
+
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        tile = bidx
+        tiles_done = cutlass.Int32(0)
+        prev_m = cutlass.Int32(0)
+        prev_n = cutlass.Int32(0)
+        while tile < num_tiles:
+            m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
+            expert = self.expert_of_row(offsets, l, m_tile * self.tile_m)
+            tAgA_m = tAgA[(None, m_tile, None)]
+            tBgB_n = tBgB[(None, n_tile, None, expert)]
+            for k_tile in range(k_tile_count):
+                mainloop.producer_acquire(state)
+                barrier = mainloop.producer_get_barrier(state)
+                cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
+                cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier)
+                mainloop.producer_commit(state)
+                state.advance()
+                if k_tile == swap_at:
+                    if tiles_done > 0:
+                        self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(c_full, self.cd_bytes)
+                    for box in cutlass.range_constexpr(self.cd_boxes):
+                        cute.copy(
+                            tma_atom_c, tCgC[(None, m_tile, n_tile * self.cd_boxes + box)], tCsC[(None, box)],
+                            tma_bar_ptr=c_full,
+                        )
+            prev_m = m_tile
+            prev_n = n_tile
+            tiles_done += 1
+            tile += gdim
+        if tiles_done > 0:
+            self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
+        mainloop.producer_tail(state)
+
+    @cute.jit
+    def store_d(self, tma_atom_d, tDsD, tDgD, d_ready, tile_count, m_tile, n_tile):
+        """Wait for the epilogue of this CTA's tile ``tile_count``, store its D block, free the buffer."""
+        cute.arch.mbarrier_wait(d_ready, tile_count % 2)
+        for box in cutlass.range_constexpr(self.cd_boxes):
+            cute.copy(tma_atom_d, tDsD[(None, box)], tDgD[(None, m_tile, n_tile * self.cd_boxes + box)])
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+
+    @cute.jit
+    def consume(
+        self, mainloop, sA, sB, sCD, c_full, d_ready, mma_tidx, offsets,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
+        k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+    ):
+        """The two MMA warpgroups: mainloop, then the dGLU epilogue, per tile."""
+        tiled_mma = self._tiled_mma()
+        thr_mma = tiled_mma.get_slice(mma_tidx)
+        tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
+        tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+        acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        alpha_all = cute.make_tensor(alpha_ptr, cute.make_layout(l))
+        beta_all = cute.make_tensor(beta_ptr, cute.make_layout(l))
+        prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
+        dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
+        dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+
+        tile = bidx
+        tiles_done = cutlass.Int32(0)
+        while tile < num_tiles:
+            m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
+            row0 = m_tile * self.tile_m
+            expert = self.expert_of_row(offsets, l, row0)
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.fence()
+            # Keep one k-tile of WGMMAs in flight: release a stage only once
+            # the WGMMAs that read it have completed.
+            for k_tile in range(cutlass.min(1, k_tile_count)):
+                mainloop.consumer_wait(read_state)
+                for kb in cutlass.range_constexpr(num_k_blocks):
+                    coord = (None, None, kb, read_state.index)
+                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                warpgroup.commit_group()
+                read_state.advance()
+            for k_tile in range(1, k_tile_count):
+                mainloop.consumer_wait(read_state)
+                for kb in cutlass.range_constexpr(num_k_blocks):
+                    coord = (None, None, kb, read_state.index)
+                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+                warpgroup.commit_group()
+                warpgroup.wait_group(1)
+                mainloop.consumer_release(release_state)
+                release_state.advance()
+                read_state.advance()
+            warpgroup.wait_group(0)
+            for k_tile in range(cutlass.min(1, k_tile_count)):
+                mainloop.consumer_release(release_state)
+                release_state.advance()
+
+            cute.arch.mbarrier_wait(c_full, tiles_done % 2)
+            self.epilogue(
+                acc, tCcC, sCD, row0, n_tile * self.tile_n, expert,
+                alpha_all, beta_all, prob_all, dprob_all, dbias_ws, n,
+            )
+            # D is in shared memory: make it visible to the TMA store, then signal
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.mbarrier_arrive(d_ready)
+            tiles_done += 1
+            tile += gdim
 
     # ---------------------------------------------------------------- epilogue
     @cute.jit
@@ -342,7 +429,7 @@ class HopperDgluKernel:
         if cutlass.const_expr(self.activation.name == "dswiglu"):
             g = gate * beta
             u = x * beta
-            s = 1.0 / (1.0 + cute.math.exp(-g, fastmath=True))
+            s = cute.arch.rcp_approx(1.0 + cute.math.exp(-g, fastmath=True))
             act = g * s
             return u * s * (1.0 + g * (1.0 - s)), act, act * u
         else:
@@ -353,7 +440,7 @@ class HopperDgluKernel:
             offset = p["linear_offset"]
             gc = cute.arch.fmin(gate, cutlass.Float32(hi))
             xc = cute.arch.fmax(cute.arch.fmin(x, cutlass.Float32(hi)), cutlass.Float32(lo))
-            s = 1.0 / (1.0 + cute.math.exp(-a * gc, fastmath=True))
+            s = cute.arch.rcp_approx(1.0 + cute.math.exp(-a * gc, fastmath=True))
             gate_mask = cutlass.Float32(cutlass.select_(gate <= hi, 1.0, 0.0))
             x_mask = cutlass.Float32(cutlass.select_((x >= lo) & (x <= hi), 1.0, 0.0))
             act = gc * s
@@ -365,54 +452,51 @@ class HopperDgluKernel:
         self,
         acc: cute.Tensor,
         tCcC: cute.Tensor,
+        sCD: cute.Tensor,
         row0: cutlass.Int32,
         n0: cutlass.Int32,
         expert: cutlass.Int32,
-        mC: cute.Tensor,
-        mD: cute.Tensor,
-        mAlpha: cute.Tensor,
-        mBeta: cute.Tensor,
-        mProb: cute.Tensor,
-        mDprob: cute.Tensor,
-        mDbiasWs: cute.Tensor,
+        alpha_all: cute.Tensor,
+        beta_all: cute.Tensor,
+        prob_all: cute.Tensor,
+        dprob_all: cute.Tensor,
+        dbias_ws: cute.Tensor,
         n: cutlass.Int32,
     ):
-        """dGLU on one accumulator tile, straight from registers to global memory.
+        """dGLU on one tile: C pairs from shared memory, D pairs written over them.
 
         The WGMMA accumulator of a thread is ((2 columns, 2 rows, tile_n/8), 1, 1):
         rows r and r+8 of its warp's 16-row slice, column pairs 8 apart.
-        Columns at or past n hold R = 0 (TMA zero-fills B), so they add
-        nothing to dprob; their C reads are clamped in bounds and their
-        stores are skipped.
+        Columns at or past n hold R = 0 and C = 0 (TMA zero-fills B and C):
+        they add nothing to dprob, are skipped for dbias, and the TMA store
+        of D clips them.
         """
-        alpha = mAlpha[expert]
-        beta = mBeta[expert]
+        alpha = alpha_all[expert]
+        beta = beta_all[expert]
         scale = alpha * alpha
         lane = cute.arch.lane_idx()
-        rows = [row0 + tCcC[((0, r2, 0), 0, 0)][0] for r2 in range(2)]
-        probs = [mProb[rows[r2]] for r2 in range(2)]
+        rows = [tCcC[((0, r2, 0), 0, 0)][0] for r2 in range(2)]
+        probs = [prob_all[row0 + rows[r2]] for r2 in range(2)]
         dprob_part = [cutlass.Float32(0.0), cutlass.Float32(0.0)]
         for v in cutlass.range_constexpr(self.tile_n // 8):
             for c2 in cutlass.range_constexpr(2):
-                col = n0 + tCcC[((c2, 0, v), 0, 0)][1]
-                in_range = col < n
-                col_c = cutlass.min(col, n - 1)
-                gate_col = (col_c // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col_c % BLOCK_COLUMNS
+                col = tCcC[((c2, 0, v), 0, 0)][1]
+                gate_col = (col // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col % BLOCK_COLUMNS
                 input_col = gate_col + BLOCK_COLUMNS
                 bias_gate = cutlass.Float32(0.0)
                 bias_input = cutlass.Float32(0.0)
                 for r2 in cutlass.range_constexpr(2):
-                    row = rows[r2]
-                    gate = mC[row, gate_col].to(cutlass.Float32)
-                    x = mC[row, input_col].to(cutlass.Float32)
+                    gate_at = (rows[r2], gate_col % self.cd_box_cols, gate_col // self.cd_box_cols)
+                    input_at = (rows[r2], input_col % self.cd_box_cols, input_col // self.cd_box_cols)
+                    gate = sCD[gate_at].to(cutlass.Float32)
+                    x = sCD[input_at].to(cutlass.Float32)
                     r = acc[((c2, r2, v), 0, 0)] * scale
                     d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
                     out_gate = (r * probs[r2] * d_gate).to(self.d_dtype)
                     out_input = (r * probs[r2] * d_input).to(self.d_dtype)
                     dprob_part[r2] = dprob_part[r2] + r * d_prob
-                    if in_range:
-                        mD[row, gate_col] = out_gate
-                        mD[row, input_col] = out_input
+                    sCD[gate_at] = out_gate
+                    sCD[input_at] = out_input
                     if cutlass.const_expr(self.with_dbias):
                         bias_gate = bias_gate + out_gate.to(cutlass.Float32)
                         bias_input = bias_input + out_input.to(cutlass.Float32)
@@ -421,17 +505,17 @@ class HopperDgluKernel:
                     for step in cutlass.range_constexpr(3):
                         bias_gate = bias_gate + cute.arch.shuffle_sync_bfly(bias_gate, 4 << step)
                         bias_input = bias_input + cute.arch.shuffle_sync_bfly(bias_input, 4 << step)
-                    if in_range & (lane < 4):
-                        ws_row = mDbiasWs[(expert, None)]
-                        cute.arch.red(ws_row.iterator + gate_col, bias_gate, op="add", dtype="f32", sem="relaxed", scope="gpu")
-                        cute.arch.red(ws_row.iterator + input_col, bias_input, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                    if (n0 + col < n) & (lane < 4):
+                        ws_row = dbias_ws[(expert, None)].iterator + 2 * n0
+                        cute.arch.red(ws_row + gate_col, bias_gate, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                        cute.arch.red(ws_row + input_col, bias_input, op="add", dtype="f32", sem="relaxed", scope="gpu")
         for r2 in cutlass.range_constexpr(2):
             # the 4 lanes of a quad hold the same rows
             part = dprob_part[r2]
             part = part + cute.arch.shuffle_sync_bfly(part, 1)
             part = part + cute.arch.shuffle_sync_bfly(part, 2)
             if lane % 4 == 0:
-                cute.arch.red(mDprob.iterator + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                cute.arch.red(dprob_all.iterator + row0 + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
 
     @cute.kernel
     def dbias_finish(self, ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, count: cutlass.Int32):
