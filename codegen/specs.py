@@ -165,6 +165,7 @@ def parse_specs(text: str, source: str = "<spec>") -> list[Variant]:
 
 def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     loader = StrictLoader(text)
+    loader.name = source  # named in the marks of YAML errors
     try:
         node = loader.get_single_node()
         return node, (loader.construct_document(node) if node is not None else None)

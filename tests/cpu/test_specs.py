@@ -28,6 +28,9 @@ defaults:
   scheduler: static
 """
 DEFAULTS_LINES = DEFAULTS.count("\n")
+# Supported tile widths for the default tile_m of 128, and a tile other than the default.
+TILE_NS = [n for m, n in SUPPORTED["tile_mn"] if m == 128]
+OTHER_TILE = next(tile for tile in SUPPORTED["tile_mn"] if tuple(tile) != (128, 128))
 
 
 def spec(variants: str, defaults: str = DEFAULTS) -> str:
@@ -53,24 +56,23 @@ def test_smoke_spec_has_one_variant_per_activation():
 
 def test_default_spec_is_both_activations_with_and_without_dbias():
     variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
-    assert sorted((v.act_func, v.dbias) for v in variants) == sorted(
-        (act, dbias) for act in ("dswiglu", "dgeglu") for dbias in (True, False)
-    )
-    assert {(v.tile_m, v.tile_n) for v in variants} == {(128, 128)}
+    at_128x128 = {(v.act_func, v.dbias) for v in variants if (v.tile_m, v.tile_n) == (128, 128)}
+    assert at_128x128 == {(act, dbias) for act in ("dswiglu", "dgeglu") for dbias in (True, False)}
 
 
 def test_lists_expand_to_the_cartesian_product_in_field_order():
-    variants = parse_specs(spec("- {act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: [128, 256]}\n"))
+    variants = parse_specs(spec(f"- {{act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: {TILE_NS}}}\n"))
     assert [(v.act_func, v.dbias, v.tile_n) for v in variants] == [
-        (act, dbias, tile_n) for act in ("dswiglu", "dgeglu") for dbias in (True, False) for tile_n in (128, 256)
+        (act, dbias, tile_n) for act in ("dswiglu", "dgeglu") for dbias in (True, False) for tile_n in TILE_NS
     ]
-    assert len({v.name for v in variants}) == 8
+    assert len({v.name for v in variants}) == 4 * len(TILE_NS)
 
 
 def test_entry_fields_override_defaults():
-    (variant,) = parse_specs(spec("- {act_func: dswiglu, dbias: false, tile_n: 256}\n"))
-    assert (variant.tile_m, variant.tile_n) == (128, 256)
-    assert variant.name.endswith("_128x256_1x1_static")
+    tile_m, tile_n = OTHER_TILE
+    (variant,) = parse_specs(spec(f"- {{act_func: dswiglu, dbias: false, tile_m: {tile_m}, tile_n: {tile_n}}}\n"))
+    assert (variant.tile_m, variant.tile_n, variant.dbias) == (tile_m, tile_n, False)
+    assert variant.name.endswith(f"_nodbias_dense_k_{tile_m}x{tile_n}_1x1_static")
 
 
 def test_key_has_every_field_in_canonical_order_with_act_param_defaults():
@@ -105,7 +107,7 @@ def test_act_params_equal_to_the_defaults_name_the_same_variant():
 
 
 def test_names_are_filesystem_safe():
-    variants = parse_specs(spec("- {act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: [128, 256]}\n"))
+    variants = parse_specs(spec(f"- {{act_func: [dswiglu, dgeglu], dbias: [true, false], tile_n: {TILE_NS}}}\n"))
     assert all(re.fullmatch(r"[a-z0-9_]+", v.name) for v in variants)
 
 
@@ -217,7 +219,7 @@ def _allowed(table_key: str) -> str:
         ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),
         ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed: {_allowed('ab_dtype')}"),
         ("{act_func: dswiglu, dbias: true, weight_mode: discrete}", "field 'weight_mode': got 'discrete', allowed:"),
-        ("{act_func: dswiglu, dbias: true, tile_n: 96}", f"fields (tile_m, tile_n): got (128, 96), allowed: {_allowed('tile_mn')}"),
+        ("{act_func: dswiglu, dbias: true, tile_n: 100}", f"fields (tile_m, tile_n): got (128, 100), allowed: {_allowed('tile_mn')}"),
         ("{act_func: dswiglu, dbias: true, cluster_m: 2}", f"fields (cluster_m, cluster_n): got (2, 1), allowed: {_allowed('cluster_mn')}"),
     ],
 )
@@ -227,7 +229,7 @@ def test_unsupported_values_list_the_allowed_ones(entry, expected):
 
 
 def test_errors_name_the_entry_and_its_line():
-    text = spec("- {act_func: dswiglu, dbias: true}\n\n- act_func: dgeglu\n  dbias: false\n  tile_n: 64\n")
+    text = spec("- {act_func: dswiglu, dbias: true}\n\n- act_func: dgeglu\n  dbias: false\n  tile_n: 100\n")
     assert f"variants[1] (line {DEFAULTS_LINES + 4}): fields (tile_m, tile_n)" in spec_error(text)
 
 

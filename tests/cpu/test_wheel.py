@@ -67,6 +67,18 @@ def wheel_manifest(wheel) -> dict:
         return json.loads(archive.read(CUBINS + "manifest.json"))
 
 
+def test_wheel_build_names_a_spec_file_that_does_not_exist(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation", "-w", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(DGLU_SPECS="kernel_specs/nope.yaml"),
+    )
+    assert done.returncode != 0
+    assert re.search(r"DGLU_SPECS: spec file \S*kernel_specs/nope\.yaml does not exist", done.stdout + done.stderr)
+    assert not list(tmp_path.glob("*.whl"))
+
+
 def test_wheel_is_pure_python(wheel):
     assert re.fullmatch(r"dglu-[0-9][\w.]*-py3-none-any\.whl", wheel.name)
 
