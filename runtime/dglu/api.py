@@ -282,19 +282,19 @@ class GroupedGemmDgluSm90:
         current_stream: Any = None,
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
-        if self._loaded is None:
-            self.compile()
-        variant, options = self._variant, self._options
         check_absent(BLOCK_SCALED, NotImplementedError, d_col_tensor=d_col_tensor,
                      sfa_tensor=sfa_tensor, sfb_tensor=sfb_tensor, sfb_ptrs=sfb_ptrs,
                      sfd_row_tensor=sfd_row_tensor, sfd_col_tensor=sfd_col_tensor,
                      amax_tensor=amax_tensor, norm_const_tensor=norm_const_tensor)
         check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs})
-        if dbias_tensor is not None and not variant.key.dbias:
+        compiled_dbias = "dbias" in self._samples
+        if dbias_tensor is not None and not compiled_dbias:
             raise ValueError("dbias_tensor: this op was built without sample_dbias, so its kernel "
                              "has no dbias; construct it with sample_dbias to produce dbias")
-        if dbias_tensor is None and variant.key.dbias:
+        if dbias_tensor is None and compiled_dbias:
             raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
+        if self._loaded is None:
+            self.compile()
         arguments = {
             "a": ("a_tensor", a_tensor), "b": ("b_tensor", b_tensor), "c": ("c_tensor", c_tensor),
             "d_row": ("d_row_tensor", d_row_tensor), "padded_offsets": ("padded_offsets", padded_offsets),
@@ -303,7 +303,7 @@ class GroupedGemmDgluSm90:
         }
         if dbias_tensor is not None:
             arguments["dbias"] = ("dbias_tensor", dbias_tensor)
-        problem = describe_tensors(arguments, options.b_major)
+        problem = describe_tensors(arguments, self._options.b_major)
         self._check_compiled_for(problem, arguments)
         stream = resolve_stream(current_stream, self._loaded.device)
         _check_offsets(padded_offsets, problem, stream)

@@ -32,7 +32,7 @@ from .tma import TMA_OPTIONS
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 KERNEL_ROLES = ("main", "dbias_finish")
-TMA_RANK = 3
+MAX_TMA_RANK = 3  # the seed views every tensor with rank 3
 MAX_TMA_BOX = 256
 
 # Field -> JSON type of a variant key (docs/manifest.md, VARIANT "key").
@@ -89,6 +89,7 @@ class ParamSpec:
     align: int
     tensor: str | None = None
     values: tuple[str, ...] = ()
+    optional: bool = False  # pointer only: NULL when the call has no such tensor
 
 
 @dataclass(frozen=True)
@@ -224,11 +225,13 @@ def _read_tma_rule(data: Any, where: str) -> TmaRule:
     entry = _Entry(data, where)
     entry.only({"dtype", "dims", "box", *TMA_OPTIONS})
     dims = entry.take("dims", list)
-    if sorted(dims) != list(range(TMA_RANK)):
-        raise entry.fail("dims", f"must be a permutation of {list(range(TMA_RANK))}, got {dims!r}")
+    if not 1 <= len(dims) <= MAX_TMA_RANK or sorted(dims) != list(range(len(dims))):
+        raise entry.fail("dims", f"must order the first 1..{MAX_TMA_RANK} tensor dimensions "
+                         f"(a permutation of 0..rank-1), got {dims!r}")
     box = entry.take("box", list)
-    if len(box) != TMA_RANK or not all(type(b) is int and 0 < b <= MAX_TMA_BOX for b in box):
-        raise entry.fail("box", f"must be {TMA_RANK} integers in 1..{MAX_TMA_BOX}, got {box!r}")
+    if len(box) != len(dims) or not all(type(b) is int and 0 < b <= MAX_TMA_BOX for b in box):
+        raise entry.fail("box", f"must be {len(dims)} integers in 1..{MAX_TMA_BOX} (one per "
+                         f"dims entry), got {box!r}")
     options = {name: _choice(entry, name, members) for name, (_, members) in TMA_OPTIONS.items()}
     return TmaRule(
         dtype=_choice(entry, "dtype", ELEMENT_TYPES), dims=tuple(dims), box=tuple(box), **options
@@ -239,8 +242,10 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
     entry = _Entry(data, where)
     kind = _choice(entry, "kind", PARAM_SOURCES)
     source = PARAM_SOURCES[kind]
-    entry.only({"name", "kind", "size", "align", source})
+    entry.only({"name", "kind", "size", "align", source, *(("optional",) if kind == "pointer" else ())})
     spec = {"name": entry.take("name", str), "kind": kind}
+    if "optional" in entry.data:
+        spec["optional"] = entry.take("optional", bool)
     for field in ("size", "align"):
         spec[field] = entry.take(field, int)
         if spec[field] <= 0:

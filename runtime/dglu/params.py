@@ -2,7 +2,7 @@
 
 Each parameter becomes its own little-endian byte string (``tensormap``: the 128-byte
 CUtensorMap; ``i32_tuple``: consecutive int32 scalars; ``pointer``: a 64-bit device
-address; ``i32`` / ``f32``: one scalar), checked against the manifest's size. The
+address, NULL for an optional one the call lacks; ``i32`` / ``f32``: one scalar), checked against the manifest's size. The
 buffers and the ``void**`` array that cuLaunchKernelEx reads live in KernelArguments.
 """
 
@@ -26,6 +26,8 @@ def _pack_one(
 ) -> bytes:
     if param.kind in ("tensormap", "pointer"):
         source = tensor_maps if param.kind == "tensormap" else pointers
+        if param.optional and param.tensor not in source:
+            return struct.pack("<Q", 0)
         if param.tensor not in source:
             raise ParamPackingError(
                 f"parameter '{param.name}' ({param.kind}) needs tensor '{param.tensor}', "

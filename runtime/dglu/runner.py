@@ -44,11 +44,15 @@ def load_variant(variant: Variant, device: int) -> LoadedVariant:
 
 
 def _workspaces(loaded: LoadedVariant, problem: Problem) -> dict[str, Any]:
-    """Zeroed workspaces the variant's kernels name, allocated on the current torch stream."""
+    """Zeroed workspaces a kernel of the variant requires (not merely accepts), on the
+    current torch stream."""
     import torch
 
     names = {
-        p.tensor for k in loaded.variant.kernels for p in k.params if p.tensor in WORKSPACES
+        p.tensor
+        for k in loaded.variant.kernels
+        for p in k.params
+        if p.tensor in WORKSPACES and not p.optional
     }
     return {
         name: torch.zeros(

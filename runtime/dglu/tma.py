@@ -1,6 +1,7 @@
 """Encode CUtensorMap descriptors (cuTensorMapEncodeTiled) from a manifest TMA rule.
 
-The tensor is viewed in its seed rank-3 shape. TMA dimension i is tensor dimension
+The tensor is viewed in its seed rank-3 shape; the descriptor's rank is ``len(rule.dims)``
+(tensor dimensions left out must have size 1). TMA dimension i is tensor dimension
 ``rule.dims[i]`` (innermost first): globalDim and globalStrides (bytes, innermost
 omitted) come from the tensor's actual shape and strides in that order; boxDim is the
 rule's box; elementStrides are all 1. Encoded descriptors are cached (bounded LRU) by
@@ -51,8 +52,10 @@ def global_layout(rule: TmaRule, view: TensorView) -> tuple[list[int], list[int]
     """globalDim (elements) and globalStrides (bytes, innermost omitted) in TMA order."""
     if view.dtype != rule.dtype:
         raise ValueError(f"TMA rule wants {rule.dtype} elements, the tensor holds {view.dtype}")
-    if len(view.shape) != len(rule.dims):
-        raise ValueError(f"TMA rule has rank {len(rule.dims)}, the tensor has shape {view.shape}")
+    dropped = [d for d in range(len(view.shape)) if d not in rule.dims]
+    if any(view.shape[d] != 1 for d in dropped):
+        raise ValueError(f"TMA rule covers dimensions {list(rule.dims)} of a tensor of shape "
+                         f"{view.shape}; the others must have size 1")
     innermost = rule.dims[0]
     if view.strides[innermost] != 1 and view.shape[innermost] > 1:
         raise ValueError(

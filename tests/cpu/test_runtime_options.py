@@ -1,0 +1,94 @@
+"""dglu.options: configuration arguments, and what this backend refuses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dglu.options import (
+    check_absent,
+    check_dense_weights,
+    check_options,
+    output_dtype_name,
+)
+
+SEED_DEFAULTS = dict(
+    acc_dtype=None, mma_tiler_mn=None, cluster_shape_mn=None, sf_vec_size=16, vector_f32=False,
+    m_aligned=256, discrete_col_sfd=False, act_func="dswiglu", geglu_alpha=1.702,
+    glu_clamp_max=7.0, glu_clamp_min=-7.0, linear_offset=1.0, situ_beta1=4.0, situ_beta2=25.0,
+    b_major="k", epilogue_op=None, use_dynamic_sched=False,
+)
+
+
+def options(**changes):
+    return check_options(**{**SEED_DEFAULTS, **changes})
+
+
+def test_defaults_select_dswiglu_static_any_launch_shape() -> None:
+    chosen = options()
+    assert (chosen.act_func, chosen.act_params, chosen.b_major) == ("dswiglu", (), "k")
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, None, "static")
+
+
+def test_dgeglu_compiles_in_its_constants() -> None:
+    chosen = options(act_func="dgeglu", geglu_alpha=1.0, glu_clamp_max=10, glu_clamp_min=-10,
+                     linear_offset=0.0)
+    assert dict(chosen.act_params) == {"geglu_alpha": 1.0, "glu_clamp_max": 10.0,
+                                       "glu_clamp_min": -10.0, "linear_offset": 0.0}
+
+
+def test_tile_cluster_and_scheduler() -> None:
+    chosen = options(mma_tiler_mn=(128, 256), cluster_shape_mn=[2, 1], use_dynamic_sched=True)
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == ((128, 256), (2, 1), "dynamic")
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("cd_major", "m", ValueError),
+    ("m_aligned", 128, ValueError),
+    ("sf_vec_size", 32, ValueError),
+    ("discrete_col_sfd", True, ValueError),
+    ("epilogue_op", "relu", ValueError),
+    ("vector_f32", True, NotImplementedError),
+    ("act_func", "dsituglu", NotImplementedError),
+    ("act_func", "drelu", ValueError),
+    ("b_major", "m", ValueError),
+    ("use_dynamic_sched", 1, ValueError),
+    ("acc_dtype", "torch.float16", ValueError),
+    ("mma_tiler_mn", (128,), ValueError),
+    ("mma_tiler_mn", (128, 0), ValueError),
+    ("cluster_shape_mn", (True, 1), ValueError),
+    ("geglu_alpha", 2.0, ValueError),        # not used by the default dswiglu
+    ("situ_beta1", 3.0, ValueError),
+    ("linear_offset", math.nan, ValueError),
+])
+def test_refused_arguments_name_themselves(name, value, error) -> None:
+    with pytest.raises(error) as raised:
+        options(**{name: value})
+    assert str(raised.value).startswith(f"{name}:")
+    assert repr(value) in str(raised.value) or str(value) in str(raised.value)
+
+
+def test_absent_block_scaled_arguments() -> None:
+    check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=None)
+    with pytest.raises(NotImplementedError, match="^sfb_tensor: block-scaled only; pass None$"):
+        check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=object())
+
+
+def test_dense_weights_only() -> None:
+    weights = object()
+    check_dense_weights("b_tensor", weights, {"b_ptrs": None, "n": None})
+    with pytest.raises(NotImplementedError, match="^b_ptrs, n: discrete"):
+        check_dense_weights("b_tensor", None, {"b_ptrs": object(), "n": 96})
+    with pytest.raises(ValueError, match="^b_tensor and b_ptrs: dense and discrete"):
+        check_dense_weights("b_tensor", weights, {"b_ptrs": object()})
+    with pytest.raises(ValueError, match="^sample_b: required"):
+        check_dense_weights("sample_b", None, {"num_experts": None})
+
+
+def test_output_dtype_names() -> None:
+    torch = pytest.importorskip("torch")
+    assert output_dtype_name("d_dtype", None) == "bf16"
+    assert output_dtype_name("d_dtype", torch.float32) == "fp32"
+    with pytest.raises(ValueError, match="^d_dtype: expected torch.bfloat16.*got torch.int8"):
+        output_dtype_name("d_dtype", torch.int8)
