@@ -1,0 +1,51 @@
+"""The runtime reads what the build writes: smoke.yaml compiled for real (needs CuTe DSL).
+
+Everything a GPU launch would do short of the driver calls: parse the manifest, verify the
+cubins, select each variant from its own key, and pack every kernel's parameters into
+exactly the sizes the cubin's own parameter table (EIATTR_KPARAM_INFO) declares.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cutlass", reason="compiling the smoke specs needs nvidia-cutlass-dsl")
+
+from codegen.build import build_artifacts  # noqa: E402
+from codegen.cubin_info import read_cubin  # noqa: E402
+from codegen.specs import load_specs  # noqa: E402
+
+from dglu.integrity import read_verified_cubin  # noqa: E402
+from dglu.manifest import TENSOR_NAMES, read_manifest  # noqa: E402
+from dglu.params import pack_params  # noqa: E402
+from dglu.problem import WORKSPACES  # noqa: E402
+from dglu.selection import VariantRequest, select_variant  # noqa: E402
+
+SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
+SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("smoke_artifacts")
+    build_artifacts(load_specs(SMOKE_SPECS), out, progress=lambda line: None)
+    return out
+
+
+@pytest.mark.slow
+def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path) -> None:
+    manifest = read_manifest(artifacts)
+    assert len(manifest.variants) == len(load_specs(SMOKE_SPECS))
+    pointers = {name: 0x7F00_0000_0000 + 0x1000 * i
+                for i, name in enumerate((*TENSOR_NAMES, *WORKSPACES))}
+    for variant in manifest.variants:
+        info = read_cubin(read_verified_cubin(variant))
+        request = VariantRequest(**variant.key.as_dict() | {"act_params": variant.key.act_params})
+        assert select_variant(manifest.variants, request) is variant
+        for kernel in variant.kernels:
+            tensor_maps = {t: bytes(128) for t in variant.tma}
+            packed = pack_params(kernel, SCALARS, pointers, tensor_maps)
+            cubin_params = info.kernels[kernel.symbol].params
+            assert [len(p) for p in packed] == [p.size for p in cubin_params], kernel.symbol
