@@ -89,6 +89,7 @@ class HopperDgluKernel:
         self.c_dtype = c_dtype
         self.d_dtype = d_dtype
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
+        self.epilogue_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_MMA_THREADS)
         # C/D blocks are tile_m x 2*tile_n, moved as boxes one swizzle row wide
         self.cd_box_cols = SWIZZLE_BITS // c_dtype.width
         self.cd_boxes = 2 * self.tile_n // self.cd_box_cols
@@ -414,15 +415,39 @@ class HopperDgluKernel:
             cute.arch.mbarrier_wait(c_full, tiles_done % 2)
             self.epilogue(
                 acc, tCcC, sCD, row0, n_tile * self.tile_n, expert,
-                alpha_all, beta_all, prob_all, dprob_all, dbias_ws, n,
+                alpha_all, beta_all, prob_all, dprob_all,
             )
-            # D is in shared memory: make it visible to the TMA store, then signal
+            # D is in shared memory: make it visible to the TMA store
             cute.arch.fence_proxy("async.shared", space="cta")
+            if cutlass.const_expr(self.with_dbias):
+                self.epilogue_barrier.arrive_and_wait()
+                self.add_dbias(sCD, mma_tidx, n_tile * self.tile_n, expert, dbias_ws, n)
             cute.arch.mbarrier_arrive(d_ready)
             tiles_done += 1
             tile += gdim
 
     # ---------------------------------------------------------------- epilogue
+    @cute.jit
+    def add_dbias(self, sCD: cute.Tensor, mma_tidx: cutlass.Int32, n0: cutlass.Int32, expert, dbias_ws, n):
+        """Add the column sums of the D block (as stored) into the fp32 dbias workspace.
+
+        Each consumer thread sums one column over its share of the rows:
+        one atomic per column and thread instead of one per accumulator pair.
+        """
+        cols = 2 * self.tile_n
+        threads_per_col = NUM_MMA_THREADS // cols
+        rows_per_thread = self.tile_m // threads_per_col
+        col = mma_tidx % cols
+        first_row = (mma_tidx // cols) * rows_per_thread
+        at = (col % self.cd_box_cols, col // self.cd_box_cols)
+        total = cutlass.Float32(0.0)
+        for i in cutlass.range(rows_per_thread, unroll=8):
+            total = total + sCD[(first_row + i, *at)].to(cutlass.Float32)
+        compact_col = n0 + (col // (2 * BLOCK_COLUMNS)) * BLOCK_COLUMNS + col % BLOCK_COLUMNS
+        if compact_col < n:
+            target = dbias_ws[(expert, None)].iterator + 2 * n0 + col
+            cute.arch.red(target, total, op="add", dtype="f32", sem="relaxed", scope="gpu")
+
     @cute.jit
     def activation_grads(self, gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32):
         """(d_gate / R, d_input / R, dprob / R) of one gate/input pair, before prob."""
@@ -460,16 +485,13 @@ class HopperDgluKernel:
         beta_all: cute.Tensor,
         prob_all: cute.Tensor,
         dprob_all: cute.Tensor,
-        dbias_ws: cute.Tensor,
-        n: cutlass.Int32,
     ):
         """dGLU on one tile: C pairs from shared memory, D pairs written over them.
 
         The WGMMA accumulator of a thread is ((2 columns, 2 rows, tile_n/8), 1, 1):
         rows r and r+8 of its warp's 16-row slice, column pairs 8 apart.
         Columns at or past n hold R = 0 and C = 0 (TMA zero-fills B and C):
-        they add nothing to dprob, are skipped for dbias, and the TMA store
-        of D clips them.
+        they add nothing to dprob, and the TMA store of D clips them.
         """
         alpha = alpha_all[expert]
         beta = beta_all[expert]
@@ -483,8 +505,6 @@ class HopperDgluKernel:
                 col = tCcC[((c2, 0, v), 0, 0)][1]
                 gate_col = (col // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col % BLOCK_COLUMNS
                 input_col = gate_col + BLOCK_COLUMNS
-                bias_gate = cutlass.Float32(0.0)
-                bias_input = cutlass.Float32(0.0)
                 for r2 in cutlass.range_constexpr(2):
                     gate_at = (rows[r2], gate_col % self.cd_box_cols, gate_col // self.cd_box_cols)
                     input_at = (rows[r2], input_col % self.cd_box_cols, input_col // self.cd_box_cols)
@@ -492,23 +512,9 @@ class HopperDgluKernel:
                     x = sCD[input_at].to(cutlass.Float32)
                     r = acc[((c2, r2, v), 0, 0)] * scale
                     d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
-                    out_gate = (r * probs[r2] * d_gate).to(self.d_dtype)
-                    out_input = (r * probs[r2] * d_input).to(self.d_dtype)
+                    sCD[gate_at] = (r * probs[r2] * d_gate).to(self.d_dtype)
+                    sCD[input_at] = (r * probs[r2] * d_input).to(self.d_dtype)
                     dprob_part[r2] = dprob_part[r2] + r * d_prob
-                    sCD[gate_at] = out_gate
-                    sCD[input_at] = out_input
-                    if cutlass.const_expr(self.with_dbias):
-                        bias_gate = bias_gate + out_gate.to(cutlass.Float32)
-                        bias_input = bias_input + out_input.to(cutlass.Float32)
-                if cutlass.const_expr(self.with_dbias):
-                    # lanes 4 apart hold the same columns of other rows
-                    for step in cutlass.range_constexpr(3):
-                        bias_gate = bias_gate + cute.arch.shuffle_sync_bfly(bias_gate, 4 << step)
-                        bias_input = bias_input + cute.arch.shuffle_sync_bfly(bias_input, 4 << step)
-                    if (n0 + col < n) & (lane < 4):
-                        ws_row = dbias_ws[(expert, None)].iterator + 2 * n0
-                        cute.arch.red(ws_row + gate_col, bias_gate, op="add", dtype="f32", sem="relaxed", scope="gpu")
-                        cute.arch.red(ws_row + input_col, bias_input, op="add", dtype="f32", sem="relaxed", scope="gpu")
         for r2 in cutlass.range_constexpr(2):
             # the 4 lanes of a quad hold the same rows
             part = dprob_part[r2]
