@@ -20,8 +20,6 @@ PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {
     "f32": (4, 4),
     "i32_tuple": (None, 4),
 }
-
-
 TMA_RULE_FIELDS = ("dtype", "dims", "box", "swizzle", "l2_promotion", "oob_fill", "interleave")
 
 
@@ -57,7 +55,7 @@ def _check_params(params: list[dict], found: CubinKernel, where: str) -> None:
         _check_kind(param, label)
         if param["size"] != actual.size:
             raise AbiMismatch(f"{label}: size {param['size']} but the cubin has {actual.size}")
-        expected = -(-(base + end) // param["align"]) * param["align"] - base
+        expected = _align_up(base + end, param["align"]) - base
         if actual.offset != expected:
             raise AbiMismatch(
                 f"{label}: the cubin places it at offset {actual.offset}, "
@@ -66,6 +64,10 @@ def _check_params(params: list[dict], found: CubinKernel, where: str) -> None:
         end = actual.offset + actual.size
     if found.param_bytes is not None and end != found.param_bytes:
         raise AbiMismatch(f"{where}: params end at {end} but the cubin has {found.param_bytes} bytes of params")
+
+
+def _align_up(offset: int, align: int) -> int:
+    return -(-offset // align) * align
 
 
 def _check_kind(param: dict, label: str) -> None:

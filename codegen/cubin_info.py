@@ -4,8 +4,10 @@ A cubin is an ELF64 file. Its ``__global__`` functions are FUNC symbols
 marked as CUDA entries; the section ``.nv.info.<kernel>`` holds records
 (EIATTR_*) such as each parameter's ordinal, offset and size
 (EIATTR_KPARAM_INFO), where the parameters start in the constant bank
-(EIATTR_PARAM_CBANK) and the block size from ``.reqntid`` (EIATTR_REQNTID). This is the independent check of a manifest's ABI:
-it reads what ptxas wrote, not what the build side claims.
+(EIATTR_PARAM_CBANK) and the block size from ``.reqntid`` (EIATTR_REQNTID).
+This is the independent check of a manifest's ABI: it reads what ptxas
+wrote, not what the build side claims. Layouts were cross-checked against
+``cuobjdump -elf`` (CUDA 12.9 cubins, ELF ABI version 7).
 """
 
 from __future__ import annotations
