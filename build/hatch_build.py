@@ -28,11 +28,12 @@ class CubinBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         """Build the cubins and manifest into a temp dir and include it."""
         if self.target_name != "wheel" or version == "editable":
-            return
+            return  # an editable install has no cubins: use `python -m codegen` (user variant dir)
         root = Path(self.root)
+        source = "DGLU_SPECS" if "DGLU_SPECS" in os.environ else "default specs"
         specs = root / os.environ.get("DGLU_SPECS", str(DEFAULT_SPECS))
         if not specs.is_file():
-            raise FileNotFoundError(f"DGLU_SPECS: spec file {specs} does not exist")
+            raise FileNotFoundError(f"{source}: spec file {specs} does not exist")
         sys.path.insert(0, str(root))
         from codegen.build import build_artifacts
         from codegen.specs import load_specs
