@@ -1,0 +1,27 @@
+"""GPU test session: fresh random inputs each run, from one seed shown in the report header.
+
+Set DGLU_TEST_SEED to rerun with the seed of an earlier run; each test derives its own
+seed from it and its node id (shown in any failure message).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import zlib
+
+import pytest
+
+SESSION_SEED = int(os.environ.get("DGLU_TEST_SEED") or secrets.randbelow(2**31))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"dglu GPU tests: seed {SESSION_SEED} (rerun with DGLU_TEST_SEED={SESSION_SEED})"
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's seed: the session seed mixed with the test's id."""
+    value = (SESSION_SEED + zlib.crc32(request.node.nodeid.encode())) % 2**31
+    print(f"seed {value} (session seed {SESSION_SEED})")
+    return value
