@@ -14,9 +14,11 @@ from .selection import arch_for_capability
 def _describe_key(key_fields: dict) -> str:
     tile = f"{key_fields['tile_m']}x{key_fields['tile_n']}"
     cluster = f"{key_fields['cluster_m']}x{key_fields['cluster_n']}"
-    return (f"{key_fields['act_func']} dbias={key_fields['dbias']} ab/c/d="
-            f"{key_fields['ab_dtype']}/{key_fields['c_dtype']}/{key_fields['d_dtype']} "
-            f"tile={tile} cluster={cluster} {key_fields['scheduler']}")
+    return (
+        f"{key_fields['act_func']} dbias={key_fields['dbias']} ab/c/d="
+        f"{key_fields['ab_dtype']}/{key_fields['c_dtype']}/{key_fields['d_dtype']} "
+        f"tile={tile} cluster={cluster} {key_fields['scheduler']}"
+    )
 
 
 def _print_variants() -> int:
@@ -35,8 +37,10 @@ def _print_variants() -> int:
     for manifest in manifests:
         for variant in manifest.variants:
             hidden = "" if variant in variants else "  (hidden by an earlier directory)"
-            print(f"  {variant.name}\n    arch={variant.key.arch} "
-                  f"{_describe_key(variant.key.as_dict())}\n    from {manifest.path}{hidden}")
+            print(
+                f"  {variant.name}\n    arch={variant.key.arch} "
+                f"{_describe_key(variant.key.as_dict())}\n    from {manifest.path}{hidden}"
+            )
     return 0
 
 
@@ -50,8 +54,10 @@ def _print_devices() -> None:
             except DgluError:
                 arch = "unsupported"
             major, minor = info.capability
-            print(f"device {ordinal}: {info.name}, compute capability {major}.{minor} "
-                  f"(dglu arch: {arch}), {info.sm_count} SMs")
+            print(
+                f"device {ordinal}: {info.name}, compute capability {major}.{minor} "
+                f"(dglu arch: {arch}), {info.sm_count} SMs"
+            )
         if count == 0:
             print("device: none (the CUDA driver sees no device)")
     except DgluError as exc:

@@ -15,7 +15,14 @@ from typing import Any
 from .driver import device_info
 from .dtypes import torch_dtype
 from .manifest import Variant, installed_variants, search_path
-from .options import M_ALIGNED, OpOptions, check_absent, check_dense_weights, check_options, output_dtype_name
+from .options import (
+    M_ALIGNED,
+    OpOptions,
+    check_absent,
+    check_dense_weights,
+    check_options,
+    output_dtype_name,
+)
 from .problem import Problem
 from .runner import LoadedVariant, load_variant, run_variant
 from .selection import VariantRequest, arch_for_capability, select_variant
@@ -109,26 +116,48 @@ def grouped_gemm_dglu_wrapper_sm90(
     """
     import torch
 
-    check_absent(BLOCK_SCALED, NotImplementedError, sfa_tensor=sfa_tensor, sfb_tensor=sfb_tensor,
-                 sfb_ptrs=sfb_ptrs, norm_const_tensor=norm_const_tensor)
+    check_absent(
+        BLOCK_SCALED,
+        NotImplementedError,
+        sfa_tensor=sfa_tensor,
+        sfb_tensor=sfb_tensor,
+        sfb_ptrs=sfb_ptrs,
+        norm_const_tensor=norm_const_tensor,
+    )
     check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs, "n": n, "b_dtype": b_dtype})
     options = check_options(
-        acc_dtype=acc_dtype, mma_tiler_mn=mma_tiler_mn, cluster_shape_mn=cluster_shape_mn,
-        sf_vec_size=sf_vec_size, vector_f32=vector_f32, m_aligned=m_aligned,
-        discrete_col_sfd=discrete_col_sfd, act_func=act_func, geglu_alpha=geglu_alpha,
-        glu_clamp_max=glu_clamp_max, glu_clamp_min=glu_clamp_min, linear_offset=linear_offset,
-        situ_beta1=situ_beta1, situ_beta2=situ_beta2, b_major=b_major, epilogue_op=epilogue_op,
-        use_dynamic_sched=use_dynamic_sched, cd_major=cd_major,
+        acc_dtype=acc_dtype,
+        mma_tiler_mn=mma_tiler_mn,
+        cluster_shape_mn=cluster_shape_mn,
+        sf_vec_size=sf_vec_size,
+        vector_f32=vector_f32,
+        m_aligned=m_aligned,
+        discrete_col_sfd=discrete_col_sfd,
+        act_func=act_func,
+        geglu_alpha=geglu_alpha,
+        glu_clamp_max=glu_clamp_max,
+        glu_clamp_min=glu_clamp_min,
+        linear_offset=linear_offset,
+        situ_beta1=situ_beta1,
+        situ_beta2=situ_beta2,
+        b_major=b_major,
+        epilogue_op=epilogue_op,
+        use_dynamic_sched=use_dynamic_sched,
+        cd_major=cd_major,
     )
     d_dtype_name = output_dtype_name("d_dtype", d_dtype)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
     problem = describe_tensors(
         {
-            "a": ("a_tensor", a_tensor), "b": ("b_tensor", b_tensor), "c": ("c_tensor", c_tensor),
+            "a": ("a_tensor", a_tensor),
+            "b": ("b_tensor", b_tensor),
+            "c": ("c_tensor", c_tensor),
             "padded_offsets": ("padded_offsets", padded_offsets),
-            "alpha": ("alpha_tensor", alpha_tensor), "beta": ("beta_tensor", beta_tensor),
-            "prob": ("prob_tensor", prob_tensor), "dprob": ("dprob_tensor", dprob_tensor),
+            "alpha": ("alpha_tensor", alpha_tensor),
+            "beta": ("beta_tensor", beta_tensor),
+            "prob": ("prob_tensor", prob_tensor),
+            "dprob": ("dprob_tensor", dprob_tensor),
         },
         options.b_major,
     )
@@ -143,15 +172,23 @@ def grouped_gemm_dglu_wrapper_sm90(
         d_row = torch.empty(rows, dtype=torch_dtype(d_dtype_name), device=a_tensor.device)
         dbias = (
             torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=a_tensor.device)
-            if generate_dbias else None
+            if generate_dbias
+            else None
         )
     outputs = {"d_row": d_row, "dbias": dbias}
-    views = {**problem.tensors, **{role: output_view(role, t, problem)
-                                  for role, t in outputs.items() if t is not None}}
+    views = {
+        **problem.tensors,
+        **{role: output_view(role, t, problem) for role, t in outputs.items() if t is not None},
+    }
     run_variant(loaded, replace(problem, tensors=views), stream)
     return TupleDict(
-        d_row_tensor=d_row, d_col_tensor=None, dprob_tensor=dprob_tensor, dbias_tensor=dbias,
-        amax_tensor=None, sfd_row_tensor=None, sfd_col_tensor=None,
+        d_row_tensor=d_row,
+        d_col_tensor=None,
+        dprob_tensor=dprob_tensor,
+        dbias_tensor=dbias,
+        amax_tensor=None,
+        sfd_row_tensor=None,
+        sfd_col_tensor=None,
     )
 
 
@@ -205,28 +242,46 @@ class GroupedGemmDgluSm90:
         use_dynamic_sched: bool = False,
     ) -> None:
         self._samples = {
-            "a": ("sample_a", sample_a), "b": ("sample_b", sample_b), "c": ("sample_c", sample_c),
+            "a": ("sample_a", sample_a),
+            "b": ("sample_b", sample_b),
+            "c": ("sample_c", sample_c),
             "d_row": ("sample_d_row", sample_d_row),
             "padded_offsets": ("sample_padded_offsets", sample_padded_offsets),
-            "alpha": ("sample_alpha", sample_alpha), "beta": ("sample_beta", sample_beta),
-            "prob": ("sample_prob", sample_prob), "dprob": ("sample_dprob", sample_dprob),
+            "alpha": ("sample_alpha", sample_alpha),
+            "beta": ("sample_beta", sample_beta),
+            "prob": ("sample_prob", sample_prob),
+            "dprob": ("sample_dprob", sample_dprob),
         }
         if sample_dbias is not None:
             self._samples["dbias"] = ("sample_dbias", sample_dbias)
         self._block_scaled = {
-            "sample_d_col": sample_d_col, "sample_sfa": sample_sfa, "sample_sfb": sample_sfb,
-            "sample_sfd_row": sample_sfd_row, "sample_sfd_col": sample_sfd_col,
-            "sample_amax": sample_amax, "sample_norm_const": sample_norm_const,
+            "sample_d_col": sample_d_col,
+            "sample_sfa": sample_sfa,
+            "sample_sfb": sample_sfb,
+            "sample_sfd_row": sample_sfd_row,
+            "sample_sfd_col": sample_sfd_col,
+            "sample_amax": sample_amax,
+            "sample_norm_const": sample_norm_const,
         }
         self._discrete = {"num_experts": num_experts, "b_shape": b_shape, "b_dtype": b_dtype}
         self._config = {
-            "acc_dtype": acc_dtype, "mma_tiler_mn": mma_tiler_mn,
-            "cluster_shape_mn": cluster_shape_mn, "sf_vec_size": sf_vec_size,
-            "vector_f32": vector_f32, "m_aligned": m_aligned, "discrete_col_sfd": discrete_col_sfd,
-            "act_func": act_func, "geglu_alpha": geglu_alpha, "glu_clamp_max": glu_clamp_max,
-            "glu_clamp_min": glu_clamp_min, "linear_offset": linear_offset,
-            "situ_beta1": situ_beta1, "situ_beta2": situ_beta2, "b_major": b_major,
-            "epilogue_op": epilogue_op, "use_dynamic_sched": use_dynamic_sched,
+            "acc_dtype": acc_dtype,
+            "mma_tiler_mn": mma_tiler_mn,
+            "cluster_shape_mn": cluster_shape_mn,
+            "sf_vec_size": sf_vec_size,
+            "vector_f32": vector_f32,
+            "m_aligned": m_aligned,
+            "discrete_col_sfd": discrete_col_sfd,
+            "act_func": act_func,
+            "geglu_alpha": geglu_alpha,
+            "glu_clamp_max": glu_clamp_max,
+            "glu_clamp_min": glu_clamp_min,
+            "linear_offset": linear_offset,
+            "situ_beta1": situ_beta1,
+            "situ_beta2": situ_beta2,
+            "b_major": b_major,
+            "epilogue_op": epilogue_op,
+            "use_dynamic_sched": use_dynamic_sched,
         }
         self._options: OpOptions | None = None
         self._variant: Variant | None = None
@@ -243,8 +298,9 @@ class GroupedGemmDgluSm90:
         check_dense_weights("sample_b", self._samples["b"][1], self._discrete)
         options = check_options(**self._config)
         problem = describe_tensors(self._samples, options.b_major)
-        self._variant = _select(problem, options, d_dtype=problem.tensors["d_row"].dtype,
-                                dbias="dbias" in self._samples)
+        self._variant = _select(
+            problem, options, d_dtype=problem.tensors["d_row"].dtype, dbias="dbias" in self._samples
+        )
         self._options = options
         return True
 
@@ -282,24 +338,39 @@ class GroupedGemmDgluSm90:
         current_stream: Any = None,
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
-        check_absent(BLOCK_SCALED, NotImplementedError, d_col_tensor=d_col_tensor,
-                     sfa_tensor=sfa_tensor, sfb_tensor=sfb_tensor, sfb_ptrs=sfb_ptrs,
-                     sfd_row_tensor=sfd_row_tensor, sfd_col_tensor=sfd_col_tensor,
-                     amax_tensor=amax_tensor, norm_const_tensor=norm_const_tensor)
+        check_absent(
+            BLOCK_SCALED,
+            NotImplementedError,
+            d_col_tensor=d_col_tensor,
+            sfa_tensor=sfa_tensor,
+            sfb_tensor=sfb_tensor,
+            sfb_ptrs=sfb_ptrs,
+            sfd_row_tensor=sfd_row_tensor,
+            sfd_col_tensor=sfd_col_tensor,
+            amax_tensor=amax_tensor,
+            norm_const_tensor=norm_const_tensor,
+        )
         check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs})
         compiled_dbias = "dbias" in self._samples
         if dbias_tensor is not None and not compiled_dbias:
-            raise ValueError("dbias_tensor: this op was built without sample_dbias, so its kernel "
-                             "has no dbias; construct it with sample_dbias to produce dbias")
+            raise ValueError(
+                "dbias_tensor: this op was built without sample_dbias, so its kernel "
+                "has no dbias; construct it with sample_dbias to produce dbias"
+            )
         if dbias_tensor is None and compiled_dbias:
             raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
         if self._loaded is None:
             self.compile()
         arguments = {
-            "a": ("a_tensor", a_tensor), "b": ("b_tensor", b_tensor), "c": ("c_tensor", c_tensor),
-            "d_row": ("d_row_tensor", d_row_tensor), "padded_offsets": ("padded_offsets", padded_offsets),
-            "alpha": ("alpha_tensor", alpha_tensor), "beta": ("beta_tensor", beta_tensor),
-            "prob": ("prob_tensor", prob_tensor), "dprob": ("dprob_tensor", dprob_tensor),
+            "a": ("a_tensor", a_tensor),
+            "b": ("b_tensor", b_tensor),
+            "c": ("c_tensor", c_tensor),
+            "d_row": ("d_row_tensor", d_row_tensor),
+            "padded_offsets": ("padded_offsets", padded_offsets),
+            "alpha": ("alpha_tensor", alpha_tensor),
+            "beta": ("beta_tensor", beta_tensor),
+            "prob": ("prob_tensor", prob_tensor),
+            "dprob": ("dprob_tensor", dprob_tensor),
         }
         if dbias_tensor is not None:
             arguments["dbias"] = ("dbias_tensor", dbias_tensor)
@@ -315,9 +386,13 @@ class GroupedGemmDgluSm90:
         for role, field in (("a", "ab_dtype"), ("c", "c_dtype"), ("d_row", "d_dtype")):
             got = problem.tensors[role].dtype
             if got != getattr(key, field):
-                raise ValueError(f"{arguments[role][0]}: dtype {got} differs from the "
-                                 f"{getattr(key, field)} the op was compiled for (its samples)")
+                raise ValueError(
+                    f"{arguments[role][0]}: dtype {got} differs from the "
+                    f"{getattr(key, field)} the op was compiled for (its samples)"
+                )
         device = problem.tensors["a"].device
         if device != self._loaded.device:
-            raise ValueError(f"a_tensor: on cuda:{device}, but the op was compiled for "
-                             f"cuda:{self._loaded.device} (its samples' device)")
+            raise ValueError(
+                f"a_tensor: on cuda:{device}, but the op was compiled for "
+                f"cuda:{self._loaded.device} (its samples' device)"
+            )

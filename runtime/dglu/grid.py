@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .problem import SCALAR_NAMES
 
@@ -61,7 +62,9 @@ def grid_spec_problem(rule: Any, args: Mapping[str, Any]) -> str | None:
         return f"grid rule {rule!r} needs exactly the fields {sorted(fields)}, got {sorted(args)}"
     bad = [f"{name}={args[name]!r}" for name, ok in fields.items() if not ok(args[name])]
     if bad:
-        hint = f"count must be one of {list(SCALAR_NAMES) + list(COUNT_ALIASES)}; tiles positive ints"
+        hint = (
+            f"count must be one of {list(SCALAR_NAMES) + list(COUNT_ALIASES)}; tiles positive ints"
+        )
         return f"grid rule {rule!r} has invalid {', '.join(bad)} ({hint})"
     return None
 

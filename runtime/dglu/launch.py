@@ -18,7 +18,9 @@ def launch_kernel(
 
     cluster = driver.CUlaunchAttribute()
     cluster.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = kernel.cluster
+    cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = (
+        kernel.cluster
+    )
 
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid

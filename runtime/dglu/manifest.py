@@ -19,9 +19,10 @@ import functools
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .dtypes import ELEMENT_TYPES
 from .errors import ManifestError
@@ -37,19 +38,39 @@ MAX_TMA_BOX = 256
 
 # Field -> JSON type of a variant key (docs/manifest.md, VARIANT "key").
 KEY_FIELDS: dict[str, type] = {
-    "arch": str, "ab_dtype": str, "c_dtype": str, "d_dtype": str,
-    "act_func": str, "act_params": dict, "dbias": bool, "weight_mode": str, "b_major": str,
-    "tile_m": int, "tile_n": int, "cluster_m": int, "cluster_n": int, "scheduler": str,
+    "arch": str,
+    "ab_dtype": str,
+    "c_dtype": str,
+    "d_dtype": str,
+    "act_func": str,
+    "act_params": dict,
+    "dbias": bool,
+    "weight_mode": str,
+    "b_major": str,
+    "tile_m": int,
+    "tile_n": int,
+    "cluster_m": int,
+    "cluster_n": int,
+    "scheduler": str,
 }
 
 # Param kind -> the field naming what it carries.
 PARAM_SOURCES = {
-    "tensormap": "tensor", "pointer": "tensor", "i32_tuple": "values", "i32": "value",
+    "tensormap": "tensor",
+    "pointer": "tensor",
+    "i32_tuple": "values",
+    "i32": "value",
     "f32": "value",
 }
 
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", list: "a list",
-               dict: "an object", float: "a number"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    bool: "a boolean",
+    list: "a list",
+    dict: "an object",
+    float: "a number",
+}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -226,12 +247,18 @@ def _read_tma_rule(data: Any, where: str) -> TmaRule:
     entry.only({"dtype", "dims", "box", *TMA_OPTIONS})
     dims = entry.take("dims", list)
     if not 1 <= len(dims) <= MAX_TMA_RANK or sorted(dims) != list(range(len(dims))):
-        raise entry.fail("dims", f"must order the first 1..{MAX_TMA_RANK} tensor dimensions "
-                         f"(a permutation of 0..rank-1), got {dims!r}")
+        raise entry.fail(
+            "dims",
+            f"must order the first 1..{MAX_TMA_RANK} tensor dimensions "
+            f"(a permutation of 0..rank-1), got {dims!r}",
+        )
     box = entry.take("box", list)
     if len(box) != len(dims) or not all(type(b) is int and 0 < b <= MAX_TMA_BOX for b in box):
-        raise entry.fail("box", f"must be {len(dims)} integers in 1..{MAX_TMA_BOX} (one per "
-                         f"dims entry), got {box!r}")
+        raise entry.fail(
+            "box",
+            f"must be {len(dims)} integers in 1..{MAX_TMA_BOX} (one per "
+            f"dims entry), got {box!r}",
+        )
     options = {name: _choice(entry, name, members) for name, (_, members) in TMA_OPTIONS.items()}
     return TmaRule(
         dtype=_choice(entry, "dtype", ELEMENT_TYPES), dims=tuple(dims), box=tuple(box), **options
@@ -242,7 +269,9 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
     entry = _Entry(data, where)
     kind = _choice(entry, "kind", PARAM_SOURCES)
     source = PARAM_SOURCES[kind]
-    entry.only({"name", "kind", "size", "align", source, *(("optional",) if kind == "pointer" else ())})
+    entry.only(
+        {"name", "kind", "size", "align", source, *(("optional",) if kind == "pointer" else ())}
+    )
     spec = {"name": entry.take("name", str), "kind": kind}
     if "optional" in entry.data:
         spec["optional"] = entry.take("optional", bool)
@@ -257,7 +286,9 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
     elif kind == "i32_tuple":
         values = entry.take("values", list)
         if not values or not all(v in SCALAR_NAMES for v in values):
-            raise entry.fail("values", f"must be problem scalars {list(SCALAR_NAMES)}, got {values!r}")
+            raise entry.fail(
+                "values", f"must be problem scalars {list(SCALAR_NAMES)}, got {values!r}"
+            )
         spec["values"] = tuple(values)
     else:
         spec["values"] = (_choice(entry, "value", SCALAR_NAMES),)
@@ -335,7 +366,9 @@ def read_manifest(directory: Path) -> Manifest:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from exc
     top = _Entry(data, str(path))
     if "schema_version" not in top.data:
-        raise ManifestError(f"{path}: missing field 'schema_version' (this dglu reads {SCHEMA_VERSION})")
+        raise ManifestError(
+            f"{path}: missing field 'schema_version' (this dglu reads {SCHEMA_VERSION})"
+        )
     version = top.data["schema_version"]
     if version != SCHEMA_VERSION or type(version) is not int:
         raise ManifestError(
@@ -372,7 +405,9 @@ def search_path(environ: Mapping[str, str] | None = None) -> list[SearchEntry]:
         for d in env.get("DGLU_CUBIN_PATH", "").split(os.pathsep)
         if d
     ]
-    cache_home = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    cache_home = (
+        Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    )
     entries.append(SearchEntry(cache_home / "dglu" / "variants", "user variants", required=False))
     entries.append(SearchEntry(Path(__file__).parent / "_cubins", "package", required=False))
     return entries

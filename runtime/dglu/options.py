@@ -8,16 +8,21 @@ activation constants given for an activation that does not use them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .dtypes import FLOAT_TYPES, element_type_of
 
 # Constants of each available activation, with the seed's defaults.
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
     "dswiglu": {},
-    "dgeglu": {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0,
-               "linear_offset": 1.0},
+    "dgeglu": {
+        "geglu_alpha": 1.702,
+        "glu_clamp_max": 7.0,
+        "glu_clamp_min": -7.0,
+        "linear_offset": 1.0,
+    },
 }
 SITU_DEFAULTS = {"situ_beta1": 4.0, "situ_beta2": 25.0}
 B_MAJORS = ("k", "n")
@@ -29,7 +34,12 @@ _FIXED = (
     ("cd_major", "n", ValueError, "C and D must be N-major"),
     ("m_aligned", M_ALIGNED, ValueError, f"experts own {M_ALIGNED}-row aligned ranges"),
     ("sf_vec_size", 16, ValueError, "scale-factor vectors belong to the block-scaled backend"),
-    ("discrete_col_sfd", False, ValueError, "column scale factors belong to the block-scaled backend"),
+    (
+        "discrete_col_sfd",
+        False,
+        ValueError,
+        "column scale factors belong to the block-scaled backend",
+    ),
     ("epilogue_op", None, ValueError, "the BF16 contract has no epilogue op"),
     ("vector_f32", False, NotImplementedError, "the packed-f32 epilogue is not available on SM90"),
 )
@@ -51,7 +61,8 @@ def _pair(name: str, value: Any) -> tuple[int, int] | None:
     if value is None:
         return None
     if (
-        not isinstance(value, (tuple, list)) or len(value) != 2
+        not isinstance(value, tuple | list)
+        or len(value) != 2
         or not all(type(v) is int and v > 0 for v in value)
     ):
         raise ValueError(f"{name}: expected None or two positive ints, got {value!r}")
@@ -60,13 +71,19 @@ def _pair(name: str, value: Any) -> tuple[int, int] | None:
 
 def _act_params(act_func: str, constants: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
     for name, value in constants.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise ValueError(f"{name}: expected a finite number, got {value!r}")
     used = ACT_PARAM_DEFAULTS[act_func]
     for name, default in {**ACT_PARAM_DEFAULTS["dgeglu"], **SITU_DEFAULTS}.items():
         if name not in used and constants[name] != default:
-            raise ValueError(f"{name}: act_func={act_func!r} does not use it; got {constants[name]!r} "
-                             f"(leave it at its default {default!r})")
+            raise ValueError(
+                f"{name}: act_func={act_func!r} does not use it; got {constants[name]!r} "
+                f"(leave it at its default {default!r})"
+            )
     return tuple(sorted((name, float(constants[name])) for name in used))
 
 
@@ -97,12 +114,18 @@ def check_options(
         if given[name] != required:
             raise error(f"{name}: must be {required!r} ({why}), got {given[name]!r}")
     if acc_dtype is not None and str(acc_dtype) != "torch.float32":
-        raise ValueError(f"acc_dtype: must be torch.float32 (the only accumulator), got {acc_dtype}")
+        raise ValueError(
+            f"acc_dtype: must be torch.float32 (the only accumulator), got {acc_dtype}"
+        )
     if act_func == "dsituglu":
-        raise NotImplementedError("act_func: 'dsituglu' exists only on the block-scaled backend; "
-                                  "dglu's BF16 kernels offer 'dswiglu' and 'dgeglu'")
+        raise NotImplementedError(
+            "act_func: 'dsituglu' exists only on the block-scaled backend; "
+            "dglu's BF16 kernels offer 'dswiglu' and 'dgeglu'"
+        )
     if act_func not in ACT_PARAM_DEFAULTS:
-        raise ValueError(f"act_func: expected one of {sorted(ACT_PARAM_DEFAULTS)}, got {act_func!r}")
+        raise ValueError(
+            f"act_func: expected one of {sorted(ACT_PARAM_DEFAULTS)}, got {act_func!r}"
+        )
     if b_major not in B_MAJORS:
         raise ValueError(f"b_major: expected one of {list(B_MAJORS)}, got {b_major!r}")
     if not isinstance(use_dynamic_sched, bool):
@@ -129,11 +152,15 @@ def check_dense_weights(dense_name: str, dense: Any, discrete: Mapping[str, Any]
     """Require dense (N, K, L) weights; discrete (per-expert pointer) mode is not available."""
     given = [name for name, value in discrete.items() if value is not None]
     if dense is not None and given:
-        raise ValueError(f"{dense_name} and {', '.join(given)}: dense and discrete weights "
-                         "exclude each other; pass one mode")
+        raise ValueError(
+            f"{dense_name} and {', '.join(given)}: dense and discrete weights "
+            "exclude each other; pass one mode"
+        )
     if given:
-        raise NotImplementedError(f"{', '.join(given)}: discrete (per-expert pointer) weights are "
-                                  f"not available in dglu yet; pass the stacked (N, K, L) {dense_name}")
+        raise NotImplementedError(
+            f"{', '.join(given)}: discrete (per-expert pointer) weights are "
+            f"not available in dglu yet; pass the stacked (N, K, L) {dense_name}"
+        )
     if dense is None:
         raise ValueError(f"{dense_name}: required (the stacked (N, K, L) expert weights), got None")
 
@@ -144,6 +171,7 @@ def output_dtype_name(name: str, dtype: Any) -> str:
         return "bf16"
     element = element_type_of(dtype)
     if element is None or element.name not in FLOAT_TYPES:
-        raise ValueError(f"{name}: expected torch.bfloat16, torch.float16 or torch.float32, "
-                         f"got {dtype!r}")
+        raise ValueError(
+            f"{name}: expected torch.bfloat16, torch.float16 or torch.float32, " f"got {dtype!r}"
+        )
     return element.name

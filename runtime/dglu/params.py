@@ -1,16 +1,17 @@
 """Pack kernel parameters exactly as the manifest lists them.
 
-Each parameter becomes its own little-endian byte string (``tensormap``: the 128-byte
-CUtensorMap; ``i32_tuple``: consecutive int32 scalars; ``pointer``: a 64-bit device
-address, NULL for an optional one the call lacks; ``i32`` / ``f32``: one scalar), checked against the manifest's size. The
-buffers and the ``void**`` array that cuLaunchKernelEx reads live in KernelArguments.
+Each parameter becomes its own little-endian byte string, checked against the manifest's
+size: ``tensormap``: the 128-byte CUtensorMap; ``i32_tuple``: consecutive int32 scalars;
+``pointer``: a 64-bit device address (NULL for an optional one the call lacks); ``i32`` /
+``f32``: one scalar. The buffers and the ``void**`` array that cuLaunchKernelEx reads live
+in KernelArguments.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .errors import ParamPackingError
 from .manifest import KernelSpec, ParamSpec

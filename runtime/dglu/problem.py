@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 SCALAR_NAMES = ("m", "n", "k", "l", "n2", "l_n2")
 TENSOR_NAMES = (
-    "a", "b", "c", "d_row", "padded_offsets", "alpha", "beta", "prob", "dprob", "dbias",
+    "a",
+    "b",
+    "c",
+    "d_row",
+    "padded_offsets",
+    "alpha",
+    "beta",
+    "prob",
+    "dprob",
+    "dbias",
 )
 
 
@@ -47,6 +56,10 @@ class Problem:
     def scalars(self) -> dict[str, int]:
         """Every problem scalar a manifest parameter or grid rule may name."""
         return {
-            "m": self.m, "n": self.n, "k": self.k, "l": self.l,
-            "n2": 2 * self.n, "l_n2": self.l * 2 * self.n,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "l": self.l,
+            "n2": 2 * self.n,
+            "l_n2": self.l * 2 * self.n,
         }

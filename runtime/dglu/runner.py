@@ -38,7 +38,8 @@ def load_variant(variant: Variant, device: int) -> LoadedVariant:
     context = make_current(device)
     module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
     functions = tuple(
-        kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes) for kernel in variant.kernels
+        kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
+        for kernel in variant.kernels
     )
     return LoadedVariant(variant=variant, device=device, functions=functions)
 
@@ -76,13 +77,18 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
         workspaces = _workspaces(loaded, problem)
     views: dict[str, TensorView] = dict(problem.tensors)
     for name, tensor in workspaces.items():
-        views[name] = TensorView(loaded.device, tensor.data_ptr(), tuple(tensor.shape),
-                                 tuple(tensor.stride()), WORKSPACES[name].dtype)
+        views[name] = TensorView(
+            loaded.device,
+            tensor.data_ptr(),
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            WORKSPACES[name].dtype,
+        )
     pointers = {name: view.pointer for name, view in views.items()}
     scalars = problem.scalars
     sm_count = device_info(loaded.device).sm_count
     make_current(loaded.device)
-    for kernel, function in zip(loaded.variant.kernels, loaded.functions):
+    for kernel, function in zip(loaded.variant.kernels, loaded.functions, strict=False):
         grid = launch_grid(kernel, scalars, sm_count)
         if is_empty(grid):
             continue

@@ -10,16 +10,22 @@ differing fields) and how to build the missing one.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import VariantNotFoundError
 from .manifest import KEY_FIELDS, Variant, VariantKey
 
 NEAREST_SHOWN = 3
 # Launch shape of a suggested entry when no installed variant can lend one.
-FALLBACK_LAUNCH_SHAPE = {"tile_m": 128, "tile_n": 128, "cluster_m": 1, "cluster_n": 1,
-                         "scheduler": "static"}
+FALLBACK_LAUNCH_SHAPE = {
+    "tile_m": 128,
+    "tile_n": 128,
+    "cluster_m": 1,
+    "cluster_n": 1,
+    "scheduler": "static",
+}
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str:
@@ -56,7 +62,9 @@ class VariantRequest:
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
 
 def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
@@ -103,14 +111,17 @@ def missing_variant_message(
     any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None]
     lines = [
         "no prebuilt dglu kernel matches this call",
-        "  requested: " + ", ".join(_show(n, v) for n, v in wanted.items())
+        "  requested: "
+        + ", ".join(_show(n, v) for n, v in wanted.items())
         + (f" (any {', '.join(any_fields)})" if any_fields else ""),
     ]
     ranked = sorted(variants, key=lambda v: len(_differences(v.key, wanted)))
     if ranked:
         lines.append("  nearest available variants (the fields that differ):")
         for variant in ranked[:NEAREST_SHOWN]:
-            diffs = ", ".join(_show(n, getattr(variant.key, n)) for n in _differences(variant.key, wanted))
+            diffs = ", ".join(
+                _show(n, getattr(variant.key, n)) for n in _differences(variant.key, wanted)
+            )
             lines.append(f"    {variant.name}: {diffs}")
     else:
         lines.append("  no variants are installed")

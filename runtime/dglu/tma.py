@@ -24,27 +24,39 @@ TENSOR_MAP_BYTES = 128
 
 # Manifest option value -> member name of the matching cuda.bindings.driver enum.
 TMA_OPTIONS: dict[str, tuple[str, dict[str, str]]] = {
-    "swizzle": ("CUtensorMapSwizzle", {
-        "none": "CU_TENSOR_MAP_SWIZZLE_NONE",
-        "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
-        "64B": "CU_TENSOR_MAP_SWIZZLE_64B",
-        "128B": "CU_TENSOR_MAP_SWIZZLE_128B",
-    }),
-    "l2_promotion": ("CUtensorMapL2promotion", {
-        "none": "CU_TENSOR_MAP_L2_PROMOTION_NONE",
-        "64B": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
-        "128B": "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
-        "256B": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
-    }),
-    "oob_fill": ("CUtensorMapFloatOOBfill", {
-        "none": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
-        "nan_request_zero_fma": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA",
-    }),
-    "interleave": ("CUtensorMapInterleave", {
-        "none": "CU_TENSOR_MAP_INTERLEAVE_NONE",
-        "16B": "CU_TENSOR_MAP_INTERLEAVE_16B",
-        "32B": "CU_TENSOR_MAP_INTERLEAVE_32B",
-    }),
+    "swizzle": (
+        "CUtensorMapSwizzle",
+        {
+            "none": "CU_TENSOR_MAP_SWIZZLE_NONE",
+            "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
+            "64B": "CU_TENSOR_MAP_SWIZZLE_64B",
+            "128B": "CU_TENSOR_MAP_SWIZZLE_128B",
+        },
+    ),
+    "l2_promotion": (
+        "CUtensorMapL2promotion",
+        {
+            "none": "CU_TENSOR_MAP_L2_PROMOTION_NONE",
+            "64B": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+            "128B": "CU_TENSOR_MAP_L2_PROMOTION_L2_128B",
+            "256B": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
+        },
+    ),
+    "oob_fill": (
+        "CUtensorMapFloatOOBfill",
+        {
+            "none": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
+            "nan_request_zero_fma": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA",
+        },
+    ),
+    "interleave": (
+        "CUtensorMapInterleave",
+        {
+            "none": "CU_TENSOR_MAP_INTERLEAVE_NONE",
+            "16B": "CU_TENSOR_MAP_INTERLEAVE_16B",
+            "32B": "CU_TENSOR_MAP_INTERLEAVE_32B",
+        },
+    ),
 }
 
 
@@ -54,8 +66,10 @@ def global_layout(rule: TmaRule, view: TensorView) -> tuple[list[int], list[int]
         raise ValueError(f"TMA rule wants {rule.dtype} elements, the tensor holds {view.dtype}")
     dropped = [d for d in range(len(view.shape)) if d not in rule.dims]
     if any(view.shape[d] != 1 for d in dropped):
-        raise ValueError(f"TMA rule covers dimensions {list(rule.dims)} of a tensor of shape "
-                         f"{view.shape}; the others must have size 1")
+        raise ValueError(
+            f"TMA rule covers dimensions {list(rule.dims)} of a tensor of shape "
+            f"{view.shape}; the others must have size 1"
+        )
     innermost = rule.dims[0]
     if view.strides[innermost] != 1 and view.shape[innermost] > 1:
         raise ValueError(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class TupleDict(dict):
@@ -16,6 +17,6 @@ class TupleDict(dict):
         return iter(self.values())
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, (int, slice)) and not isinstance(key, bool):
+        if isinstance(key, int | slice) and not isinstance(key, bool):
             return tuple(self.values())[key]
         return super().__getitem__(key)

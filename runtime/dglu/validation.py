@@ -15,8 +15,9 @@ Order of the checks, all before anything is allocated or launched:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, element_type_of
 from .problem import Problem, TensorView
@@ -45,8 +46,8 @@ class Dims:
 class _Rule:
     shape_text: str
     rank: int
-    shape: Callable[[Dims], tuple[int, ...]]
-    strides: Callable[[Dims], tuple[int, ...]]
+    shape: Callable[[Dims | Problem], tuple[int, ...]]  # outputs' rules get the Problem
+    strides: Callable[[Dims | Problem], tuple[int, ...]]
     dtypes: tuple[str, ...]
     align: int | None  # bytes; None: one element
     rank2_ok: bool = False
@@ -56,14 +57,28 @@ def _b_strides(d: Dims) -> tuple[int, ...]:
     return (d.k, 1, d.n * d.k) if d.b_major == "k" else (1, d.n, d.n * d.k)
 
 
-_CD = _Rule("(M, 2N, 1)", 3, lambda d: (d.m, 2 * d.n, 1), lambda d: (2 * d.n, 1, 2 * d.m * d.n),
-            FLOAT_TYPES, TMA_ALIGN_BYTES, rank2_ok=True)
+_CD = _Rule(
+    "(M, 2N, 1)",
+    3,
+    lambda d: (d.m, 2 * d.n, 1),
+    lambda d: (2 * d.n, 1, 2 * d.m * d.n),
+    FLOAT_TYPES,
+    TMA_ALIGN_BYTES,
+    rank2_ok=True,
+)
 _PER_EXPERT = _Rule("(L,)", 1, lambda d: (d.l,), lambda d: (1,), ("fp32",), None)
 _PER_ROW = _Rule("(M, 1, 1)", 3, lambda d: (d.m, 1, 1), lambda d: (1, 1, 1), ("fp32",), None)
 
 RULES: dict[str, _Rule] = {
-    "a": _Rule("(M, K, 1)", 3, lambda d: (d.m, d.k, 1), lambda d: (d.k, 1, d.m * d.k),
-               FLOAT_TYPES, TMA_ALIGN_BYTES, rank2_ok=True),
+    "a": _Rule(
+        "(M, K, 1)",
+        3,
+        lambda d: (d.m, d.k, 1),
+        lambda d: (d.k, 1, d.m * d.k),
+        FLOAT_TYPES,
+        TMA_ALIGN_BYTES,
+        rank2_ok=True,
+    ),
     "b": _Rule("(N, K, L)", 3, lambda d: (d.n, d.k, d.l), _b_strides, FLOAT_TYPES, TMA_ALIGN_BYTES),
     "c": _CD,
     "d_row": _CD,
@@ -72,8 +87,14 @@ RULES: dict[str, _Rule] = {
     "beta": _PER_EXPERT,
     "prob": _PER_ROW,
     "dprob": _PER_ROW,
-    "dbias": _Rule("(L, 2N, 1)", 3, lambda d: (d.l, 2 * d.n, 1), lambda d: (2 * d.n, 1, 1),
-                   ("bf16",), TMA_ALIGN_BYTES),
+    "dbias": _Rule(
+        "(L, 2N, 1)",
+        3,
+        lambda d: (d.l, 2 * d.n, 1),
+        lambda d: (2 * d.n, 1, 1),
+        ("bf16",),
+        TMA_ALIGN_BYTES,
+    ),
 }
 
 TensorArgs = Mapping[str, tuple[str, Any]]  # role -> (argument name, tensor)
@@ -83,12 +104,16 @@ def _check_type_and_rank(name: str, tensor: Any, rule: _Rule) -> None:
     import torch
 
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of shape {rule.shape_text}, got "
-                        f"{type(tensor).__name__}")
+        raise TypeError(
+            f"{name}: expected a torch.Tensor of shape {rule.shape_text}, got "
+            f"{type(tensor).__name__}"
+        )
     ranks = (rule.rank - 1, rule.rank) if rule.rank2_ok else (rule.rank,)
     if tensor.dim() not in ranks:
-        raise ValueError(f"{name}: expected shape {rule.shape_text}, got rank {tensor.dim()} "
-                         f"shape {tuple(tensor.shape)}")
+        raise ValueError(
+            f"{name}: expected shape {rule.shape_text}, got rank {tensor.dim()} "
+            f"shape {tuple(tensor.shape)}"
+        )
     element = element_type_of(tensor.dtype)
     if element is None or element.name not in rule.dtypes:
         allowed = ", ".join(f"torch.{ELEMENT_TYPES[t].torch_name}" for t in rule.dtypes)
@@ -98,20 +123,32 @@ def _check_type_and_rank(name: str, tensor: Any, rule: _Rule) -> None:
 def _dims(args: TensorArgs, b_major: str) -> Dims:
     a_name, a = args["a"]
     b_name, b = args["b"]
-    dims = Dims(m=a.shape[0], n=b.shape[0], k=a.shape[1], l=b.shape[2], b_major=b_major,
-                origin=f"M, K from {a_name}; N, L from {b_name}")
+    dims = Dims(
+        m=a.shape[0],
+        n=b.shape[0],
+        k=a.shape[1],
+        l=b.shape[2],
+        b_major=b_major,
+        origin=f"M, K from {a_name}; N, L from {b_name}",
+    )
     if dims.n <= 0 or dims.n % COLUMN_BLOCK:
-        raise ValueError(f"{b_name}: N = {dims.n} must be a positive multiple of {COLUMN_BLOCK} "
-                         f"(gate/input columns come in blocks of {COLUMN_BLOCK})")
+        raise ValueError(
+            f"{b_name}: N = {dims.n} must be a positive multiple of {COLUMN_BLOCK} "
+            f"(gate/input columns come in blocks of {COLUMN_BLOCK})"
+        )
     if not 1 <= dims.l <= MAX_EXPERTS:
         raise ValueError(f"{b_name}: L = {dims.l} experts, expected 1..{MAX_EXPERTS}")
     k_multiple = TMA_ALIGN_BYTES // a.element_size()
     if dims.k <= 0 or dims.k % k_multiple:
-        raise ValueError(f"{a_name}: K = {dims.k} must be a positive multiple of {k_multiple} "
-                         f"(rows of {a.dtype} must span a multiple of {TMA_ALIGN_BYTES} bytes)")
+        raise ValueError(
+            f"{a_name}: K = {dims.k} must be a positive multiple of {k_multiple} "
+            f"(rows of {a.dtype} must span a multiple of {TMA_ALIGN_BYTES} bytes)"
+        )
     if a.dtype != b.dtype:
-        raise ValueError(f"{b_name}: dtype {b.dtype} differs from {a_name}'s {a.dtype}; "
-                         "A and B must have the same dtype")
+        raise ValueError(
+            f"{b_name}: dtype {b.dtype} differs from {a_name}'s {a.dtype}; "
+            "A and B must have the same dtype"
+        )
     return dims
 
 
@@ -119,28 +156,33 @@ def _check_layout(name: str, tensor: Any, rule: _Rule, dims: Dims) -> None:
     shape = rule.shape(dims)
     actual = tuple(tensor.shape)
     if actual != shape and not (rule.rank2_ok and actual + (1,) == shape):
-        raise ValueError(f"{name}: shape {actual} does not match {rule.shape_text} = {shape} "
-                         f"with {dims.explain()}")
+        raise ValueError(
+            f"{name}: shape {actual} does not match {rule.shape_text} = {shape} "
+            f"with {dims.explain()}"
+        )
     expected = rule.strides(dims)
-    for axis, (size, stride) in enumerate(zip(actual, tensor.stride())):
+    for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=False)):
         if size > 1 and stride != expected[axis]:
-            raise ValueError(f"{name}: strides {tuple(tensor.stride())} differ from the required "
-                             f"{expected[:len(actual)]} (dimension {axis}); pass a contiguous "
-                             "tensor in the seed layout")
+            raise ValueError(
+                f"{name}: strides {tuple(tensor.stride())} differ from the required "
+                f"{expected[:len(actual)]} (dimension {axis}); pass a contiguous "
+                "tensor in the seed layout"
+            )
     align = rule.align or tensor.element_size()
     if tensor.data_ptr() % align:
         raise ValueError(f"{name}: data pointer {tensor.data_ptr():#x} is not {align}-byte aligned")
 
 
-def _check_devices(args: TensorArgs) -> int:
+def _check_devices(args: TensorArgs) -> None:
     first_name, first = next(iter(args.values()))
     if first.device.type != "cuda":
         raise ValueError(f"{first_name}: expected a CUDA tensor, got one on {first.device}")
     for name, tensor in args.values():
         if tensor.device != first.device:
-            raise ValueError(f"{name}: on {tensor.device}, but {first_name} is on {first.device}; "
-                             "all tensors must share one CUDA device")
-    return first.device.index
+            raise ValueError(
+                f"{name}: on {tensor.device}, but {first_name} is on {first.device}; "
+                "all tensors must share one CUDA device"
+            )
 
 
 def describe_tensors(args: TensorArgs, b_major: str) -> Problem:
@@ -150,30 +192,26 @@ def describe_tensors(args: TensorArgs, b_major: str) -> Problem:
     dims = _dims(args, b_major)
     for role, (name, tensor) in args.items():
         _check_layout(name, tensor, RULES[role], dims)
-    device = _check_devices(args)
-    views = {
-        role: TensorView(
-            device=device,
-            pointer=tensor.data_ptr(),
-            shape=RULES[role].shape(dims),
-            strides=RULES[role].strides(dims),
-            dtype=element_type_of(tensor.dtype).name,
-        )
-        for role, (_, tensor) in args.items()
-    }
+    _check_devices(args)
+    views = {role: _view(role, tensor, dims) for role, (_, tensor) in args.items()}
     return Problem(m=dims.m, n=dims.n, k=dims.k, l=dims.l, tensors=views)
 
 
-def output_view(role: str, tensor: Any, problem: Problem) -> TensorView:
-    """The view of an output the runtime allocated itself in the seed layout (unchecked)."""
+def _view(role: str, tensor: Any, sizes: Dims | Problem) -> TensorView:
+    """A checked tensor as the kernels see it: seed-rank shape, the seed's strides."""
     rule = RULES[role]
     return TensorView(
         device=tensor.device.index,
         pointer=tensor.data_ptr(),
-        shape=rule.shape(problem),
-        strides=rule.strides(problem),
+        shape=rule.shape(sizes),
+        strides=rule.strides(sizes),
         dtype=element_type_of(tensor.dtype).name,
     )
+
+
+def output_view(role: str, tensor: Any, problem: Problem) -> TensorView:
+    """The view of an output the runtime allocated itself in the seed layout (unchecked)."""
+    return _view(role, tensor, problem)
 
 
 def check_offset_values(name: str, values: Sequence[int], m: int, m_aligned: int) -> int:
@@ -184,10 +222,14 @@ def check_offset_values(name: str, values: Sequence[int], m: int, m_aligned: int
             raise ValueError(f"{name}: entry {index} = {value} is not a multiple of {m_aligned}")
         if value < previous:
             before = f"entry {index - 1} = {previous}" if index else "0"
-            raise ValueError(f"{name}: entry {index} = {value} is smaller than {before}; "
-                             "offsets are cumulative expert ends and never decrease")
+            raise ValueError(
+                f"{name}: entry {index} = {value} is smaller than {before}; "
+                "offsets are cumulative expert ends and never decrease"
+            )
         previous = value
     if previous > m:
-        raise ValueError(f"{name}: the last entry (valid_m = {previous}) exceeds M = {m}, "
-                         "the number of rows of A")
+        raise ValueError(
+            f"{name}: the last entry (valid_m = {previous}) exceeds M = {m}, "
+            "the number of rows of A"
+        )
     return previous

@@ -13,8 +13,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-GEGLU_DEFAULTS = {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0,
-                  "linear_offset": 1.0}
+GEGLU_DEFAULTS = {
+    "geglu_alpha": 1.702,
+    "glu_clamp_max": 7.0,
+    "glu_clamp_min": -7.0,
+    "linear_offset": 1.0,
+}
 
 MAIN_PARAMS = [
     {"name": "tma_a", "kind": "tensormap", "size": 128, "align": 64, "tensor": "a"},
@@ -24,8 +28,14 @@ MAIN_PARAMS = [
     {"name": "c", "kind": "pointer", "size": 8, "align": 8, "tensor": "c"},
     {"name": "d_row", "kind": "pointer", "size": 8, "align": 8, "tensor": "d_row"},
     {"name": "dprob", "kind": "pointer", "size": 8, "align": 8, "tensor": "dprob"},
-    {"name": "dbias_ws", "kind": "pointer", "size": 8, "align": 8, "tensor": "dbias_ws",
-     "optional": True},
+    {
+        "name": "dbias_ws",
+        "kind": "pointer",
+        "size": 8,
+        "align": 8,
+        "tensor": "dbias_ws",
+        "optional": True,
+    },
     {"name": "m", "kind": "i32", "size": 4, "align": 4, "value": "m"},
 ]
 FINISH_PARAMS = [
@@ -33,16 +43,31 @@ FINISH_PARAMS = [
     {"name": "dbias", "kind": "pointer", "size": 8, "align": 8, "tensor": "dbias"},
     {"name": "l_n2", "kind": "i32", "size": 4, "align": 4, "value": "l_n2"},
 ]
-TMA_COMMON = {"dtype": "bf16", "swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none",
-              "interleave": "none"}
+TMA_COMMON = {
+    "dtype": "bf16",
+    "swizzle": "128B",
+    "l2_promotion": "128B",
+    "oob_fill": "none",
+    "interleave": "none",
+}
 
 
 def variant_key(**overrides: Any) -> dict[str, Any]:
     """A complete, normalised variant key; act_params follow act_func unless given."""
     key = {
-        "arch": "sm_90a", "ab_dtype": "bf16", "c_dtype": "bf16", "d_dtype": "bf16",
-        "act_func": "dswiglu", "act_params": {}, "dbias": True, "weight_mode": "dense",
-        "b_major": "k", "tile_m": 128, "tile_n": 128, "cluster_m": 1, "cluster_n": 1,
+        "arch": "sm_90a",
+        "ab_dtype": "bf16",
+        "c_dtype": "bf16",
+        "d_dtype": "bf16",
+        "act_func": "dswiglu",
+        "act_params": {},
+        "dbias": True,
+        "weight_mode": "dense",
+        "b_major": "k",
+        "tile_m": 128,
+        "tile_n": 128,
+        "cluster_m": 1,
+        "cluster_n": 1,
         "scheduler": "static",
     }
     if overrides.get("act_func") == "dgeglu" and "act_params" not in overrides:
@@ -53,25 +78,38 @@ def variant_key(**overrides: Any) -> dict[str, Any]:
 
 def variant_name(key: dict[str, Any]) -> str:
     """A readable unique name for a key (the runtime treats names as opaque)."""
-    return (f"{key['arch']}_{key['c_dtype']}_{key['act_func']}_"
-            f"{'dbias' if key['dbias'] else 'nodbias'}_{key['tile_m']}x{key['tile_n']}_"
-            f"{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}")
+    return (
+        f"{key['arch']}_{key['c_dtype']}_{key['act_func']}_"
+        f"{'dbias' if key['dbias'] else 'nodbias'}_{key['tile_m']}x{key['tile_n']}_"
+        f"{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}"
+    )
 
 
 def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
     """The kernels of a variant as the contract describes them (dbias adds a finisher)."""
-    kernels = [{
-        "role": "main", "symbol": f"{symbol}_main_0", "block": [384, 1, 1],
-        "cluster": [key["cluster_m"], key["cluster_n"], 1], "dynamic_smem_bytes": 200_000,
-        "grid": {"rule": "persistent_tiles", "tile_m": key["tile_m"], "tile_n": key["tile_n"]},
-        "params": copy.deepcopy(MAIN_PARAMS),
-    }]
+    kernels = [
+        {
+            "role": "main",
+            "symbol": f"{symbol}_main_0",
+            "block": [384, 1, 1],
+            "cluster": [key["cluster_m"], key["cluster_n"], 1],
+            "dynamic_smem_bytes": 200_000,
+            "grid": {"rule": "persistent_tiles", "tile_m": key["tile_m"], "tile_n": key["tile_n"]},
+            "params": copy.deepcopy(MAIN_PARAMS),
+        }
+    ]
     if key["dbias"]:
-        kernels.append({
-            "role": "dbias_finish", "symbol": f"{symbol}_dbias_finish_1", "block": [256, 1, 1],
-            "cluster": [1, 1, 1], "dynamic_smem_bytes": 0,
-            "grid": {"rule": "elementwise", "count": "l_n2"}, "params": copy.deepcopy(FINISH_PARAMS),
-        })
+        kernels.append(
+            {
+                "role": "dbias_finish",
+                "symbol": f"{symbol}_dbias_finish_1",
+                "block": [256, 1, 1],
+                "cluster": [1, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "grid": {"rule": "elementwise", "count": "l_n2"},
+                "params": copy.deepcopy(FINISH_PARAMS),
+            }
+        )
     return kernels
 
 
@@ -83,17 +121,26 @@ def write_artifacts(directory: Path, keys: list[dict[str, Any]], **top: Any) -> 
         name = variant_name(key)
         cubin = os.urandom(512 + len(variants))
         (directory / f"{name}.cubin").write_bytes(cubin)
-        variants.append({
-            "name": name, "key": key, "cubin": f"{name}.cubin",
-            "sha256": hashlib.sha256(cubin).hexdigest(), "size": len(cubin),
-            "kernels": kernel_entries(key, f"dglu_{name}"),
-            "tma": {
-                "a": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_m"]]},
-                "b": {**TMA_COMMON, "dims": [1, 0, 2], "box": [64, key["tile_n"], 1]},
-            },
-        })
-    manifest = {"schema_version": 1, "toolchain": {"cutlass_dsl": "4.8.1", "python": "3.11.7"},
-                "variants": variants, **top}
+        variants.append(
+            {
+                "name": name,
+                "key": key,
+                "cubin": f"{name}.cubin",
+                "sha256": hashlib.sha256(cubin).hexdigest(),
+                "size": len(cubin),
+                "kernels": kernel_entries(key, f"dglu_{name}"),
+                "tma": {
+                    "a": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_m"]]},
+                    "b": {**TMA_COMMON, "dims": [1, 0, 2], "box": [64, key["tile_n"], 1]},
+                },
+            }
+        )
+    manifest = {
+        "schema_version": 1,
+        "toolchain": {"cutlass_dsl": "4.8.1", "python": "3.11.7"},
+        "variants": variants,
+        **top,
+    }
     write_manifest(directory, manifest)
     return manifest
 

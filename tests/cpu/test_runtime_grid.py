@@ -7,8 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts
-
+from conftest_runtime import variant_key, write_artifacts
 from dglu.grid import grid_spec_problem, is_empty, launch_grid
 from dglu.manifest import read_manifest
 
@@ -24,20 +23,25 @@ def scalars(m: int, n: int, l: int = 4) -> dict[str, int]:
     return {"m": m, "n": n, "k": 64, "l": l, "n2": 2 * n, "l_n2": 2 * n * l}
 
 
-@pytest.mark.parametrize(("m", "n", "tile_n", "expected"), [
-    (1000, 96, 128, (8, 1, 1)),          # ceil(1000/128) = 8 M-tiles, one N-tile
-    (1000, 160, 128, (16, 1, 1)),        # two N-tiles (160 = 128 + 32)
-    (1000, 160, 256, (8, 1, 1)),
-    (32768, 2048, 128, (H200_SMS, 1, 1)),  # 4096 tiles, capped at one CTA per SM
-    (0, 96, 128, (0, 1, 1)),
-])
+@pytest.mark.parametrize(
+    ("m", "n", "tile_n", "expected"),
+    [
+        (1000, 96, 128, (8, 1, 1)),  # ceil(1000/128) = 8 M-tiles, one N-tile
+        (1000, 160, 128, (16, 1, 1)),  # two N-tiles (160 = 128 + 32)
+        (1000, 160, 256, (8, 1, 1)),
+        (32768, 2048, 128, (H200_SMS, 1, 1)),  # 4096 tiles, capped at one CTA per SM
+        (0, 96, 128, (0, 1, 1)),
+    ],
+)
 def test_persistent_tiles(tmp_path: Path, m, n, tile_n, expected) -> None:
     main = kernels_of(tmp_path, tile_n=tile_n)[0]
     assert launch_grid(main, scalars(m, n), H200_SMS) == expected
     assert is_empty(expected) == (m == 0)
 
 
-@pytest.mark.parametrize(("m", "expected"), [(1000, (8, 1, 1)), (32768, (132, 1, 1)), (129, (2, 1, 1))])
+@pytest.mark.parametrize(
+    ("m", "expected"), [(1000, (8, 1, 1)), (32768, (132, 1, 1)), (129, (2, 1, 1))]
+)
 def test_persistent_tiles_with_clusters_of_two(tmp_path: Path, m, expected) -> None:
     main = kernels_of(tmp_path, cluster_m=2)[0]
     assert main.cluster == (2, 1, 1)
@@ -62,12 +66,15 @@ def test_elementwise_accepts_the_documented_alias(tmp_path: Path) -> None:
     assert launch_grid(replace(finish, grid=aliased), scalars(512, 96, 5), H200_SMS) == (4, 1, 1)
 
 
-@pytest.mark.parametrize(("rule", "args", "fragment"), [
-    ("spiral", {}, "unknown grid rule 'spiral'"),
-    ("persistent_tiles", {"tile_m": 128}, "needs exactly the fields ['tile_m', 'tile_n']"),
-    ("persistent_tiles", {"tile_m": 0, "tile_n": 128}, "tile_m=0"),
-    ("elementwise", {"count": "rows"}, "count='rows'"),
-])
+@pytest.mark.parametrize(
+    ("rule", "args", "fragment"),
+    [
+        ("spiral", {}, "unknown grid rule 'spiral'"),
+        ("persistent_tiles", {"tile_m": 128}, "needs exactly the fields ['tile_m', 'tile_n']"),
+        ("persistent_tiles", {"tile_m": 0, "tile_n": 128}, "tile_m=0"),
+        ("elementwise", {"count": "rows"}, "count='rows'"),
+    ],
+)
 def test_grid_spec_problems(rule, args, fragment) -> None:
     assert fragment in grid_spec_problem(rule, args)
 

@@ -8,23 +8,27 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest_runtime import DEFAULT_KEYS, variant_name, write_artifacts
-
 import dglu
+from conftest_runtime import DEFAULT_KEYS, variant_name, write_artifacts
 from dglu.manifest import load_manifests, search_path
 
 RUNTIME_DIR = Path(dglu.__file__).resolve().parent.parent
 
 
-def run_python(code_or_module: list[str], env_changes: dict[str, str]) -> subprocess.CompletedProcess:
+def run_python(
+    code_or_module: list[str], env_changes: dict[str, str]
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(RUNTIME_DIR), **env_changes}
-    return subprocess.run([sys.executable, *code_or_module], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, *code_or_module], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_import_loads_no_heavy_module(tmp_path: Path) -> None:
-    code = ("import json, sys, dglu; print(json.dumps(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in ('torch', 'cuda', 'cutlass', 'numpy'))))")
+    code = (
+        "import json, sys, dglu; print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('torch', 'cuda', 'cutlass', 'numpy'))))"
+    )
     result = run_python(["-c", code], {"XDG_CACHE_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
@@ -41,14 +45,18 @@ def test_module_lists_variants_and_device(tmp_path: Path) -> None:
     packaged = load_manifests(search_path({})[-1:])
     assert f"variants ({3 + sum(len(m.variants) for m in packaged)}):" in out
     for key in DEFAULT_KEYS[:3]:
-        assert f"  {variant_name(key)}\n    arch=sm_90a {key['act_func']} dbias={key['dbias']}" in out
+        assert (
+            f"  {variant_name(key)}\n    arch=sm_90a {key['act_func']} dbias={key['dbias']}" in out
+        )
     assert f"from {tmp_path / 'art' / 'manifest.json'}" in out
     assert out.splitlines()[-1].startswith(("device 0: ", "device: none"))
 
 
 def test_module_reports_a_broken_manifest(tmp_path: Path) -> None:
     write_artifacts(tmp_path, DEFAULT_KEYS[:1], schema_version=9)
-    result = run_python(["-m", "dglu"], {"DGLU_CUBIN_PATH": str(tmp_path),
-                                         "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    result = run_python(
+        ["-m", "dglu"],
+        {"DGLU_CUBIN_PATH": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert result.returncode == 1
     assert "error: " in result.stdout and "schema_version 9" in result.stdout

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from conftest_runtime import DEFAULT_KEYS, write_artifacts
-
 from dglu.errors import IntegrityError
 from dglu.integrity import read_verified_cubin
 from dglu.manifest import read_manifest

@@ -6,8 +6,13 @@ import copy
 from pathlib import Path
 
 import pytest
-from conftest_runtime import DEFAULT_KEYS, variant_key, variant_name, write_artifacts, write_manifest
-
+from conftest_runtime import (
+    DEFAULT_KEYS,
+    variant_key,
+    variant_name,
+    write_artifacts,
+    write_manifest,
+)
 from dglu.errors import ManifestError
 from dglu.manifest import load_manifests, merged_variants, read_manifest, search_path
 
@@ -19,12 +24,12 @@ def test_reads_every_field_of_a_good_manifest(tmp_path: Path) -> None:
     assert manifest.path == tmp_path / "manifest.json"
     assert dict(manifest.toolchain) == written["toolchain"]
     assert [v.name for v in manifest.variants] == [v["name"] for v in written["variants"]]
-    for variant, entry in zip(manifest.variants, written["variants"]):
+    for variant, entry in zip(manifest.variants, written["variants"], strict=False):
         assert variant.key.as_dict() == entry["key"]
         assert variant.cubin_path == tmp_path / entry["cubin"]
         assert (variant.sha256, variant.size) == (entry["sha256"], entry["size"])
         assert [k.symbol for k in variant.kernels] == [k["symbol"] for k in entry["kernels"]]
-        for kernel, kernel_entry in zip(variant.kernels, entry["kernels"]):
+        for kernel, kernel_entry in zip(variant.kernels, entry["kernels"], strict=False):
             assert list(kernel.block) == kernel_entry["block"]
             assert kernel.grid.rule == kernel_entry["grid"]["rule"]
             assert [(p.name, p.kind, p.size, p.align) for p in kernel.params] == [
@@ -191,8 +196,12 @@ def test_search_order_and_shadowing(tmp_path: Path) -> None:
 
     entries = search_path(env)
     assert [e.directory for e in entries[:3]] == [first, second, cache / "dglu" / "variants"]
-    assert [e.origin for e in entries] == ["DGLU_CUBIN_PATH", "DGLU_CUBIN_PATH", "user variants",
-                                           "package"]
+    assert [e.origin for e in entries] == [
+        "DGLU_CUBIN_PATH",
+        "DGLU_CUBIN_PATH",
+        "user variants",
+        "package",
+    ]
     assert entries[-1].directory.name == "_cubins" and entries[-1].directory.parent.name == "dglu"
 
     variants = merged_variants(load_manifests(entries))
@@ -213,7 +222,9 @@ def test_user_dir_defaults_to_home_cache(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_listed_directory_without_manifest_is_an_error(tmp_path: Path) -> None:
     env = {"DGLU_CUBIN_PATH": str(tmp_path / "missing"), "XDG_CACHE_HOME": str(tmp_path)}
-    with pytest.raises(ManifestError, match="DGLU_CUBIN_PATH lists .*missing, which has no manifest.json"):
+    with pytest.raises(
+        ManifestError, match="DGLU_CUBIN_PATH lists .*missing, which has no manifest.json"
+    ):
         load_manifests(search_path(env))
 
 

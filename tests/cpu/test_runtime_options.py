@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from dglu.options import (
     check_absent,
     check_dense_weights,
@@ -14,10 +13,23 @@ from dglu.options import (
 )
 
 SEED_DEFAULTS = dict(
-    acc_dtype=None, mma_tiler_mn=None, cluster_shape_mn=None, sf_vec_size=16, vector_f32=False,
-    m_aligned=256, discrete_col_sfd=False, act_func="dswiglu", geglu_alpha=1.702,
-    glu_clamp_max=7.0, glu_clamp_min=-7.0, linear_offset=1.0, situ_beta1=4.0, situ_beta2=25.0,
-    b_major="k", epilogue_op=None, use_dynamic_sched=False,
+    acc_dtype=None,
+    mma_tiler_mn=None,
+    cluster_shape_mn=None,
+    sf_vec_size=16,
+    vector_f32=False,
+    m_aligned=256,
+    discrete_col_sfd=False,
+    act_func="dswiglu",
+    geglu_alpha=1.702,
+    glu_clamp_max=7.0,
+    glu_clamp_min=-7.0,
+    linear_offset=1.0,
+    situ_beta1=4.0,
+    situ_beta2=25.0,
+    b_major="k",
+    epilogue_op=None,
+    use_dynamic_sched=False,
 )
 
 
@@ -32,10 +44,15 @@ def test_defaults_select_dswiglu_static_any_launch_shape() -> None:
 
 
 def test_dgeglu_compiles_in_its_constants() -> None:
-    chosen = options(act_func="dgeglu", geglu_alpha=1.0, glu_clamp_max=10, glu_clamp_min=-10,
-                     linear_offset=0.0)
-    assert dict(chosen.act_params) == {"geglu_alpha": 1.0, "glu_clamp_max": 10.0,
-                                       "glu_clamp_min": -10.0, "linear_offset": 0.0}
+    chosen = options(
+        act_func="dgeglu", geglu_alpha=1.0, glu_clamp_max=10, glu_clamp_min=-10, linear_offset=0.0
+    )
+    assert dict(chosen.act_params) == {
+        "geglu_alpha": 1.0,
+        "glu_clamp_max": 10.0,
+        "glu_clamp_min": -10.0,
+        "linear_offset": 0.0,
+    }
 
 
 def test_tile_cluster_and_scheduler() -> None:
@@ -43,25 +60,28 @@ def test_tile_cluster_and_scheduler() -> None:
     assert (chosen.tile, chosen.cluster, chosen.scheduler) == ((128, 256), (2, 1), "dynamic")
 
 
-@pytest.mark.parametrize(("name", "value", "error"), [
-    ("cd_major", "m", ValueError),
-    ("m_aligned", 128, ValueError),
-    ("sf_vec_size", 32, ValueError),
-    ("discrete_col_sfd", True, ValueError),
-    ("epilogue_op", "relu", ValueError),
-    ("vector_f32", True, NotImplementedError),
-    ("act_func", "dsituglu", NotImplementedError),
-    ("act_func", "drelu", ValueError),
-    ("b_major", "m", ValueError),
-    ("use_dynamic_sched", 1, ValueError),
-    ("acc_dtype", "torch.float16", ValueError),
-    ("mma_tiler_mn", (128,), ValueError),
-    ("mma_tiler_mn", (128, 0), ValueError),
-    ("cluster_shape_mn", (True, 1), ValueError),
-    ("geglu_alpha", 2.0, ValueError),        # not used by the default dswiglu
-    ("situ_beta1", 3.0, ValueError),
-    ("linear_offset", math.nan, ValueError),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "error"),
+    [
+        ("cd_major", "m", ValueError),
+        ("m_aligned", 128, ValueError),
+        ("sf_vec_size", 32, ValueError),
+        ("discrete_col_sfd", True, ValueError),
+        ("epilogue_op", "relu", ValueError),
+        ("vector_f32", True, NotImplementedError),
+        ("act_func", "dsituglu", NotImplementedError),
+        ("act_func", "drelu", ValueError),
+        ("b_major", "m", ValueError),
+        ("use_dynamic_sched", 1, ValueError),
+        ("acc_dtype", "torch.float16", ValueError),
+        ("mma_tiler_mn", (128,), ValueError),
+        ("mma_tiler_mn", (128, 0), ValueError),
+        ("cluster_shape_mn", (True, 1), ValueError),
+        ("geglu_alpha", 2.0, ValueError),  # not used by the default dswiglu
+        ("situ_beta1", 3.0, ValueError),
+        ("linear_offset", math.nan, ValueError),
+    ],
+)
 def test_refused_arguments_name_themselves(name, value, error) -> None:
     with pytest.raises(error) as raised:
         options(**{name: value})

@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 from conftest_runtime import DEFAULT_KEYS, write_artifacts, write_manifest
-
 from dglu.errors import ParamPackingError
 from dglu.manifest import read_manifest
 from dglu.params import KernelArguments, pack_params
 
 SCALARS = {"m": 1280 + 100, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
-POINTERS = {"c": 0x7F00_0000_1000, "d_row": 0x7F00_0020_0000, "dprob": 0x7F00_0030_0100,
-            "dbias_ws": 0x7F00_0040_0000, "dbias": 0x7F00_0050_0000}
+POINTERS = {
+    "c": 0x7F00_0000_1000,
+    "d_row": 0x7F00_0020_0000,
+    "dprob": 0x7F00_0030_0100,
+    "dbias_ws": 0x7F00_0040_0000,
+    "dbias": 0x7F00_0050_0000,
+}
 TENSOR_MAPS = {"a": bytes(range(128)), "b": bytes(range(255, 127, -1))}
 
 

@@ -13,15 +13,15 @@ import pytest
 
 pytest.importorskip("cutlass", reason="compiling the smoke specs needs nvidia-cutlass-dsl")
 
-from codegen.build import build_artifacts  # noqa: E402
-from codegen.cubin_info import read_cubin  # noqa: E402
-from codegen.specs import load_specs  # noqa: E402
-
 from dglu.integrity import read_verified_cubin  # noqa: E402
 from dglu.manifest import TENSOR_NAMES, read_manifest  # noqa: E402
 from dglu.params import pack_params  # noqa: E402
 from dglu.problem import WORKSPACES  # noqa: E402
 from dglu.selection import VariantRequest, select_variant  # noqa: E402
+
+from codegen.build import build_artifacts  # noqa: E402
+from codegen.cubin_info import read_cubin  # noqa: E402
+from codegen.specs import load_specs  # noqa: E402
 
 SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
 SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
@@ -38,8 +38,9 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path) -> None:
     manifest = read_manifest(artifacts)
     assert len(manifest.variants) == len(load_specs(SMOKE_SPECS))
-    pointers = {name: 0x7F00_0000_0000 + 0x1000 * i
-                for i, name in enumerate((*TENSOR_NAMES, *WORKSPACES))}
+    pointers = {
+        name: 0x7F00_0000_0000 + 0x1000 * i for i, name in enumerate((*TENSOR_NAMES, *WORKSPACES))
+    }
     for variant in manifest.variants:
         info = read_cubin(read_verified_cubin(variant))
         request = VariantRequest(**variant.key.as_dict() | {"act_params": variant.key.act_params})

@@ -7,8 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest_runtime import DEFAULT_KEYS, GEGLU_DEFAULTS, variant_key, variant_name, write_artifacts
-
+from conftest_runtime import (
+    DEFAULT_KEYS,
+    GEGLU_DEFAULTS,
+    variant_key,
+    variant_name,
+    write_artifacts,
+)
 from dglu.errors import VariantNotFoundError
 from dglu.manifest import read_manifest
 from dglu.selection import VariantRequest, arch_for_capability, select_variant
@@ -23,15 +28,32 @@ def variants(tmp_path: Path):
 def request_for(**overrides) -> VariantRequest:
     """A request for the fields of variant_key(**overrides), launch shape left open."""
     key = variant_key(**overrides)
-    fields = {name: key[name] for name in (
-        "arch", "ab_dtype", "c_dtype", "d_dtype", "act_func", "dbias", "weight_mode", "b_major")}
+    fields = {
+        name: key[name]
+        for name in (
+            "arch",
+            "ab_dtype",
+            "c_dtype",
+            "d_dtype",
+            "act_func",
+            "dbias",
+            "weight_mode",
+            "b_major",
+        )
+    }
     return VariantRequest(act_params=tuple(sorted(key["act_params"].items())), **fields)
 
 
 @pytest.mark.parametrize("key", DEFAULT_KEYS[:4], ids=variant_name)
 def test_exact_match_picks_that_variant(variants, key) -> None:
-    request = replace(request_for(**key), tile_m=key["tile_m"], tile_n=key["tile_n"],
-                      cluster_m=1, cluster_n=1, scheduler="static")
+    request = replace(
+        request_for(**key),
+        tile_m=key["tile_m"],
+        tile_n=key["tile_n"],
+        cluster_m=1,
+        cluster_n=1,
+        scheduler="static",
+    )
     assert select_variant(variants, request).name == variant_name(key)
 
 
@@ -43,29 +65,37 @@ def test_open_launch_shape_takes_the_first_match_in_manifest_order(variants) -> 
 
 
 def test_given_tile_and_cluster_are_matched(variants) -> None:
-    request = replace(request_for(act_func="dswiglu", dbias=True), tile_m=128, tile_n=256,
-                      cluster_m=1, cluster_n=1)
+    request = replace(
+        request_for(act_func="dswiglu", dbias=True),
+        tile_m=128,
+        tile_n=256,
+        cluster_m=1,
+        cluster_n=1,
+    )
     assert select_variant(variants, request).name == variant_name(DEFAULT_KEYS[4])
 
 
 def test_act_params_compare_as_numbers(variants) -> None:
     params = {**GEGLU_DEFAULTS, "glu_clamp_max": 7, "glu_clamp_min": -7}
-    request = replace(request_for(act_func="dgeglu", dbias=False),
-                      act_params=tuple(sorted(params.items())))
+    request = replace(
+        request_for(act_func="dgeglu", dbias=False), act_params=tuple(sorted(params.items()))
+    )
     assert select_variant(variants, request).name == variant_name(DEFAULT_KEYS[3])
 
 
 def test_other_act_params_do_not_match(variants) -> None:
     params = {**GEGLU_DEFAULTS, "geglu_alpha": 1.0}
-    request = replace(request_for(act_func="dgeglu", dbias=False),
-                      act_params=tuple(sorted(params.items())))
+    request = replace(
+        request_for(act_func="dgeglu", dbias=False), act_params=tuple(sorted(params.items()))
+    )
     with pytest.raises(VariantNotFoundError, match="act_params=.*'geglu_alpha': 1.0"):
         select_variant(variants, request)
 
 
 def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
-    request = replace(request_for(act_func="dgeglu", dbias=True, c_dtype="fp32"),
-                      tile_m=128, tile_n=256)
+    request = replace(
+        request_for(act_func="dgeglu", dbias=True, c_dtype="fp32"), tile_m=128, tile_n=256
+    )
     with pytest.raises(VariantNotFoundError) as error:
         select_variant(variants, request, searched=["/somewhere (package)"])
     message = str(error.value)
@@ -80,8 +110,15 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
 
     command = lines[lines.index("  build it with:") + 1].strip()
     assert command.startswith("dglu-build add ")
-    for flag in ("--act dgeglu", "--c-dtype fp32", "--tile 128x256", "--cluster 1x1", "--dbias",
-                 "--act-param geglu_alpha=1.702", "--scheduler static"):
+    for flag in (
+        "--act dgeglu",
+        "--c-dtype fp32",
+        "--tile 128x256",
+        "--cluster 1x1",
+        "--dbias",
+        "--act-param geglu_alpha=1.702",
+        "--scheduler static",
+    ):
         assert flag in command
     entry = json.loads(lines[-1].strip().removeprefix("- "))
     assert entry == variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256)
@@ -97,13 +134,16 @@ def test_missing_variant_with_nothing_installed() -> None:
     assert "--no-dbias" in message
 
 
-@pytest.mark.parametrize(("capability", "arch"), [((9, 0), "sm_90a"), ((10, 0), "sm_100a"),
-                                                  ((10, 3), "sm_100a")])
+@pytest.mark.parametrize(
+    ("capability", "arch"), [((9, 0), "sm_90a"), ((10, 0), "sm_100a"), ((10, 3), "sm_100a")]
+)
 def test_arch_of_a_capability(capability, arch) -> None:
     assert arch_for_capability(capability) == arch
 
 
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (12, 0)])
 def test_unsupported_capability(capability) -> None:
-    with pytest.raises(VariantNotFoundError, match=f"compute capability {capability[0]}.{capability[1]}"):
+    with pytest.raises(
+        VariantNotFoundError, match=f"compute capability {capability[0]}.{capability[1]}"
+    ):
         arch_for_capability(capability)

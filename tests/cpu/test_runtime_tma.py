@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import pytest
-
 from dglu.manifest import TmaRule
 from dglu.problem import TensorView
 from dglu.tma import TMA_OPTIONS, global_layout
 
 
 def rule(dims, box, dtype="bf16") -> TmaRule:
-    return TmaRule(dtype=dtype, dims=tuple(dims), box=tuple(box), swizzle="128B",
-                   l2_promotion="128B", oob_fill="none", interleave="none")
+    return TmaRule(
+        dtype=dtype,
+        dims=tuple(dims),
+        box=tuple(box),
+        swizzle="128B",
+        l2_promotion="128B",
+        oob_fill="none",
+        interleave="none",
+    )
 
 
 def view(shape, strides, dtype="bf16") -> TensorView:
-    return TensorView(device=0, pointer=1 << 20, shape=tuple(shape), strides=tuple(strides), dtype=dtype)
+    return TensorView(
+        device=0, pointer=1 << 20, shape=tuple(shape), strides=tuple(strides), dtype=dtype
+    )
 
 
 def test_a_as_rank_two_k_innermost() -> None:
@@ -34,8 +42,9 @@ def test_b_rank_three_with_expert_stride() -> None:
 
 def test_fp32_element_size() -> None:
     m, n2 = 256, 192
-    dims, strides = global_layout(rule([1, 0, 2], [32, 128, 1], "fp32"),
-                                  view((m, n2, 1), (n2, 1, m * n2), "fp32"))
+    dims, strides = global_layout(
+        rule([1, 0, 2], [32, 128, 1], "fp32"), view((m, n2, 1), (n2, 1, m * n2), "fp32")
+    )
     assert (dims, strides) == ([n2, m, 1], [n2 * 4, m * n2 * 4])
 
 
@@ -45,7 +54,9 @@ def test_refuses_other_dtype() -> None:
 
 
 def test_refuses_dropping_a_dimension_larger_than_one() -> None:
-    with pytest.raises(ValueError, match="covers dimensions \\[1, 0\\] of a tensor of shape \\(96, 64, 5\\)"):
+    with pytest.raises(
+        ValueError, match="covers dimensions \\[1, 0\\] of a tensor of shape \\(96, 64, 5\\)"
+    ):
         global_layout(rule([1, 0], [64, 128]), view((96, 64, 5), (64, 1, 96 * 64)))
 
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from dglu import TupleDict
 
-NAMES = ("d_row_tensor", "d_col_tensor", "dprob_tensor", "dbias_tensor", "amax_tensor",
-         "sfd_row_tensor", "sfd_col_tensor")
+NAMES = (
+    "d_row_tensor",
+    "d_col_tensor",
+    "dprob_tensor",
+    "dbias_tensor",
+    "amax_tensor",
+    "sfd_row_tensor",
+    "sfd_col_tensor",
+)
 
 
 def make() -> TupleDict:
-    return TupleDict((name, f"value of {name}" if i in (0, 2) else None) for i, name in enumerate(NAMES))
+    return TupleDict(
+        (name, f"value of {name}" if i in (0, 2) else None) for i, name in enumerate(NAMES)
+    )
 
 
 def test_unpacks_in_insertion_order() -> None:

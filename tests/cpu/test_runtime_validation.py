@@ -28,15 +28,26 @@ def seed_tensors(m=M, n=N, k=K, l=L, b_major="k") -> dict[str, object]:
         "c": torch.zeros(m, 2 * n, 1, dtype=torch.bfloat16),
         "d_row": torch.zeros(m, 2 * n, 1, dtype=torch.bfloat16),
         "padded_offsets": torch.zeros(l, dtype=torch.int32),
-        "alpha": torch.ones(l), "beta": torch.ones(l),
-        "prob": torch.ones(m, 1, 1), "dprob": torch.zeros(m, 1, 1),
+        "alpha": torch.ones(l),
+        "beta": torch.ones(l),
+        "prob": torch.ones(m, 1, 1),
+        "dprob": torch.zeros(m, 1, 1),
         "dbias": torch.zeros(l, 2 * n, 1, dtype=torch.bfloat16),
     }
 
 
-NAMES = {"a": "a_tensor", "b": "b_tensor", "c": "c_tensor", "d_row": "d_row_tensor",
-         "padded_offsets": "padded_offsets", "alpha": "alpha_tensor", "beta": "beta_tensor",
-         "prob": "prob_tensor", "dprob": "dprob_tensor", "dbias": "dbias_tensor"}
+NAMES = {
+    "a": "a_tensor",
+    "b": "b_tensor",
+    "c": "c_tensor",
+    "d_row": "d_row_tensor",
+    "padded_offsets": "padded_offsets",
+    "alpha": "alpha_tensor",
+    "beta": "beta_tensor",
+    "prob": "prob_tensor",
+    "dprob": "dprob_tensor",
+    "dbias": "dbias_tensor",
+}
 
 
 def describe(tensors: dict[str, object], b_major: str = "k"):
@@ -64,23 +75,84 @@ def test_n_major_b_is_accepted_when_asked_for() -> None:
 
 def _misaligned_a() -> object:
     flat = torch.zeros(M * K + 8, dtype=torch.bfloat16)
-    return flat[1:1 + M * K].view(M, K, 1)
+    return flat[1 : 1 + M * K].view(M, K, 1)
 
 
 # role -> replacement tensor, expected message start (after the argument name)
 BAD = {
-    "a not a tensor": ("a", lambda: [[0.0]], TypeError, "a_tensor: expected a torch.Tensor of shape (M, K, 1), got list"),
-    "prob of rank 1": ("prob", lambda: torch.ones(M), ValueError, "prob_tensor: expected shape (M, 1, 1), got rank 1"),
-    "alpha float64": ("alpha", lambda: torch.ones(L, dtype=torch.float64), ValueError, "alpha_tensor: dtype torch.float64 is not accepted; expected one of torch.float32"),
-    "offsets int64": ("padded_offsets", lambda: torch.zeros(L, dtype=torch.int64), ValueError, "padded_offsets: dtype torch.int64 is not accepted; expected one of torch.int32"),
-    "dbias fp32": ("dbias", lambda: torch.zeros(L, 2 * N, 1), ValueError, "dbias_tensor: dtype torch.float32 is not accepted; expected one of torch.bfloat16"),
-    "a fp16, b bf16": ("a", lambda: torch.zeros(M, K, 1, dtype=torch.float16), ValueError, "b_tensor: dtype torch.bfloat16 differs from a_tensor's torch.float16"),
-    "c too wide": ("c", lambda: torch.zeros(M, 2 * N + 64, 1, dtype=torch.bfloat16), ValueError, f"c_tensor: shape ({M}, {2 * N + 64}, 1) does not match (M, 2N, 1) = ({M}, {2 * N}, 1) with M={M}, N={N}, K={K}, L={L}"),
-    "d_row fewer rows": ("d_row", lambda: torch.zeros(M - 1, 2 * N, 1, dtype=torch.bfloat16), ValueError, "d_row_tensor: shape"),
-    "beta of another L": ("beta", lambda: torch.ones(L + 1), ValueError, f"beta_tensor: shape ({L + 1},) does not match (L,) = ({L},)"),
-    "b with the wrong K": ("b", lambda: torch.zeros(L, N, K + 8, dtype=torch.bfloat16).permute(1, 2, 0), ValueError, "b_tensor: shape"),
-    "b contiguous (N, K, L)": ("b", lambda: torch.zeros(N, K, L, dtype=torch.bfloat16), ValueError, f"b_tensor: strides ({K * L}, {L}, 1) differ from the required ({K}, 1, {N * K})"),
-    "c transposed": ("c", lambda: torch.zeros(2 * N, M, dtype=torch.bfloat16).t(), ValueError, "c_tensor: strides"),
+    "a not a tensor": (
+        "a",
+        lambda: [[0.0]],
+        TypeError,
+        "a_tensor: expected a torch.Tensor of shape (M, K, 1), got list",
+    ),
+    "prob of rank 1": (
+        "prob",
+        lambda: torch.ones(M),
+        ValueError,
+        "prob_tensor: expected shape (M, 1, 1), got rank 1",
+    ),
+    "alpha float64": (
+        "alpha",
+        lambda: torch.ones(L, dtype=torch.float64),
+        ValueError,
+        "alpha_tensor: dtype torch.float64 is not accepted; expected one of torch.float32",
+    ),
+    "offsets int64": (
+        "padded_offsets",
+        lambda: torch.zeros(L, dtype=torch.int64),
+        ValueError,
+        "padded_offsets: dtype torch.int64 is not accepted; expected one of torch.int32",
+    ),
+    "dbias fp32": (
+        "dbias",
+        lambda: torch.zeros(L, 2 * N, 1),
+        ValueError,
+        "dbias_tensor: dtype torch.float32 is not accepted; expected one of torch.bfloat16",
+    ),
+    "a fp16, b bf16": (
+        "a",
+        lambda: torch.zeros(M, K, 1, dtype=torch.float16),
+        ValueError,
+        "b_tensor: dtype torch.bfloat16 differs from a_tensor's torch.float16",
+    ),
+    "c too wide": (
+        "c",
+        lambda: torch.zeros(M, 2 * N + 64, 1, dtype=torch.bfloat16),
+        ValueError,
+        f"c_tensor: shape ({M}, {2 * N + 64}, 1) does not match (M, 2N, 1) = ({M}, {2 * N}, 1) "
+        f"with M={M}, N={N}, K={K}, L={L}",
+    ),
+    "d_row fewer rows": (
+        "d_row",
+        lambda: torch.zeros(M - 1, 2 * N, 1, dtype=torch.bfloat16),
+        ValueError,
+        "d_row_tensor: shape",
+    ),
+    "beta of another L": (
+        "beta",
+        lambda: torch.ones(L + 1),
+        ValueError,
+        f"beta_tensor: shape ({L + 1},) does not match (L,) = ({L},)",
+    ),
+    "b with the wrong K": (
+        "b",
+        lambda: torch.zeros(L, N, K + 8, dtype=torch.bfloat16).permute(1, 2, 0),
+        ValueError,
+        "b_tensor: shape",
+    ),
+    "b contiguous (N, K, L)": (
+        "b",
+        lambda: torch.zeros(N, K, L, dtype=torch.bfloat16),
+        ValueError,
+        f"b_tensor: strides ({K * L}, {L}, 1) differ from the required ({K}, 1, {N * K})",
+    ),
+    "c transposed": (
+        "c",
+        lambda: torch.zeros(2 * N, M, dtype=torch.bfloat16).t(),
+        ValueError,
+        "c_tensor: strides",
+    ),
     "a misaligned": ("a", _misaligned_a, ValueError, "a_tensor: data pointer"),
 }
 
@@ -95,11 +167,14 @@ def test_bad_tensor_is_named_with_what_it_needs(case: str) -> None:
     assert str(raised.value).startswith(message), str(raised.value)
 
 
-@pytest.mark.parametrize(("sizes", "message"), [
-    ({"n": 80}, "b_tensor: N = 80 must be a positive multiple of 32"),
-    ({"k": 204}, "a_tensor: K = 204 must be a positive multiple of 8"),
-    ({"l": 1025, "n": 32, "k": 8}, "b_tensor: L = 1025 experts, expected 1..1024"),
-])
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [
+        ({"n": 80}, "b_tensor: N = 80 must be a positive multiple of 32"),
+        ({"k": 204}, "a_tensor: K = 204 must be a positive multiple of 8"),
+        ({"l": 1025, "n": 32, "k": 8}, "b_tensor: L = 1025 experts, expected 1..1024"),
+    ],
+)
 def test_size_rules(sizes, message) -> None:
     with pytest.raises(ValueError, match=f"^{message}"):
         describe(seed_tensors(**sizes))
@@ -127,9 +202,16 @@ def test_offset_values() -> None:
 
 def wrapper_arguments(**changes) -> dict[str, object]:
     t = seed_tensors()
-    arguments = dict(a_tensor=t["a"], c_tensor=t["c"], padded_offsets=t["padded_offsets"],
-                     alpha_tensor=t["alpha"], beta_tensor=t["beta"], prob_tensor=t["prob"],
-                     dprob_tensor=t["dprob"], b_tensor=t["b"])
+    arguments = dict(
+        a_tensor=t["a"],
+        c_tensor=t["c"],
+        padded_offsets=t["padded_offsets"],
+        alpha_tensor=t["alpha"],
+        beta_tensor=t["beta"],
+        prob_tensor=t["prob"],
+        dprob_tensor=t["dprob"],
+        b_tensor=t["b"],
+    )
     arguments.update(changes)
     return arguments
 
@@ -138,19 +220,32 @@ def test_wrapper_checks_layouts_then_device() -> None:
     with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
         grouped_gemm_dglu_wrapper_sm90(**wrapper_arguments(act_func="dgeglu", generate_dbias=True))
     with pytest.raises(ValueError, match="^c_tensor: shape"):
-        grouped_gemm_dglu_wrapper_sm90(**wrapper_arguments(c_tensor=torch.zeros(M, N, dtype=torch.bfloat16)))
+        grouped_gemm_dglu_wrapper_sm90(
+            **wrapper_arguments(c_tensor=torch.zeros(M, N, dtype=torch.bfloat16))
+        )
 
 
-@pytest.mark.parametrize(("changes", "error", "message"), [
-    ({"sfa_tensor": torch.zeros(1)}, NotImplementedError, "sfa_tensor: block-scaled"),
-    ({"norm_const_tensor": torch.zeros(1)}, NotImplementedError, "norm_const_tensor: block-scaled"),
-    ({"b_tensor": None, "b_ptrs": torch.zeros(L, dtype=torch.int64), "n": N}, NotImplementedError, "b_ptrs, n: discrete"),
-    ({"b_tensor": None}, ValueError, "b_tensor: required"),
-    ({"d_dtype": torch.int8}, ValueError, "d_dtype: expected"),
-    ({"generate_dbias": "yes"}, ValueError, "generate_dbias: expected a bool"),
-    ({"act_func": "dsituglu"}, NotImplementedError, "act_func: 'dsituglu'"),
-    ({"acc_dtype": torch.float16}, ValueError, "acc_dtype: must be torch.float32"),
-])
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"sfa_tensor": torch.zeros(1)}, NotImplementedError, "sfa_tensor: block-scaled"),
+        (
+            {"norm_const_tensor": torch.zeros(1)},
+            NotImplementedError,
+            "norm_const_tensor: block-scaled",
+        ),
+        (
+            {"b_tensor": None, "b_ptrs": torch.zeros(L, dtype=torch.int64), "n": N},
+            NotImplementedError,
+            "b_ptrs, n: discrete",
+        ),
+        ({"b_tensor": None}, ValueError, "b_tensor: required"),
+        ({"d_dtype": torch.int8}, ValueError, "d_dtype: expected"),
+        ({"generate_dbias": "yes"}, ValueError, "generate_dbias: expected a bool"),
+        ({"act_func": "dsituglu"}, NotImplementedError, "act_func: 'dsituglu'"),
+        ({"acc_dtype": torch.float16}, ValueError, "acc_dtype: must be torch.float32"),
+    ],
+)
 def test_wrapper_refuses_what_it_cannot_honour(changes, error, message) -> None:
     with pytest.raises(error) as raised:
         grouped_gemm_dglu_wrapper_sm90(**wrapper_arguments(**changes))
@@ -160,10 +255,16 @@ def test_wrapper_refuses_what_it_cannot_honour(changes, error, message) -> None:
 def class_op(with_dbias: bool) -> GroupedGemmDgluSm90:
     t = seed_tensors()
     return GroupedGemmDgluSm90(
-        sample_a=t["a"], sample_c=t["c"], sample_d_row=t["d_row"],
-        sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha"],
-        sample_beta=t["beta"], sample_prob=t["prob"], sample_dprob=t["dprob"],
-        sample_dbias=t["dbias"] if with_dbias else None, sample_b=t["b"],
+        sample_a=t["a"],
+        sample_c=t["c"],
+        sample_d_row=t["d_row"],
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha"],
+        sample_beta=t["beta"],
+        sample_prob=t["prob"],
+        sample_dprob=t["dprob"],
+        sample_dbias=t["dbias"] if with_dbias else None,
+        sample_b=t["b"],
     )
 
 
@@ -174,22 +275,38 @@ def test_class_check_support_names_the_sample() -> None:
 
 def test_class_refuses_dbias_it_was_not_built_for() -> None:
     t = seed_tensors()
-    execute_args = dict(a_tensor=t["a"], c_tensor=t["c"], d_row_tensor=t["d_row"],
-                        padded_offsets=t["padded_offsets"], alpha_tensor=t["alpha"],
-                        beta_tensor=t["beta"], prob_tensor=t["prob"], dprob_tensor=t["dprob"],
-                        b_tensor=t["b"])
+    execute_args = dict(
+        a_tensor=t["a"],
+        c_tensor=t["c"],
+        d_row_tensor=t["d_row"],
+        padded_offsets=t["padded_offsets"],
+        alpha_tensor=t["alpha"],
+        beta_tensor=t["beta"],
+        prob_tensor=t["prob"],
+        dprob_tensor=t["dprob"],
+        b_tensor=t["b"],
+    )
     with pytest.raises(ValueError, match="^dbias_tensor: this op was built without sample_dbias"):
         class_op(with_dbias=False).execute(**execute_args, dbias_tensor=t["dbias"])
-    with pytest.raises(ValueError, match="^dbias_tensor: required, because the op was built with sample_dbias"):
+    with pytest.raises(
+        ValueError, match="^dbias_tensor: required, because the op was built with sample_dbias"
+    ):
         class_op(with_dbias=True).execute(**execute_args)
 
 
 def test_class_refuses_block_scaled_samples() -> None:
     t = seed_tensors()
     op = GroupedGemmDgluSm90(
-        sample_a=t["a"], sample_c=t["c"], sample_d_row=t["d_row"], sample_sfa=torch.zeros(1),
-        sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha"],
-        sample_beta=t["beta"], sample_prob=t["prob"], sample_dprob=t["dprob"], sample_b=t["b"],
+        sample_a=t["a"],
+        sample_c=t["c"],
+        sample_d_row=t["d_row"],
+        sample_sfa=torch.zeros(1),
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha"],
+        sample_beta=t["beta"],
+        sample_prob=t["prob"],
+        sample_dprob=t["dprob"],
+        sample_b=t["b"],
     )
     with pytest.raises(NotImplementedError, match="^sample_sfa: block-scaled"):
         op.check_support()

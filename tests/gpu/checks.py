@@ -19,14 +19,15 @@ atol proportional to the magnitude of what produced the element:
 from __future__ import annotations
 
 import torch
-
 from reference import Expected
 
 RTOL = 2e-2
 TERM_ERROR = 2e-3
 
 
-def assert_close(name: str, got: torch.Tensor, want: torch.Tensor, atol, rtol: float, seed: int) -> None:
+def assert_close(
+    name: str, got: torch.Tensor, want: torch.Tensor, atol, rtol: float, seed: int
+) -> None:
     """Every element within atol + rtol * |want| (NaN never is); report the first miss."""
     got, want = got.float(), want.float()
     allowed = atol + rtol * want.abs()
@@ -44,8 +45,14 @@ def check_d(d_row: torch.Tensor, expected: Expected, seed: int) -> None:
     """D_row's rows owned by experts against the reference rounded to D's dtype."""
     valid_m = expected.d.shape[0]
     want = expected.d.to(d_row.dtype)
-    assert_close("d_row", d_row[:valid_m].reshape(valid_m, -1), want, TERM_ERROR * expected.d_scale,
-                 RTOL, seed)
+    assert_close(
+        "d_row",
+        d_row[:valid_m].reshape(valid_m, -1),
+        want,
+        TERM_ERROR * expected.d_scale,
+        RTOL,
+        seed,
+    )
 
 
 def check_untouched(name: str, got: torch.Tensor, before: torch.Tensor, seed: int) -> None:
@@ -53,8 +60,10 @@ def check_untouched(name: str, got: torch.Tensor, before: torch.Tensor, seed: in
     same = (got == before) | (torch.isnan(got) & torch.isnan(before))
     if not bool(same.all()):
         first = tuple((~same).nonzero()[0].tolist())
-        raise AssertionError(f"{name}: {int((~same).sum())} elements changed that must stay "
-                             f"untouched (seed {seed}); first at {first}: {got[first].item()!r}")
+        raise AssertionError(
+            f"{name}: {int((~same).sum())} elements changed that must stay "
+            f"untouched (seed {seed}); first at {first}: {got[first].item()!r}"
+        )
 
 
 def check_dprob(dprob: torch.Tensor, before: torch.Tensor, expected: Expected, seed: int) -> None:
@@ -71,5 +80,6 @@ def check_dprob(dprob: torch.Tensor, before: torch.Tensor, expected: Expected, s
 def check_dbias(dbias: torch.Tensor, before: torch.Tensor, expected: Expected, seed: int) -> None:
     """dbias = before + the column sums over each expert's rows, stored in bf16."""
     want = (before.reshape(expected.dbias.shape).float() + expected.dbias).to(dbias.dtype)
-    assert_close("dbias", dbias.reshape(want.shape), want, TERM_ERROR * expected.dbias_scale,
-                 RTOL, seed)
+    assert_close(
+        "dbias", dbias.reshape(want.shape), want, TERM_ERROR * expected.dbias_scale, RTOL, seed
+    )

@@ -7,9 +7,9 @@ dgeglu's C holds values exactly on and next to the clamp bounds (both columns ki
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Mapping
 
 import torch
 
@@ -47,13 +47,13 @@ class Shape:
 
 @dataclass(frozen=True)
 class Inputs:
-    a: torch.Tensor               # (M, K, 1) bf16
-    b: torch.Tensor               # (N, K, L) bf16, stride (K, 1, N*K)
-    c: torch.Tensor               # (M, 2N, 1) bf16
+    a: torch.Tensor  # (M, K, 1) bf16
+    b: torch.Tensor  # (N, K, L) bf16, stride (K, 1, N*K)
+    c: torch.Tensor  # (M, 2N, 1) bf16
     padded_offsets: torch.Tensor  # (L,) int32
-    alpha: torch.Tensor           # (L,) fp32
-    beta: torch.Tensor            # (L,) fp32
-    prob: torch.Tensor            # (M, 1, 1) fp32
+    alpha: torch.Tensor  # (L,) fp32
+    beta: torch.Tensor  # (L,) fp32
+    prob: torch.Tensor  # (M, 1, 1) fp32
 
 
 def _far_from_one(count: int, gen: torch.Generator, signed: bool) -> torch.Tensor:
@@ -80,7 +80,8 @@ def _with_clamp_bounds(c: torch.Tensor, params: Mapping[str, float], gen: torch.
     high, low = params["glu_clamp_max"], params["glu_clamp_min"]
     special = torch.tensor(
         bf16_neighbours(high) + bf16_neighbours(low) + [high + 2.0, low - 2.0, 0.0],
-        dtype=c.dtype, device=c.device,
+        dtype=c.dtype,
+        device=c.device,
     )
     mask = torch.rand(c.shape, generator=gen, device=c.device) < BOUNDARY_FRACTION
     pick = torch.randint(len(special), c.shape, generator=gen, device=c.device)

@@ -9,8 +9,8 @@ taken in absolute terms; per reduction (dprob, dbias), the sum of |terms|.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import torch
 
@@ -21,12 +21,12 @@ COLUMN_BLOCK = 32
 class Expected:
     """Expected results over the valid_m rows owned by experts (fp32)."""
 
-    d: torch.Tensor             # (valid_m, 2N): D_row
-    d_scale: torch.Tensor       # (valid_m, 2N): magnitude of each D element's factors
-    dprob: torch.Tensor         # (valid_m,): what the call adds to dprob
-    dprob_scale: torch.Tensor   # (valid_m,): sum over columns of |dprob terms|
-    dbias: torch.Tensor         # (L, 2N): what the call adds to dbias
-    dbias_scale: torch.Tensor   # (L, 2N): sum over the expert's rows of |D|
+    d: torch.Tensor  # (valid_m, 2N): D_row
+    d_scale: torch.Tensor  # (valid_m, 2N): magnitude of each D element's factors
+    dprob: torch.Tensor  # (valid_m,): what the call adds to dprob
+    dprob_scale: torch.Tensor  # (valid_m,): sum over columns of |dprob terms|
+    dbias: torch.Tensor  # (L, 2N): what the call adds to dbias
+    dbias_scale: torch.Tensor  # (L, 2N): sum over the expert's rows of |D|
 
 
 def split_columns(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,7 +40,10 @@ def merge_columns(gate: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
     """Inverse of split_columns."""
     rows, n = gate.shape
     blocks = torch.stack(
-        (gate.reshape(rows, n // COLUMN_BLOCK, COLUMN_BLOCK), inp.reshape(rows, n // COLUMN_BLOCK, COLUMN_BLOCK)),
+        (
+            gate.reshape(rows, n // COLUMN_BLOCK, COLUMN_BLOCK),
+            inp.reshape(rows, n // COLUMN_BLOCK, COLUMN_BLOCK),
+        ),
         dim=2,
     )
     return blocks.reshape(rows, 2 * n)
@@ -80,7 +83,10 @@ def dgeglu(r, p, gate, x, params) -> ActivationGrad:
     return ActivationGrad(
         d_gate=r * p * (xc + offset) * s * (1 + alpha * gc * (1 - s)) * gate_mask,
         d_input=d_input,
-        gate_scale=(r * p * s).abs() * (xc.abs() + abs(offset)) * (1 + (alpha * gc).abs() * (1 - s)) * gate_mask,
+        gate_scale=(r * p * s).abs()
+        * (xc.abs() + abs(offset))
+        * (1 + (alpha * gc).abs() * (1 - s))
+        * gate_mask,
         input_scale=d_input.abs(),
         dprob_terms=r * gc * s * (xc + offset),
     )
@@ -128,4 +134,11 @@ def dglu_backward(
         dbias[g] = d[rows].double().sum(0).float()
         dbias_scale[g] = d[rows].abs().sum(0)
         start = end
-    return Expected(d=d, d_scale=d_scale, dprob=dprob, dprob_scale=dprob_scale, dbias=dbias, dbias_scale=dbias_scale)
+    return Expected(
+        d=d,
+        d_scale=d_scale,
+        dprob=dprob,
+        dprob_scale=dprob_scale,
+        dbias=dbias,
+        dbias_scale=dbias_scale,
+    )
