@@ -31,6 +31,27 @@ from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, output_view
 
 BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
+# Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
+ARGUMENT_NAMES = {
+    "a": "a_tensor",
+    "b": "b_tensor",
+    "c": "c_tensor",
+    "d_row": "d_row_tensor",
+    "padded_offsets": "padded_offsets",
+    "alpha": "alpha_tensor",
+    "beta": "beta_tensor",
+    "prob": "prob_tensor",
+    "dprob": "dprob_tensor",
+    "dbias": "dbias_tensor",
+}
+
+
+def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
+    """Role -> (argument name, tensor); the class constructor's names are sample_<role>."""
+    return {
+        role: (f"sample_{role}" if samples else ARGUMENT_NAMES[role], tensor)
+        for role, tensor in tensors.items()
+    }
 
 
 def _select(problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool) -> Variant:
@@ -149,16 +170,17 @@ def grouped_gemm_dglu_wrapper_sm90(
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
     problem = describe_tensors(
-        {
-            "a": ("a_tensor", a_tensor),
-            "b": ("b_tensor", b_tensor),
-            "c": ("c_tensor", c_tensor),
-            "padded_offsets": ("padded_offsets", padded_offsets),
-            "alpha": ("alpha_tensor", alpha_tensor),
-            "beta": ("beta_tensor", beta_tensor),
-            "prob": ("prob_tensor", prob_tensor),
-            "dprob": ("dprob_tensor", dprob_tensor),
-        },
+        _named(
+            False,
+            a=a_tensor,
+            b=b_tensor,
+            c=c_tensor,
+            padded_offsets=padded_offsets,
+            alpha=alpha_tensor,
+            beta=beta_tensor,
+            prob=prob_tensor,
+            dprob=dprob_tensor,
+        ),
         options.b_major,
     )
     device = problem.tensors["a"].device
@@ -241,19 +263,19 @@ class GroupedGemmDgluSm90:
         epilogue_op: str | None = None,
         use_dynamic_sched: bool = False,
     ) -> None:
-        self._samples = {
-            "a": ("sample_a", sample_a),
-            "b": ("sample_b", sample_b),
-            "c": ("sample_c", sample_c),
-            "d_row": ("sample_d_row", sample_d_row),
-            "padded_offsets": ("sample_padded_offsets", sample_padded_offsets),
-            "alpha": ("sample_alpha", sample_alpha),
-            "beta": ("sample_beta", sample_beta),
-            "prob": ("sample_prob", sample_prob),
-            "dprob": ("sample_dprob", sample_dprob),
-        }
-        if sample_dbias is not None:
-            self._samples["dbias"] = ("sample_dbias", sample_dbias)
+        self._samples = _named(
+            True,
+            a=sample_a,
+            b=sample_b,
+            c=sample_c,
+            d_row=sample_d_row,
+            padded_offsets=sample_padded_offsets,
+            alpha=sample_alpha,
+            beta=sample_beta,
+            prob=sample_prob,
+            dprob=sample_dprob,
+            **({"dbias": sample_dbias} if sample_dbias is not None else {}),
+        )
         self._block_scaled = {
             "sample_d_col": sample_d_col,
             "sample_sfa": sample_sfa,
@@ -361,33 +383,35 @@ class GroupedGemmDgluSm90:
             raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
         if self._loaded is None:
             self.compile()
-        arguments = {
-            "a": ("a_tensor", a_tensor),
-            "b": ("b_tensor", b_tensor),
-            "c": ("c_tensor", c_tensor),
-            "d_row": ("d_row_tensor", d_row_tensor),
-            "padded_offsets": ("padded_offsets", padded_offsets),
-            "alpha": ("alpha_tensor", alpha_tensor),
-            "beta": ("beta_tensor", beta_tensor),
-            "prob": ("prob_tensor", prob_tensor),
-            "dprob": ("dprob_tensor", dprob_tensor),
-        }
-        if dbias_tensor is not None:
-            arguments["dbias"] = ("dbias_tensor", dbias_tensor)
-        problem = describe_tensors(arguments, self._options.b_major)
-        self._check_compiled_for(problem, arguments)
+        problem = describe_tensors(
+            _named(
+                False,
+                a=a_tensor,
+                b=b_tensor,
+                c=c_tensor,
+                d_row=d_row_tensor,
+                padded_offsets=padded_offsets,
+                alpha=alpha_tensor,
+                beta=beta_tensor,
+                prob=prob_tensor,
+                dprob=dprob_tensor,
+                **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
+            ),
+            self._options.b_major,
+        )
+        self._check_compiled_for(problem)
         stream = resolve_stream(current_stream, self._loaded.device)
         _check_offsets(padded_offsets, problem, stream)
         run_variant(self._loaded, problem, stream)
 
-    def _check_compiled_for(self, problem: Problem, arguments: dict[str, tuple[str, Any]]) -> None:
+    def _check_compiled_for(self, problem: Problem) -> None:
         """Refuse tensors whose dtypes or device differ from the compiled samples'."""
         key = self._variant.key
         for role, field in (("a", "ab_dtype"), ("c", "c_dtype"), ("d_row", "d_dtype")):
             got = problem.tensors[role].dtype
             if got != getattr(key, field):
                 raise ValueError(
-                    f"{arguments[role][0]}: dtype {got} differs from the "
+                    f"{ARGUMENT_NAMES[role]}: dtype {got} differs from the "
                     f"{getattr(key, field)} the op was compiled for (its samples)"
                 )
         device = problem.tensors["a"].device

@@ -1,16 +1,18 @@
 """Thin helpers over ``cuda.bindings.driver``.
 
 Checked calls that raise a readable CudaDriverError; one driver initialisation per
-process; device facts cached per device; the device's primary context made current;
-cuModuleLoadData once per (context, cubin sha256); cuModuleGetFunction plus the
-dynamic shared memory attribute once per loaded function.
+process; device facts cached per device; the device's primary context (the one torch
+uses) made current for a block of calls, the caller's context restored after;
+cuModuleLoadData once per (context, cubin sha256); cuModuleGetFunction plus the dynamic
+shared memory attribute once per loaded function.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,12 +104,18 @@ def _primary_context(ordinal: int) -> Any:
     return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
 
 
-def make_current(ordinal: int) -> Any:
-    """Make the device's primary context (the one torch uses) current; return it."""
+@contextlib.contextmanager
+def device_context(ordinal: int) -> Iterator[Any]:
+    """The device's primary context, current inside the block; the previous one after it."""
     context = _primary_context(ordinal)
-    if int(checked("cuCtxGetCurrent")) != int(context):
-        checked("cuCtxSetCurrent", context)
-    return context
+    if int(checked("cuCtxGetCurrent")) == int(context):
+        yield context
+        return
+    checked("cuCtxPushCurrent", context)
+    try:
+        yield context
+    finally:
+        checked("cuCtxPopCurrent")
 
 
 def module_for(context: Any, sha256: str, read_image: Callable[[], bytes]) -> Any:

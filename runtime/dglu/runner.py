@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .driver import device_info, kernel_function, make_current, module_for
+from .driver import device_context, device_info, kernel_function, module_for
 from .dtypes import torch_dtype
 from .errors import CudaDriverError
 from .grid import is_empty, launch_grid
@@ -35,12 +35,12 @@ def load_variant(variant: Variant, device: int) -> LoadedVariant:
                 f"variant {variant.name}: kernel {kernel.symbol} needs {kernel.dynamic_smem_bytes} "
                 f"bytes of shared memory, device {device} allows {limit}"
             )
-    context = make_current(device)
-    module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
-    functions = tuple(
-        kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
-        for kernel in variant.kernels
-    )
+    with device_context(device) as context:
+        module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
+        functions = tuple(
+            kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
+            for kernel in variant.kernels
+        )
     return LoadedVariant(variant=variant, device=device, functions=functions)
 
 
@@ -87,15 +87,15 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
     pointers = {name: view.pointer for name, view in views.items()}
     scalars = problem.scalars
     sm_count = device_info(loaded.device).sm_count
-    make_current(loaded.device)
-    for kernel, function in zip(loaded.variant.kernels, loaded.functions, strict=False):
-        grid = launch_grid(kernel, scalars, sm_count)
-        if is_empty(grid):
-            continue
-        tensor_maps = {
-            p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
-            for p in kernel.params
-            if p.kind == "tensormap"
-        }
-        arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
-        launch_kernel(function, kernel, grid, stream.cuda_stream, arguments)
+    with device_context(loaded.device):
+        for kernel, function in zip(loaded.variant.kernels, loaded.functions, strict=True):
+            grid = launch_grid(kernel, scalars, sm_count)
+            if is_empty(grid):
+                continue
+            tensor_maps = {
+                p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
+                for p in kernel.params
+                if p.kind == "tensormap"
+            }
+            arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
+            launch_kernel(function, kernel, grid, stream.cuda_stream, arguments)

@@ -161,7 +161,7 @@ def _check_layout(name: str, tensor: Any, rule: _Rule, dims: Dims) -> None:
             f"with {dims.explain()}"
         )
     expected = rule.strides(dims)
-    for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=False)):
+    for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=True)):
         if size > 1 and stride != expected[axis]:
             raise ValueError(
                 f"{name}: strides {tuple(tensor.stride())} differ from the required "

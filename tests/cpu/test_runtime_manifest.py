@@ -24,12 +24,12 @@ def test_reads_every_field_of_a_good_manifest(tmp_path: Path) -> None:
     assert manifest.path == tmp_path / "manifest.json"
     assert dict(manifest.toolchain) == written["toolchain"]
     assert [v.name for v in manifest.variants] == [v["name"] for v in written["variants"]]
-    for variant, entry in zip(manifest.variants, written["variants"], strict=False):
+    for variant, entry in zip(manifest.variants, written["variants"], strict=True):
         assert variant.key.as_dict() == entry["key"]
         assert variant.cubin_path == tmp_path / entry["cubin"]
         assert (variant.sha256, variant.size) == (entry["sha256"], entry["size"])
         assert [k.symbol for k in variant.kernels] == [k["symbol"] for k in entry["kernels"]]
-        for kernel, kernel_entry in zip(variant.kernels, entry["kernels"], strict=False):
+        for kernel, kernel_entry in zip(variant.kernels, entry["kernels"], strict=True):
             assert list(kernel.block) == kernel_entry["block"]
             assert kernel.grid.rule == kernel_entry["grid"]["rule"]
             assert [(p.name, p.kind, p.size, p.align) for p in kernel.params] == [
