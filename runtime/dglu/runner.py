@@ -44,25 +44,31 @@ def load_variant(variant: Variant, device: int) -> LoadedVariant:
     return LoadedVariant(variant=variant, device=device, functions=functions)
 
 
-def _workspaces(loaded: LoadedVariant, problem: Problem) -> dict[str, Any]:
-    """Zeroed workspaces a kernel of the variant requires (not merely accepts), on the
-    current torch stream."""
+def required_workspaces(variant: Variant) -> list[str]:
+    """Workspaces some kernel of the variant requires (an optional pointer only accepts one)."""
+    return sorted(
+        {
+            p.tensor
+            for k in variant.kernels
+            for p in k.params
+            if p.tensor in WORKSPACES and not p.optional
+        }
+    )
+
+
+def _workspaces(loaded: LoadedVariant, problem: Problem, stream: Any) -> dict[str, Any]:
+    """The variant's required workspaces, allocated zeroed on the torch ``stream``."""
     import torch
 
-    names = {
-        p.tensor
-        for k in loaded.variant.kernels
-        for p in k.params
-        if p.tensor in WORKSPACES and not p.optional
-    }
-    return {
-        name: torch.zeros(
-            problem.scalars[WORKSPACES[name].count],
-            dtype=torch_dtype(WORKSPACES[name].dtype),
-            device=torch.device("cuda", loaded.device),
-        )
-        for name in sorted(names)
-    }
+    with torch.cuda.stream(stream):
+        return {
+            name: torch.zeros(
+                problem.scalars[WORKSPACES[name].count],
+                dtype=torch_dtype(WORKSPACES[name].dtype),
+                device=torch.device("cuda", loaded.device),
+            )
+            for name in required_workspaces(loaded.variant)
+        }
 
 
 def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
@@ -71,10 +77,7 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
     Workspaces are allocated zeroed on ``stream``; a launch with an empty grid (M = 0)
     is skipped.
     """
-    import torch
-
-    with torch.cuda.stream(stream):
-        workspaces = _workspaces(loaded, problem)
+    workspaces = _workspaces(loaded, problem, stream)
     views: dict[str, TensorView] = dict(problem.tensors)
     for name, tensor in workspaces.items():
         views[name] = TensorView(

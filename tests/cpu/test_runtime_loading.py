@@ -1,8 +1,9 @@
-"""dglu.runner.load_variant over a recording stand-in for the driver calls (no GPU needed).
+"""dglu.runner over stand-ins for the driver calls and for torch (no GPU needed).
 
-Checks the order and the caching of the real code in dglu.driver: the cubin is verified
-before cuModuleLoadData, a module is loaded once per (context, sha256), each kernel's
-shared-memory attribute is set once, and the caller's context is restored.
+load_variant: the cubin is verified before cuModuleLoadData, a module is loaded once per
+(context, sha256), each kernel's shared-memory attribute is set once, the caller's
+context is restored. run_variant: kernels launch in manifest order on the call's stream
+with the grids, descriptors, workspace and parameters the manifest asks for.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from conftest_runtime import DEFAULT_KEYS, write_artifacts
 from dglu import driver, runner
 from dglu.errors import CudaDriverError, IntegrityError
 from dglu.manifest import read_manifest
+from dglu.problem import Problem, TensorView
 
 H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
 
@@ -110,3 +112,99 @@ def test_kernel_needing_more_shared_memory_than_the_device(
     assert f"{kernel.symbol} needs {kernel.dynamic_smem_bytes} bytes" in str(error.value)
     assert "allows 100000" in str(error.value)
     assert recorder.calls == []
+
+
+class FakeWorkspace:
+    """What run_variant reads of a workspace tensor."""
+
+    def __init__(self, pointer: int, count: int) -> None:
+        self.pointer, self.shape = pointer, (count,)
+
+    def data_ptr(self) -> int:
+        return self.pointer
+
+    def stride(self) -> tuple[int, ...]:
+        return (1,)
+
+
+class FakeStream:
+    cuda_stream = 0x5EED
+
+
+def problem_of(m: int, with_dbias: bool) -> Problem:
+    n, k, l = 96, 200, 5
+    views = {
+        "a": TensorView(0, 0xA000, (m, k, 1), (k, 1, m * k), "bf16"),
+        "b": TensorView(0, 0xB000, (n, k, l), (k, 1, n * k), "bf16"),
+        "c": TensorView(0, 0xC000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), "bf16"),
+        "d_row": TensorView(0, 0xD000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), "bf16"),
+        "dprob": TensorView(0, 0xE000, (m, 1, 1), (1, 1, 1), "fp32"),
+    }
+    if with_dbias:
+        views["dbias"] = TensorView(0, 0xF000, (l, 2 * n, 1), (2 * n, 1, 1), "bf16")
+    return Problem(m=m, n=n, k=k, l=l, tensors=views)
+
+
+@pytest.fixture
+def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Each launch run_variant makes, with its packed parameters; nothing reaches a GPU."""
+    records: list[dict] = []
+    encoded: list[tuple] = []
+
+    def workspaces(loaded, problem, stream):
+        return {
+            name: FakeWorkspace(0x9000, problem.scalars["l_n2"])
+            for name in runner.required_workspaces(loaded.variant)
+        }
+
+    def encode(rule, view):
+        encoded.append((rule, view))
+        return view.pointer.to_bytes(8, "little") * 16
+
+    def launch(function, kernel, grid, stream, arguments):
+        records.append(
+            {
+                "function": function,
+                "symbol": kernel.symbol,
+                "grid": grid,
+                "stream": stream,
+                "params": [bytes(buffer) for buffer in arguments.buffers],
+                "encoded": list(encoded),
+            }
+        )
+
+    monkeypatch.setattr(runner, "_workspaces", workspaces)
+    monkeypatch.setattr(runner, "encode_tensor_map", encode)
+    monkeypatch.setattr(runner, "launch_kernel", launch)
+    return records
+
+
+def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
+    loaded = runner.load_variant(variants[0], 0)  # dswiglu with dbias
+    problem = problem_of(m=1380, with_dbias=True)
+    runner.run_variant(loaded, problem, FakeStream())
+
+    main, finish = launches
+    assert [main["symbol"], finish["symbol"]] == [k.symbol for k in variants[0].kernels]
+    assert (main["function"], finish["function"]) == loaded.functions
+    assert main["grid"] == (11, 1, 1) and finish["grid"] == (4, 1, 1)  # ceil(1380/128); 960/256
+    assert main["stream"] == finish["stream"] == FakeStream.cuda_stream
+    assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
+    assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
+    assert main["params"][7] == (0x9000).to_bytes(8, "little")  # dbias_ws
+    assert finish["params"][:2] == [(0x9000).to_bytes(8, "little"), (0xF000).to_bytes(8, "little")]
+
+
+def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> None:
+    assert runner.required_workspaces(variants[1]) == []
+    loaded = runner.load_variant(variants[1], 0)  # dswiglu without dbias
+    runner.run_variant(loaded, problem_of(m=256, with_dbias=False), FakeStream())
+    (main,) = launches
+    assert main["params"][7] == bytes(8)
+
+
+def test_no_rows_skips_the_main_kernel(launches, variants) -> None:
+    loaded = runner.load_variant(variants[0], 0)
+    runner.run_variant(loaded, problem_of(m=0, with_dbias=True), FakeStream())
+    assert [launch["symbol"] for launch in launches] == [variants[0].kernels[1].symbol]
+    assert launches[0]["encoded"] == []
