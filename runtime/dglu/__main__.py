@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from . import __version__
 from .driver import device_count, device_info
 from .errors import DgluError
-from .manifest import MANIFEST_FILE, load_manifests, merged_variants, search_path
+from .manifest import MANIFEST_FILE, VariantKey, load_manifests, merged_variants, search_path
 from .selection import arch_for_capability
 
 
-def _describe_key(key_fields: dict) -> str:
-    tile = f"{key_fields['tile_m']}x{key_fields['tile_n']}"
-    cluster = f"{key_fields['cluster_m']}x{key_fields['cluster_n']}"
+def _describe_key(key: VariantKey) -> str:
+    params = f" {dict(key.act_params)}" if key.act_params else ""
     return (
-        f"{key_fields['act_func']} dbias={key_fields['dbias']} ab/c/d="
-        f"{key_fields['ab_dtype']}/{key_fields['c_dtype']}/{key_fields['d_dtype']} "
-        f"tile={tile} cluster={cluster} {key_fields['scheduler']}"
+        f"arch={key.arch} {key.act_func}{params} dbias={key.dbias} "
+        f"ab/c/d={key.ab_dtype}/{key.c_dtype}/{key.d_dtype} {key.weight_mode} "
+        f"b_major={key.b_major} "
+        f"tile={key.tile_m}x{key.tile_n} cluster={key.cluster_m}x{key.cluster_n} {key.scheduler}"
     )
 
 
@@ -38,8 +39,8 @@ def _print_variants() -> int:
         for variant in manifest.variants:
             hidden = "" if variant in variants else "  (hidden by an earlier directory)"
             print(
-                f"  {variant.name}\n    arch={variant.key.arch} "
-                f"{_describe_key(variant.key.as_dict())}\n    from {manifest.path}{hidden}"
+                f"  {variant.name}\n    {_describe_key(variant.key)}\n"
+                f"    from {manifest.path}{hidden}"
             )
     return 0
 
@@ -65,7 +66,7 @@ def _print_devices() -> None:
 
 
 def main() -> int:
-    print(f"dglu {__version__} ({__file__.rsplit('/', 1)[0]})")
+    print(f"dglu {__version__} ({Path(__file__).parent})")
     status = _print_variants()
     _print_devices()
     return status

@@ -45,9 +45,11 @@ def test_module_lists_variants_and_device(tmp_path: Path) -> None:
     packaged = load_manifests(search_path({})[-1:])
     assert f"variants ({3 + sum(len(m.variants) for m in packaged)}):" in out
     for key in DEFAULT_KEYS[:3]:
-        assert (
-            f"  {variant_name(key)}\n    arch=sm_90a {key['act_func']} dbias={key['dbias']}" in out
+        params = f" {key['act_params']}" if key["act_params"] else ""
+        described = (
+            f"arch=sm_90a {key['act_func']}{params} dbias={key['dbias']} ab/c/d=bf16/bf16/bf16"
         )
+        assert f"  {variant_name(key)}\n    {described} dense b_major=k tile=" in out
     assert f"from {tmp_path / 'art' / 'manifest.json'}" in out
     assert out.splitlines()[-1].startswith(("device 0: ", "device: none"))
 
