@@ -5,7 +5,8 @@
 #   2. check that `dglu` imports from there, runs one real call, and never imports cutlass;
 #   3. run the GPU tests against the installed wheel (DGLU_USE_INSTALLED=1);
 #   4. print ONE summary line: GPU CHECK: N passed, M failed, S skipped (device: ..., wheel: ...)
-# pytest's log and junit XML (and the summary) go to $OUT/ when $OUT is set.
+# pytest's log and junit XML (and the summary) go to $OUT/ when $OUT is set. Without pytest
+# on the machine, it is installed from the wheelhouse $DGLU_WHEELHOUSE (default .whl/).
 # Exit status 0 only when tests ran and none failed or errored.
 #
 # Usage: bash ci/gpu_check.sh [path/to/dglu-*.whl] [pytest args...]
@@ -43,6 +44,17 @@ if ! "$python" -m pip install --quiet --no-deps --no-index --target "$target" "$
     cat "$logs/gpu-install.log" >&2
     summary "0 passed, 0 failed, 0 skipped, setup error: pip could not install the wheel" "unknown" "$wheel"
     exit 2
+fi
+# pytest, if this machine lacks it, from a wheelhouse carried along (pip download pytest -d .whl)
+wheelhouse=${DGLU_WHEELHOUSE:-.whl}
+if ! "$python" -c "import pytest" 2> /dev/null; then
+    if ! "$python" -m pip install --quiet --no-index --find-links "$wheelhouse" --target "$target" \
+            pytest >> "$logs/gpu-install.log" 2>&1; then
+        cat "$logs/gpu-install.log" >&2
+        summary "0 passed, 0 failed, 0 skipped, setup error: no pytest (none in $wheelhouse/)" \
+            "unknown" "$wheel"
+        exit 2
+    fi
 fi
 export DGLU_USE_INSTALLED=1 PYTHONPATH="$target"
 

@@ -48,11 +48,13 @@ def checked(function_name: str, *args: Any) -> Any:
 
 @functools.cache
 def initialize() -> None:
-    """cuInit once per process; a missing driver library becomes a CudaDriverError."""
+    """cuInit once per process; missing bindings or driver library become a CudaDriverError."""
     try:
         checked("cuInit", 0)
     except CudaDriverError:
         raise
+    except ImportError as exc:
+        raise CudaDriverError(f"cuda-bindings is not installed: {exc}") from exc
     except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libcuda
         raise CudaDriverError(f"no usable CUDA driver: {exc}") from exc
 
