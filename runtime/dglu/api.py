@@ -46,6 +46,34 @@ ARGUMENT_NAMES = {
 }
 
 
+# Variant key field -> the arguments that choose it (for the no-variant error).
+_FIELD_SOURCES = {
+    "arch": "the tensors' device",
+    "act_func": "act_func",
+    "act_params": "geglu_alpha, glu_clamp_max, glu_clamp_min, linear_offset",
+    "b_major": "b_major",
+    "tile_m": "mma_tiler_mn",
+    "tile_n": "mma_tiler_mn",
+    "cluster_m": "cluster_shape_mn",
+    "cluster_n": "cluster_shape_mn",
+    "scheduler": "use_dynamic_sched",
+}
+WRAPPER_SOURCES = {
+    **_FIELD_SOURCES,
+    "ab_dtype": "a_tensor",
+    "c_dtype": "c_tensor",
+    "d_dtype": "d_dtype",
+    "dbias": "generate_dbias",
+}
+CLASS_SOURCES = {
+    **_FIELD_SOURCES,
+    "ab_dtype": "sample_a",
+    "c_dtype": "sample_c",
+    "d_dtype": "sample_d_row",
+    "dbias": "sample_dbias",
+}
+
+
 def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
     """Role -> (argument name, tensor); the class constructor's names are sample_<role>."""
     return {
@@ -54,7 +82,9 @@ def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
     }
 
 
-def _select(problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool) -> Variant:
+def _select(
+    problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool, sources: dict[str, str]
+) -> Variant:
     device = problem.tensors["a"].device
     tile = options.tile or (None, None)
     cluster = options.cluster or (None, None)
@@ -75,7 +105,7 @@ def _select(problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool) 
         scheduler=options.scheduler,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
-    return select_variant(installed_variants(), request, searched)
+    return select_variant(installed_variants(), request, searched, sources)
 
 
 def _check_offsets(padded_offsets: Any, problem: Problem, stream: Any) -> None:
@@ -185,7 +215,9 @@ def grouped_gemm_dglu_wrapper_sm90(
     )
     device = problem.tensors["a"].device
     stream = resolve_stream(current_stream, device)
-    variant = _select(problem, options, d_dtype=d_dtype_name, dbias=generate_dbias)
+    variant = _select(
+        problem, options, d_dtype=d_dtype_name, dbias=generate_dbias, sources=WRAPPER_SOURCES
+    )
     _check_offsets(padded_offsets, problem, stream)
     loaded = load_variant(variant, device)
 
@@ -321,7 +353,11 @@ class GroupedGemmDgluSm90:
         options = check_options(**self._config)
         problem = describe_tensors(self._samples, options.b_major)
         self._variant = _select(
-            problem, options, d_dtype=problem.tensors["d_row"].dtype, dbias="dbias" in self._samples
+            problem,
+            options,
+            d_dtype=problem.tensors["d_row"].dtype,
+            dbias="dbias" in self._samples,
+            sources=CLASS_SOURCES,
         )
         self._options = options
         return True

@@ -10,7 +10,7 @@ differing fields) and how to build the missing one.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -104,15 +104,25 @@ def build_command(entry: dict[str, Any]) -> str:
 
 
 def missing_variant_message(
-    request: VariantRequest, variants: Sequence[Variant], searched: Sequence[str] = ()
+    request: VariantRequest,
+    variants: Sequence[Variant],
+    searched: Sequence[str] = (),
+    sources: Mapping[str, str] | None = None,
 ) -> str:
-    """Why no variant matches, the nearest ones, and how to build the missing one."""
+    """Why no variant matches, the nearest ones, and how to build the missing one.
+
+    ``sources`` names, per field, the argument that set it (shown with the request).
+    """
     wanted = request.wanted()
+    sources = sources or {}
     any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "
-        + ", ".join(_show(n, v) for n, v in wanted.items())
+        + ", ".join(
+            _show(n, v) + (f" (from {sources[n]})" if n in sources else "")
+            for n, v in wanted.items()
+        )
         + (f" (any {', '.join(any_fields)})" if any_fields else ""),
     ]
     ranked = sorted(variants, key=lambda v: len(_differences(v.key, wanted)))
@@ -138,11 +148,14 @@ def missing_variant_message(
 
 
 def select_variant(
-    variants: Sequence[Variant], request: VariantRequest, searched: Sequence[str] = ()
+    variants: Sequence[Variant],
+    request: VariantRequest,
+    searched: Sequence[str] = (),
+    sources: Mapping[str, str] | None = None,
 ) -> Variant:
     """The first variant whose key matches every given field of ``request``."""
     wanted = request.wanted()
     for variant in variants:
         if not _differences(variant.key, wanted):
             return variant
-    raise VariantNotFoundError(missing_variant_message(request, variants, searched))
+    raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))

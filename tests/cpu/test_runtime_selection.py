@@ -97,11 +97,11 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
         request_for(act_func="dgeglu", dbias=True, c_dtype="fp32"), tile_m=128, tile_n=256
     )
     with pytest.raises(VariantNotFoundError) as error:
-        select_variant(variants, request, searched=["/somewhere (package)"])
+        select_variant(variants, request, ["/somewhere (package)"], {"c_dtype": "c_tensor"})
     message = str(error.value)
     lines = message.splitlines()
 
-    assert "requested: arch=sm_90a" in message and "c_dtype=fp32" in message
+    assert "requested: arch=sm_90a" in message and "c_dtype=fp32 (from c_tensor)" in message
     assert "tile_n=256" in message and "(any cluster_m, cluster_n, scheduler)" in message
     nearest = lines[lines.index("  nearest available variants (the fields that differ):") + 1]
     # dgeglu+dbias 128x128 differs in c_dtype and tile_n only: no other variant is as close
