@@ -15,8 +15,8 @@ class IntegrityError(DgluError):
     """A cubin file that does not match the size or sha256 its manifest records."""
 
 
-class VariantNotFoundError(DgluError, LookupError):
-    """No prebuilt kernel variant matches a call."""
+class VariantNotFoundError(DgluError, NotImplementedError):
+    """No prebuilt kernel variant matches a call (the message says how to build one)."""
 
 
 class CudaDriverError(DgluError, RuntimeError):
