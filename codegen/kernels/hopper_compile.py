@@ -29,9 +29,9 @@ from .hopper_dglu import (
 SUPPORTED = {
     "arch": ["sm_90a"],
     "ab_dtype": ["bf16"],
-    "c_dtype": ["bf16"],
-    "d_dtype": ["bf16"],
-    "act_func": ["dswiglu", "dgeglu"],
+    "c_dtype": ["bf16", "fp16", "fp32"],
+    "d_dtype": ["bf16", "fp16", "fp32"],
+    "act_func": ["dswiglu", "dgeglu", "dsituglu"],
     "dbias": [True, False],
     "weight_mode": ["dense"],
     "b_major": ["k"],
@@ -85,12 +85,11 @@ FINISH_PARAMS = [_pointer("dbias_ws"), _pointer("dbias"), _i32("l_n2")]
 def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str, dict]:
     """TMA descriptors: A (M, K), B (N, K, L), C and D (M, 2N); innermost first, 128B swizzle."""
     common = {"swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
-    cd_box = [kernel.cd_box_cols, kernel.tile_m]
     return {
         "a": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_m]},
         "b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]},
-        "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": cd_box},
-        "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": cd_box},
+        "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": [kernel.c_block.box_cols, kernel.tile_m]},
+        "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": [kernel.d_block.box_cols, kernel.tile_m]},
     }
 
 

@@ -52,8 +52,31 @@ SMEM_RESERVED = 1024  # mbarriers and alignment slack
 SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
 RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
+MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+
+
+class BlockGeometry:
+    """A C or D block of the epilogue in shared memory, moved by TMA in boxes
+    one 128-byte swizzle row wide (64 16-bit or 32 fp32 columns)."""
+
+    def __init__(self, rows: int, cols: int, dtype: type):
+        self.dtype = dtype
+        self.box_cols = SWIZZLE_BITS // dtype.width
+        self.boxes = cols // self.box_cols
+        self.box = (rows, self.box_cols)
+        self.bytes = rows * cols * dtype.width // 8
+
+    def smem_layout(self):
+        """(rows, box columns, boxes), 128B-swizzled: the boxes are the 'stages'."""
+        return sm90_utils.make_smem_layout_a(
+            utils.LayoutEnum.ROW_MAJOR, (self.box[0], 0, self.box_cols), self.dtype, self.boxes
+        )
+
+    def at(self, row, col):
+        """Coordinate of block element (row, col) in ``smem_layout``."""
+        return (row, col % self.box_cols, col // self.box_cols)
 
 
 @dataclass(frozen=True)
@@ -80,8 +103,6 @@ class HopperDgluKernel:
             raise ValueError(f"tile_m must be {64 * NUM_MMA_WARPGROUPS}, got {self.tile_m}")
         if self.tile_n % BLOCK_COLUMNS:
             raise ValueError(f"tile_n must be a multiple of {BLOCK_COLUMNS}, got {self.tile_n}")
-        if c_dtype is not d_dtype:
-            raise ValueError("D is written in place over C in shared memory: c_dtype must equal d_dtype")
         self.activation = activation
         self.with_dbias = with_dbias
         self.ab_dtype = cutlass.BFloat16
@@ -90,14 +111,19 @@ class HopperDgluKernel:
         self.d_dtype = d_dtype
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
         self.epilogue_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_MMA_THREADS)
-        # C/D blocks are tile_m x 2*tile_n, moved as boxes one swizzle row wide
-        self.cd_box_cols = SWIZZLE_BITS // c_dtype.width
-        self.cd_boxes = 2 * self.tile_n // self.cd_box_cols
-        self.cd_bytes = self.tile_m * 2 * self.tile_n * c_dtype.width // 8
+        # C and D blocks in shared memory; D is written over C when they share a dtype
+        self.c_block = BlockGeometry(self.tile_m, 2 * self.tile_n, c_dtype)
+        self.d_block = BlockGeometry(self.tile_m, 2 * self.tile_n, d_dtype)
+        self.d_in_place = c_dtype is d_dtype
+        epilogue_bytes = self.c_block.bytes + (0 if self.d_in_place else self.d_block.bytes)
         self.ab_bytes = (self.tile_m + self.tile_n) * TILE_K * self.ab_dtype.width // 8
-        self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED - self.cd_bytes) // self.ab_bytes
-        if self.num_stages < 2:
-            raise ValueError(f"tile {tile_mn} leaves room for {self.num_stages} pipeline stages; need 2")
+        self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED - epilogue_bytes) // self.ab_bytes
+        if self.num_stages < MIN_STAGES:
+            raise ValueError(
+                f"tile {self.tile_m}x{self.tile_n} with C {c_dtype.__name__} and D {d_dtype.__name__} "
+                f"leaves shared memory for {self.num_stages} pipeline stages; it needs {MIN_STAGES}: "
+                "use a narrower tile_n"
+            )
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -116,13 +142,11 @@ class HopperDgluKernel:
         row_major = utils.LayoutEnum.ROW_MAJOR
         a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
         b = sm90_utils.make_smem_layout_b(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
-        cd = sm90_utils.make_smem_layout_a(
-            row_major, (self.tile_m, 0, self.cd_box_cols), self.c_dtype, self.cd_boxes
-        )
-        return a, b, cd
+        return a, b, self.c_block.smem_layout(), self.d_block.smem_layout()
 
     def shared_storage(self):
-        a_layout, b_layout, cd_layout = self._smem_layouts()
+        a_layout, b_layout, c_layout, d_layout = self._smem_layouts()
+        d_elems = 0 if self.d_in_place else cute.cosize(d_layout)
 
         @cute.struct
         class SharedStorage:
@@ -131,7 +155,8 @@ class HopperDgluKernel:
             d_ready: cutlass.Int64
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
-            sCD: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(cd_layout)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024]
+            sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, d_elems], 1024]
 
         return SharedStorage
 
@@ -166,8 +191,7 @@ class HopperDgluKernel:
         b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
         c = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
         d = cute.make_tensor(d_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        a_smem, b_smem, cd_smem = self._smem_layouts()
-        cd_box = cute.slice_(cd_smem, (None, None, 0))
+        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
         tma_atom_a, tma_a = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_smem, (None, None, 0)), (self.tile_m, TILE_K)
         )
@@ -175,10 +199,10 @@ class HopperDgluKernel:
             cpasync.CopyBulkTensorTileG2SOp(), b, cute.slice_(b_smem, (None, None, 0)), (self.tile_n, TILE_K)
         )
         tma_atom_c, tma_c = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), c, cd_box, (self.tile_m, self.cd_box_cols)
+            cpasync.CopyBulkTensorTileG2SOp(), c, cute.slice_(c_smem, (None, None, 0)), self.c_block.box
         )
         tma_atom_d, tma_d = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), d, cd_box, (self.tile_m, self.cd_box_cols)
+            cpasync.CopyBulkTensorTileS2GOp(), d, cute.slice_(d_smem, (None, None, 0)), self.d_block.box
         )
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
@@ -248,7 +272,7 @@ class HopperDgluKernel:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_c, tma_atom_d):
                 cpasync.prefetch_descriptor(atom)
 
-        a_smem, b_smem, cd_smem = self._smem_layouts()
+        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
         storage = utils.SmemAllocator().allocate(self.shared_storage())
         c_full = storage.c_full.ptr
         d_ready = storage.d_ready.ptr
@@ -267,7 +291,8 @@ class HopperDgluKernel:
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
-        sCD = storage.sCD.get_tensor(cd_smem.outer, swizzle=cd_smem.inner)
+        sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+        sD = sC if self.d_in_place else storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         num_m_tiles = offsets[l - 1] // self.tile_m
@@ -282,13 +307,13 @@ class HopperDgluKernel:
             if warp_idx == 0:
                 self.produce(
                     mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
-                    sA, sB, sCD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
+                    sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
                     bidx, gdim,
                 )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
             self.consume(
-                mainloop, sA, sB, sCD, c_full, d_ready, tidx - THREADS_PER_WARPGROUP, offsets,
+                mainloop, sA, sB, sC, sD, c_full, d_ready, tidx - THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
                 k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
             )
@@ -296,19 +321,19 @@ class HopperDgluKernel:
     @cute.jit
     def produce(
         self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
-        sA, sB, sCD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+        sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
     ):
         """The producer warp: every TMA load and store of this CTA's tiles."""
         # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK, L), (bM, box, RestM, RestBoxes)
         gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
         gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), (None, None, None))
-        gC = cute.local_tile(mC_mn, (self.tile_m, self.cd_box_cols), (None, None))
-        gD = cute.local_tile(mD_mn, (self.tile_m, self.cd_box_cols), (None, None))
+        gC = cute.local_tile(mC_mn, self.c_block.box, (None, None))
+        gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
         one = cute.make_layout(1)
         tAsA, tAgA = cpasync.tma_partition(tma_atom_a, 0, one, cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
         tBsB, tBgB = cpasync.tma_partition(tma_atom_b, 0, one, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-        tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sCD, 0, 2), cute.group_modes(gC, 0, 2))
-        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sCD, 0, 2), cute.group_modes(gD, 0, 2))
+        tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
+        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
         # the C block of a tile is loaded once this many of its k-tiles are
         # queued: by then the previous tile's epilogue has finished with the buffer
         swap_at = cutlass.min(self.num_stages, k_tile_count) - 1
@@ -334,10 +359,10 @@ class HopperDgluKernel:
                     if tiles_done > 0:
                         self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
                     with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(c_full, self.cd_bytes)
-                    for box in cutlass.range_constexpr(self.cd_boxes):
+                        cute.arch.mbarrier_arrive_and_expect_tx(c_full, self.c_block.bytes)
+                    for box in cutlass.range_constexpr(self.c_block.boxes):
                         cute.copy(
-                            tma_atom_c, tCgC[(None, m_tile, n_tile * self.cd_boxes + box)], tCsC[(None, box)],
+                            tma_atom_c, tCgC[(None, m_tile, n_tile * self.c_block.boxes + box)], tCsC[(None, box)],
                             tma_bar_ptr=c_full,
                         )
             prev_m = m_tile
@@ -352,14 +377,14 @@ class HopperDgluKernel:
     def store_d(self, tma_atom_d, tDsD, tDgD, d_ready, tile_count, m_tile, n_tile):
         """Wait for the epilogue of this CTA's tile ``tile_count``, store its D block, free the buffer."""
         cute.arch.mbarrier_wait(d_ready, tile_count % 2)
-        for box in cutlass.range_constexpr(self.cd_boxes):
-            cute.copy(tma_atom_d, tDsD[(None, box)], tDgD[(None, m_tile, n_tile * self.cd_boxes + box)])
+        for box in cutlass.range_constexpr(self.d_block.boxes):
+            cute.copy(tma_atom_d, tDsD[(None, box)], tDgD[(None, m_tile, n_tile * self.d_block.boxes + box)])
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def consume(
-        self, mainloop, sA, sB, sCD, c_full, d_ready, mma_tidx, offsets,
+        self, mainloop, sA, sB, sC, sD, c_full, d_ready, mma_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
         k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
     ):
@@ -414,21 +439,21 @@ class HopperDgluKernel:
 
             cute.arch.mbarrier_wait(c_full, tiles_done % 2)
             self.epilogue(
-                acc, tCcC, sCD, row0, n_tile * self.tile_n, expert,
+                acc, tCcC, sC, sD, row0, n_tile * self.tile_n, expert,
                 alpha_all, beta_all, prob_all, dprob_all,
             )
             # D is in shared memory: make it visible to the TMA store
             cute.arch.fence_proxy("async.shared", space="cta")
             if cutlass.const_expr(self.with_dbias):
                 self.epilogue_barrier.arrive_and_wait()
-                self.add_dbias(sCD, mma_tidx, n_tile * self.tile_n, expert, dbias_ws, n)
+                self.add_dbias(sD, mma_tidx, n_tile * self.tile_n, expert, dbias_ws, n)
             cute.arch.mbarrier_arrive(d_ready)
             tiles_done += 1
             tile += gdim
 
     # ---------------------------------------------------------------- epilogue
     @cute.jit
-    def add_dbias(self, sCD: cute.Tensor, mma_tidx: cutlass.Int32, n0: cutlass.Int32, expert, dbias_ws, n):
+    def add_dbias(self, sD: cute.Tensor, mma_tidx: cutlass.Int32, n0: cutlass.Int32, expert, dbias_ws, n):
         """Add the column sums of the D block (as stored) into the fp32 dbias workspace.
 
         Each consumer thread sums one column over its share of the rows:
@@ -439,10 +464,9 @@ class HopperDgluKernel:
         rows_per_thread = self.tile_m // threads_per_col
         col = mma_tidx % cols
         first_row = (mma_tidx // cols) * rows_per_thread
-        at = (col % self.cd_box_cols, col // self.cd_box_cols)
         total = cutlass.Float32(0.0)
         for i in cutlass.range(rows_per_thread, unroll=8):
-            total = total + sCD[(first_row + i, *at)].to(cutlass.Float32)
+            total = total + sD[self.d_block.at(first_row + i, col)].to(cutlass.Float32)
         compact_col = n0 + (col // (2 * BLOCK_COLUMNS)) * BLOCK_COLUMNS + col % BLOCK_COLUMNS
         if compact_col < n:
             target = dbias_ws[(expert, None)].iterator + 2 * n0 + col
@@ -450,34 +474,54 @@ class HopperDgluKernel:
 
     @cute.jit
     def activation_grads(self, gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32):
-        """(d_gate / R, d_input / R, dprob / R) of one gate/input pair, before prob."""
+        """(d_gate, d_input, dprob) of one gate/input pair, per unit of R and before prob.
+
+        dswiglu scales C by beta; dgeglu and dsituglu read C as stored.
+        """
+        p = self.activation.params
         if cutlass.const_expr(self.activation.name == "dswiglu"):
             g = gate * beta
             u = x * beta
-            s = cute.arch.rcp_approx(1.0 + cute.math.exp(-g, fastmath=True))
+            s = self.sigmoid(g)
             act = g * s
             return u * s * (1.0 + g * (1.0 - s)), act, act * u
-        else:
-            p = self.activation.params
+        elif cutlass.const_expr(self.activation.name == "dgeglu"):
             a = p["geglu_alpha"]
             hi = p["glu_clamp_max"]
             lo = p["glu_clamp_min"]
             offset = p["linear_offset"]
             gc = cute.arch.fmin(gate, cutlass.Float32(hi))
             xc = cute.arch.fmax(cute.arch.fmin(x, cutlass.Float32(hi)), cutlass.Float32(lo))
-            s = cute.arch.rcp_approx(1.0 + cute.math.exp(-a * gc, fastmath=True))
+            s = self.sigmoid(a * gc)
             gate_mask = cutlass.Float32(cutlass.select_(gate <= hi, 1.0, 0.0))
             x_mask = cutlass.Float32(cutlass.select_((x >= lo) & (x <= hi), 1.0, 0.0))
             act = gc * s
             d_gate = (xc + offset) * s * (1.0 + a * gc * (1.0 - s)) * gate_mask
             return d_gate, act * x_mask, act * (xc + offset)
+        else:
+            # dSiTU-GLU: T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2)
+            b1 = p["situ_beta1"]
+            b2 = p["situ_beta2"]
+            s = self.sigmoid(gate)
+            tg = cute.math.tanh(gate * (1.0 / b1))
+            tu = cute.math.tanh(x * (1.0 / b2))
+            t_gate = b1 * tg * s
+            t_input = b2 * tu
+            dt_gate = (1.0 - tg * tg) * s + b1 * tg * s * (1.0 - s)
+            dt_input = 1.0 - tu * tu
+            return t_input * dt_gate, t_gate * dt_input, t_gate * t_input
+
+    @cute.jit
+    def sigmoid(self, z: cutlass.Float32):
+        return cute.arch.rcp_approx(1.0 + cute.math.exp(-z, fastmath=True))
 
     @cute.jit
     def epilogue(
         self,
         acc: cute.Tensor,
         tCcC: cute.Tensor,
-        sCD: cute.Tensor,
+        sC: cute.Tensor,
+        sD: cute.Tensor,
         row0: cutlass.Int32,
         n0: cutlass.Int32,
         expert: cutlass.Int32,
@@ -486,7 +530,7 @@ class HopperDgluKernel:
         prob_all: cute.Tensor,
         dprob_all: cute.Tensor,
     ):
-        """dGLU on one tile: C pairs from shared memory, D pairs written over them.
+        """dGLU on one tile: C pairs from shared memory, D pairs into shared memory.
 
         The WGMMA accumulator of a thread is ((2 columns, 2 rows, tile_n/8), 1, 1):
         rows r and r+8 of its warp's 16-row slice, column pairs 8 apart.
@@ -506,14 +550,12 @@ class HopperDgluKernel:
                 gate_col = (col // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col % BLOCK_COLUMNS
                 input_col = gate_col + BLOCK_COLUMNS
                 for r2 in cutlass.range_constexpr(2):
-                    gate_at = (rows[r2], gate_col % self.cd_box_cols, gate_col // self.cd_box_cols)
-                    input_at = (rows[r2], input_col % self.cd_box_cols, input_col // self.cd_box_cols)
-                    gate = sCD[gate_at].to(cutlass.Float32)
-                    x = sCD[input_at].to(cutlass.Float32)
+                    gate = sC[self.c_block.at(rows[r2], gate_col)].to(cutlass.Float32)
+                    x = sC[self.c_block.at(rows[r2], input_col)].to(cutlass.Float32)
                     r = acc[((c2, r2, v), 0, 0)] * scale
                     d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
-                    sCD[gate_at] = (r * probs[r2] * d_gate).to(self.d_dtype)
-                    sCD[input_at] = (r * probs[r2] * d_input).to(self.d_dtype)
+                    sD[self.d_block.at(rows[r2], gate_col)] = (r * probs[r2] * d_gate).to(self.d_dtype)
+                    sD[self.d_block.at(rows[r2], input_col)] = (r * probs[r2] * d_input).to(self.d_dtype)
                     dprob_part[r2] = dprob_part[r2] + r * d_prob
         for r2 in cutlass.range_constexpr(2):
             # the 4 lanes of a quad hold the same rows

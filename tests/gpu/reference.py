@@ -4,7 +4,9 @@ R = alpha[g]^2 * A_g B_g^T is computed in float64 (exact for bf16 inputs up to r
 and rounded to float32; everything after it is float32, like the kernel's epilogue. Besides
 the expected values, the reference returns magnitudes that tolerances scale with: per D
 element, the same expression with every factor that can cancel (1 + g(1 - s), xc + o)
-taken in absolute terms; per reduction (dprob, dbias), the sum of |terms|.
+taken in absolute terms, and the D the op would give for R = alpha^2 |A_g| |B_g|^T (the
+scale of the GEMM's own fp32 rounding, which matters where the sum over K cancels);
+per reduction (dprob, dbias), the sum of |terms|.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ COLUMN_BLOCK = 32
 class Expected:
     """Expected results over the valid_m rows owned by experts (fp32)."""
 
+    k: int  # the GEMM's reduction length
     d: torch.Tensor  # (valid_m, 2N): D_row
     d_scale: torch.Tensor  # (valid_m, 2N): magnitude of each D element's factors
+    d_gemm_scale: torch.Tensor  # (valid_m, 2N): |D| for R = alpha^2 |A| |B|^T
     dprob: torch.Tensor  # (valid_m,): what the call adds to dprob
     dprob_scale: torch.Tensor  # (valid_m,): sum over columns of |dprob terms|
     dbias: torch.Tensor  # (L, 2N): what the call adds to dbias
@@ -113,6 +117,7 @@ def dglu_backward(
     a2, c2 = a.reshape(a.shape[0], -1), c.reshape(c.shape[0], -1)
     d = torch.zeros(valid_m, 2 * n, device=a.device)
     d_scale = torch.zeros(valid_m, 2 * n, device=a.device)
+    d_gemm_scale = torch.zeros(valid_m, 2 * n, device=a.device)
     dprob = torch.zeros(valid_m, device=a.device)
     dprob_scale = torch.zeros(valid_m, device=a.device)
     dbias = torch.zeros(l, 2 * n, device=a.device)
@@ -123,10 +128,13 @@ def dglu_backward(
             continue
         rows = slice(start, end)
         r = (float(alpha[g]) ** 2 * (a2[rows].double() @ b[:, :, g].double().T)).float()
+        r_abs = (float(alpha[g]) ** 2 * (a2[rows].double().abs() @ b[:, :, g].double().abs().T)).float()
         gate, x = split_columns(c2[rows].float())
         if act_func == "dswiglu":
             gate, x = gate * beta[g], x * beta[g]
         grad = ACTIVATIONS[act_func](r, prob.reshape(-1, 1)[rows], gate, x, act_params)
+        grad_abs = ACTIVATIONS[act_func](r_abs, prob.reshape(-1, 1)[rows], gate, x, act_params)
+        d_gemm_scale[rows] = merge_columns(grad_abs.d_gate, grad_abs.d_input).abs()
         d[rows] = merge_columns(grad.d_gate, grad.d_input)
         d_scale[rows] = merge_columns(grad.gate_scale, grad.input_scale)
         dprob[rows] = grad.dprob_terms.double().sum(1).float()
@@ -135,8 +143,10 @@ def dglu_backward(
         dbias_scale[g] = d[rows].abs().sum(0)
         start = end
     return Expected(
+        k=a2.shape[1],
         d=d,
         d_scale=d_scale,
+        d_gemm_scale=d_gemm_scale,
         dprob=dprob,
         dprob_scale=dprob_scale,
         dbias=dbias,
