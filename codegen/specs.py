@@ -55,6 +55,7 @@ JOINT_FIELDS: dict[str, tuple[str, ...]] = {
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
     "dswiglu": {},
     "dgeglu": {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0},
+    "dsituglu": {"situ_beta1": 4.0, "situ_beta2": 25.0},
 }
 
 TOP_LEVEL_KEYS = ("defaults", "variants")
