@@ -1,9 +1,13 @@
 """Hatchling build hook: compile the cubins into the wheel as dglu/_cubins/.
 
-The variants come from kernel_specs/default.yaml, or from the spec file
-named by the environment variable DGLU_SPECS (a path, relative to the
-source tree or absolute). Compiling needs CuTe DSL (a build requirement)
-but no GPU; the wheel itself does not need CuTe DSL.
+The variants come from kernel_specs/default.yaml, or from the spec files
+named by the environment variable DGLU_SPECS (paths separated by
+os.pathsep, relative to the source tree or absolute). They are built in the
+artifact directory DGLU_BUILD_DIR (incrementally: `dglu-build wheel` has
+built them there already), or in a temporary one when it is unset; the wheel
+gets a copy of exactly these variants, taken under the directory's lock.
+Compiling needs CuTe DSL (a build requirement) but no GPU; the wheel's
+runtime does not need CuTe DSL.
 """
 
 from __future__ import annotations
@@ -21,31 +25,41 @@ PACKAGE_DIR = "dglu/_cubins"
 
 
 class CubinBuildHook(BuildHookInterface):
-    """Compiles the spec's variants and adds the artifact directory to the wheel."""
+    """Builds the spec's variants and adds a copy of them to the wheel."""
 
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict) -> None:
-        """Build the cubins and manifest into a temp dir and include it."""
+        """Build the variants, copy them into a temp dir and include it."""
         if self.target_name != "wheel" or version == "editable":
-            return  # an editable install has no cubins: use `python -m codegen` (user variant dir)
+            return  # an editable install has no cubins: `dglu-build add/compile` fill the user variant dir
         root = Path(self.root)
         source = "DGLU_SPECS" if "DGLU_SPECS" in os.environ else "default specs"
-        specs = root / os.environ.get("DGLU_SPECS", str(DEFAULT_SPECS))
-        if not specs.is_file():
-            raise FileNotFoundError(f"{source}: spec file {specs} does not exist")
+        specs = [root / path for path in os.environ.get("DGLU_SPECS", str(DEFAULT_SPECS)).split(os.pathsep)]
+        for path in specs:
+            if not path.is_file():
+                raise FileNotFoundError(f"{source}: spec file {path} does not exist")
         sys.path.insert(0, str(root))
-        from codegen.build import build_artifacts
-        from codegen.specs import load_specs
+        from codegen.artifact_store import open_store
+        from codegen.build import BuildFailed, build_in_store
+        from codegen.compile_pool import available_cores
+        from codegen.kernels import compile_variant
+        from codegen.specs import load_spec_files
 
-        variants = load_specs(specs)
-        self._out_dir = Path(tempfile.mkdtemp(prefix="dglu-cubins-"))
-        self.app.display_info(f"dglu: compiling {len(variants)} variants from {specs}")
-        build_artifacts(variants, self._out_dir, progress=self.app.display_info)
-        for path in sorted(self._out_dir.iterdir()):
+        variants = load_spec_files(specs)
+        self._temp_dir = Path(tempfile.mkdtemp(prefix="dglu-cubins-"))
+        build_dir = Path(os.environ.get("DGLU_BUILD_DIR") or self._temp_dir / "build")
+        packed = self._temp_dir / "packed"
+        self.app.display_info(f"dglu: building {len(variants)} variants from {', '.join(map(str, specs))} in {build_dir}")
+        with open_store(build_dir, self.app.display_info) as store:
+            result = build_in_store(store, variants, available_cores(), self.app.display_info, compile_variant)
+            if result.failed:
+                raise BuildFailed(result)
+            store.copy_to(packed, [variant.name for variant in variants])
+        for path in sorted(packed.iterdir()):
             build_data["force_include"][str(path)] = f"{PACKAGE_DIR}/{path.name}"
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
-        """Remove the temp artifact directory once the wheel holds it."""
-        if hasattr(self, "_out_dir"):
-            shutil.rmtree(self._out_dir, ignore_errors=True)
+        """Remove the temp directory once the wheel holds its copy."""
+        if hasattr(self, "_temp_dir"):
+            shutil.rmtree(self._temp_dir, ignore_errors=True)

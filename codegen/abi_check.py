@@ -10,7 +10,7 @@ also needs a TMA rule to encode its descriptor from.
 
 from __future__ import annotations
 
-from codegen.cubin_info import CubinInfo, CubinKernel
+from codegen.cubin_info import CubinError, CubinInfo, CubinKernel, read_cubin
 
 # kind -> (size, align) of its PTX parameter; i32_tuple's size is 4 per value.
 PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {
@@ -25,6 +25,20 @@ TMA_RULE_FIELDS = ("dtype", "dims", "box", "swizzle", "l2_promotion", "oob_fill"
 
 class AbiMismatch(ValueError):
     """A launch description that disagrees with its cubin or with itself."""
+
+
+def check_variant_cubin(cubin: bytes, arch: str, kernels: list[dict], tma: dict[str, dict], where: str) -> CubinInfo:
+    """Check a variant's launch description against its cubin; return what the cubin says."""
+    try:
+        info = read_cubin(cubin)
+    except CubinError as err:
+        raise AbiMismatch(f"{where}: the cubin is unreadable: {err}") from None
+    arch_sm = int("".join(ch for ch in arch if ch.isdigit()))
+    if info.sm != arch_sm:
+        raise AbiMismatch(f"{where}: cubin is for sm_{info.sm}, the variant's arch is {arch}")
+    check_kernels(kernels, info, where)
+    check_tma_rules(kernels, tma, where)
+    return info
 
 
 def check_kernels(kernels: list[dict], cubin: CubinInfo, where: str) -> None:

@@ -6,10 +6,12 @@ import os
 import tempfile
 from pathlib import Path
 
+TEMP_SUFFIX = ".tmp"  # temp files are ".<name>.<random>.tmp" beside their target
+
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` through a temp file in the same directory."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)

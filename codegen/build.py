@@ -1,113 +1,175 @@
-"""Compile variants into an artifact directory: one cubin each + manifest.json.
+"""Build variants into an artifact directory, incrementally and in parallel.
 
-The directory's format is docs/manifest.md. Every variant is compiled and
-checked against its own cubin before anything is written; then the cubins
-are written and the manifest last, each file atomically, so a reader never
-sees a manifest that points at missing or different cubins.
+After a build every variant of the directory (those asked for plus those
+already there) is up to date: it is recompiled only when its build key
+(codegen.build_key) differs from the one it was built under, or its cubin is
+missing or altered. Each compiled variant is checked against its own cubin,
+then stored at once (cubin, then record), so a build that fails or is killed
+keeps the work it finished; the manifest is rewritten last. The directory's
+format is docs/manifest.md; its safety rules are codegen.artifact_store's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import json
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codegen.abi_check import check_kernels, check_tma_rules
-from codegen.atomic_write import write_atomic
-from codegen.cubin_info import CubinError, read_cubin
+from codegen.abi_check import AbiMismatch, check_variant_cubin
+from codegen.artifact_store import ArtifactStore, Record, open_store
+from codegen.build_key import SYMBOL_PREFIX, BuildInputs, current_build_inputs
+from codegen.compile_pool import CompileFn, CompileJob, CompileOutcome, available_cores, compile_all
 from codegen.kernels import compile_variant
-from codegen.specs import Variant
+from codegen.specs import SpecError, Variant, expand_fields
 
-SCHEMA_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-SYMBOL_PREFIX = "dglu_"
+
+Progress = Callable[[str], None]
 
 
 class BuildError(RuntimeError):
-    """A variant whose compiled output cannot go into an artifact directory."""
+    """Variants that cannot go into an artifact directory."""
+
+
+@dataclass
+class BuildResult:
+    """What a build did to its directory."""
+
+    directory: Path
+    manifest: dict[str, Any] | None = None
+    compiled: list[str] = field(default_factory=list)
+    up_to_date: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # name -> the compiler's (or the check's) message
+
+    def summary(self) -> str:
+        listed = len(self.manifest["variants"]) if self.manifest else 0
+        return (
+            f"{self.directory}: {len(self.compiled)} compiled, {len(self.up_to_date)} up to date, "
+            f"{len(self.failed)} failed; the manifest lists {listed} variants"
+        )
+
+
+class BuildFailed(BuildError):
+    """Some variants failed; the others were stored and listed. ``result`` says which."""
+
+    def __init__(self, result: BuildResult) -> None:
+        self.result = result
+        failures = "\n".join(f"  {name}:\n    " + message.replace("\n", "\n    ") for name, message in result.failed.items())
+        super().__init__(f"{len(result.failed)} variant(s) failed to build:\n{failures}")
 
 
 def build_artifacts(
     variants: Sequence[Variant],
     out_dir: str | Path,
-    progress: Callable[[str], None] | None = None,
-    compile_fn: Callable[[dict, str], Any] = compile_variant,
-) -> dict:
-    """Compile ``variants`` into ``out_dir``; return the manifest written.
+    *,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    compile_fn: CompileFn = compile_variant,
+) -> BuildResult:
+    """Bring ``out_dir`` up to date with ``variants`` (and what it already holds).
 
-    ``progress`` receives one line per variant (default: stderr);
-    ``compile_fn(key, symbol_prefix)`` returns an object with ``cubin``,
-    ``kernels`` and ``tma`` (see codegen.kernels.compile_variant).
+    Compiles in ``jobs`` processes (default: every core); ``progress`` hears
+    one line per step (default: stderr); ``compile_fn(key, symbol_prefix)``
+    returns an object with ``cubin``, ``kernels`` and ``tma``
+    (codegen.kernels.compile_variant). Raises BuildFailed, after storing the
+    variants that built, if any failed.
     """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BuildError(f"out_dir: {out_dir} exists and is not a directory")
+    report = progress or print_to_stderr
+    with open_store(out_dir, report) as store:
+        result = build_in_store(store, variants, jobs or available_cores(), report, compile_fn)
+    if result.failed:
+        raise BuildFailed(result)
+    return result
+
+
+def build_in_store(
+    store: ArtifactStore, variants: Sequence[Variant], jobs: int, report: Progress, compile_fn: CompileFn
+) -> BuildResult:
+    """``build_artifacts`` on a store whose lock the caller holds."""
     if not variants:
         raise BuildError("variants: got none, need at least one to build")
-    report = progress or _print_to_stderr
+    inputs = current_build_inputs()
+    known = store.known_records()
+    targets = {**_variants_of(known, store.directory), **{variant.name: variant for variant in variants}}
+    result = BuildResult(store.directory)
+    current: list[Record] = []
+    jobs_to_run = []
+    for name in sorted(targets):
+        record = known.get(name)
+        if record is not None and record.build_key == inputs.key_for(targets[name].key) and store.cubin(record):
+            current.append(record)
+            result.up_to_date.append(name)
+        else:
+            jobs_to_run.append(CompileJob(name, targets[name].key, SYMBOL_PREFIX + name))
+    report(
+        f"{store.directory}: {len(targets)} variants, {len(current)} up to date, "
+        f"{len(jobs_to_run)} to compile" + (f" in {min(jobs, len(jobs_to_run))} processes" if jobs_to_run else "")
+    )
+    clock = _Eta(len(jobs_to_run))
+    for outcome in compile_all(jobs_to_run, jobs, compile_fn):
+        name = outcome.job.name
+        try:
+            current.append(_store_outcome(store, outcome, targets[name], inputs))
+            result.compiled.append(name)
+            report(f"{clock.tick()} {name} {outcome.seconds:.1f}s")
+        except (AbiMismatch, BuildError) as err:
+            result.failed[name] = str(err)
+            report(f"{clock.tick()} FAILED {name}: {str(err).splitlines()[0]}")
+    result.manifest = store.write_manifest(current)
+    return result
 
-    ordered = sorted(variants, key=lambda variant: variant.name)
-    compiled = []
-    for done, variant in enumerate(ordered, start=1):
-        start = time.monotonic()
-        compiled.append(_compile_checked(variant, compile_fn))
-        report(f"[{done}/{len(ordered)}] {variant.name} {time.monotonic() - start:.1f}s")
 
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "toolchain": _toolchain(ptxas={toolkit for _, _, toolkit in compiled}),
-        "variants": [entry for entry, _, _ in compiled],
+def _variants_of(records: dict[str, Record], directory: Path) -> dict[str, Variant]:
+    """The variants behind ``records``, each key passed through the spec schema again."""
+    variants = {}
+    for name, record in records.items():
+        where = f"{directory}: variant {name}"
+        try:
+            (variant,) = expand_fields(dict(record.entry["key"]), where)
+        except (SpecError, KeyError, TypeError, ValueError) as err:
+            raise BuildError(
+                f"{where} can no longer be built by these kernels ({err}); "
+                f"build into another directory or delete this one"
+            ) from None
+        if variant.name != name:
+            raise BuildError(f"{where}: its key names the variant {variant.name}")
+        variants[name] = variant
+    return variants
+
+
+def _store_outcome(store: ArtifactStore, outcome: CompileOutcome, variant: Variant, inputs: BuildInputs) -> Record:
+    """Check one compiled variant against its cubin and store it; BuildError if it failed or disagrees."""
+    where = f"variant {variant.name}"
+    if outcome.output is None:
+        raise BuildError(outcome.error or "no output")
+    cubin, kernels, tma = outcome.output
+    info = check_variant_cubin(cubin, variant.arch, kernels, tma, where)
+    toolchain = {
+        "cutlass_dsl": inputs.toolchain.get("nvidia-cutlass-dsl", "unknown"),
+        "ptxas": info.toolkit,
+        "python": inputs.toolchain["python"],
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST_NAME).unlink(missing_ok=True)
-    for entry, cubin, _ in compiled:
-        write_atomic(out_dir / entry["cubin"], cubin)
-    write_atomic(out_dir / MANIFEST_NAME, (json.dumps(manifest, indent=2) + "\n").encode())
-    return manifest
+    described = {"name": variant.name, "key": variant.key, "kernels": kernels, "tma": tma}
+    return store.put(described, cubin, inputs.key_for(variant.key), toolchain)
 
 
-def _compile_checked(variant: Variant, compile_fn: Callable[[dict, str], Any]) -> tuple[dict, bytes, str]:
-    """(manifest entry, cubin bytes, ptxas toolkit) of one variant, checked."""
-    name = variant.name
-    result = compile_fn(variant.key, SYMBOL_PREFIX + name)
-    cubin = result.cubin
-    try:
-        info = read_cubin(cubin)
-    except CubinError as err:
-        raise BuildError(f"variant {name}: the compiled cubin is unreadable: {err}") from None
-    arch_sm = int("".join(ch for ch in variant.arch if ch.isdigit()))
-    if info.sm != arch_sm:
-        raise BuildError(f"variant {name}: cubin is for sm_{info.sm}, the variant's arch is {variant.arch}")
-    check_kernels(result.kernels, info, f"variant {name}")
-    check_tma_rules(result.kernels, result.tma, f"variant {name}")
-    entry = {
-        "name": name,
-        "key": variant.key,
-        "cubin": f"{name}.cubin",
-        "sha256": hashlib.sha256(cubin).hexdigest(),
-        "size": len(cubin),
-        "kernels": result.kernels,
-        "tma": result.tma,
-    }
-    return entry, cubin, info.toolkit
+class _Eta:
+    """Progress prefix "[done/total] ... ETA": the time left from the mean time per variant so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.start = total, 0, time.monotonic()
+
+    def tick(self) -> str:
+        self.done += 1
+        left = (time.monotonic() - self.start) / self.done * (self.total - self.done)
+        return f"[{self.done}/{self.total}, ETA {_minutes(left)}]"
 
 
-def _toolchain(ptxas: set[str]) -> dict[str, str]:
-    """Versions of what built the cubins; ``ptxas`` as read from them."""
-    if len(ptxas) != 1:
-        raise BuildError(f"cubins were built by different ptxas versions: {sorted(ptxas)}")
-    return {
-        "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
-        "ptxas": ptxas.pop(),
-        "python": platform.python_version(),
-    }
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-def _print_to_stderr(line: str) -> None:
+def print_to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)

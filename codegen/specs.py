@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,15 +154,34 @@ def parse_specs(text: str, source: str = "<spec>") -> list[Variant]:
         where = f"{source}: {label}"
         if not isinstance(entry, dict):
             raise SpecError(f"{where}: needs a mapping of fields, got {_describe(entry)}")
-        _check_fields(entry, where)
-        for fields in _expand({**defaults, **entry}, where):
-            variant = _normalise(fields, where)
+        for variant in expand_fields({**defaults, **entry}, where):
             if variant.name in variants:
                 known, known_label = variants[variant.name]
                 problem = "duplicate variant" if known == variant else "variant name collision:"
                 raise SpecError(f"{where}: {problem} {variant.name}, already given by {known_label}")
             variants[variant.name] = (variant, label)
     return [variant for variant, _ in variants.values()]
+
+
+def load_spec_files(paths: Sequence[str | Path]) -> list[Variant]:
+    """The variants of every spec file in ``paths``; a variant listed by several files counts once."""
+    variants: dict[str, tuple[Variant, Path]] = {}
+    for path in map(Path, paths):
+        for variant in load_specs(path):
+            known, known_path = variants.setdefault(variant.name, (variant, path))
+            if known != variant:
+                raise SpecError(f"{path}: variant name collision: {variant.name}, also given differently by {known_path}")
+    return [variant for variant, _ in variants.values()]
+
+
+def expand_fields(fields: dict, where: str) -> list[Variant]:
+    """Validate one entry's ``fields`` (lists allowed) and expand them into variants.
+
+    This is the schema's one gate: spec files and command-line entries pass
+    through it before any value reaches a variant name, a file or a compiler.
+    """
+    _check_fields(fields, where)
+    return [_normalise(combo, where) for combo in _expand(fields, where)]
 
 
 def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:

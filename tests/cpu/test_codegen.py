@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from codegen.abi_check import AbiMismatch, check_kernels, check_tma_rules
-from codegen.build import BuildError, build_artifacts
+from codegen.artifact_store import STATE_DIR, cubin_file_name
+from codegen.build import BuildError, BuildFailed, build_artifacts
 from codegen.cubin_info import CubinError, read_cubin
 from codegen.kernels import compile_variant
 from codegen.specs import load_specs
@@ -43,8 +44,8 @@ class Artifacts:
 def artifacts(tmp_path_factory) -> Artifacts:
     out_dir = tmp_path_factory.mktemp("artifacts") / "smoke"
     progress: list[str] = []
-    manifest = build_artifacts(SMOKE, out_dir, progress=progress.append)
-    return Artifacts(out_dir, manifest, progress)
+    result = build_artifacts(SMOKE, out_dir, progress=progress.append)
+    return Artifacts(out_dir, result.manifest, progress)
 
 
 # --- the artifact directory -----------------------------------------------------
@@ -60,7 +61,7 @@ def test_manifest_lists_each_variant_once_by_name_with_its_key(artifacts):
     by_name = {s.name: s for s in SMOKE}
     for variant in variants:
         assert variant["key"] == by_name[variant["name"]].key
-        assert variant["cubin"] == variant["name"] + ".cubin"
+        assert variant["cubin"] == cubin_file_name(variant["name"], variant["sha256"])
 
 
 def test_toolchain_names_the_versions_that_built_the_cubins(artifacts):
@@ -77,15 +78,21 @@ def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
         data = artifacts.cubin(variant)
         assert hashlib.sha256(data).hexdigest() == variant["sha256"]
         assert len(data) == variant["size"]
-    expected = {"manifest.json"} | {v["cubin"] for v in artifacts.manifest["variants"]}
+    expected = {"manifest.json", STATE_DIR} | {v["cubin"] for v in artifacts.manifest["variants"]}
     assert {path.name for path in artifacts.out_dir.iterdir()} == expected
 
 
-def test_progress_has_one_line_per_variant_in_build_order(artifacts):
+def test_progress_has_a_plan_then_one_line_per_variant_with_count_and_eta(artifacts):
     names = [v["name"] for v in artifacts.manifest["variants"]]
-    assert len(artifacts.progress) == len(names)
-    for done, (line, name) in enumerate(zip(artifacts.progress, names), start=1):
-        assert re.fullmatch(rf"\[{done}/{len(names)}\] {name} \d+\.\ds", line)
+    plan, *lines = artifacts.progress
+    assert plan.startswith(f"{artifacts.out_dir}: {len(names)} variants, 0 up to date, {len(names)} to compile in ")
+    assert len(lines) == len(names)
+    finished = []
+    for done, line in enumerate(lines, start=1):
+        match = re.fullmatch(rf"\[{done}/{len(names)}, ETA \d+:\d\d\] (\w+) \d+\.\ds", line)
+        assert match, line
+        finished.append(match[1])
+    assert sorted(finished) == names
 
 
 def test_each_variant_has_a_main_kernel_first_and_dbias_finish_only_with_dbias(artifacts):
@@ -266,51 +273,65 @@ def test_tma_rule_check_names_the_param_and_the_problem(artifacts, mutate):
         check_tma_rules(variant["kernels"], tma, variant["name"])
 
 
-# --- failures write nothing ---------------------------------------------------------
+# --- failures ---------------------------------------------------------------------
+# Compiles run in spawned worker processes, so the stand-in compilers are module-level functions.
 
 
-def test_a_failed_compile_writes_nothing(tmp_path):
-    def compile_then_fail(key, symbol_prefix):
-        if key["act_func"] == "dswiglu":  # sorted by name, the second variant
-            raise RuntimeError("compiler crashed")
-        return compile_variant(key, symbol_prefix)
+def compile_all_but_dswiglu(key, symbol_prefix):
+    if key["act_func"] == "dswiglu":
+        raise RuntimeError("compiler crashed")
+    return compile_variant(key, symbol_prefix)
 
-    with pytest.raises(RuntimeError, match="compiler crashed"):
-        build_artifacts(SMOKE, tmp_path / "out", progress=lambda line: None, compile_fn=compile_then_fail)
-    assert not (tmp_path / "out").exists()
+
+def compile_with_wrong_block(key, symbol_prefix):
+    result = compile_variant(key, symbol_prefix)
+    kernels = copy.deepcopy(result.kernels)
+    kernels[0]["block"] = [128, 1, 1]
+    return dataclasses.replace(result, kernels=kernels)
+
+
+def compile_for_sm100(key, symbol_prefix):
+    result = compile_variant(key, symbol_prefix)
+    cubin = bytearray(result.cubin)
+    flags_offset = 48  # e_flags of the ELF64 header; its low byte is the SM
+    cubin[flags_offset] = 100
+    return dataclasses.replace(result, cubin=bytes(cubin))
+
+
+def must_not_compile(key, symbol_prefix):
+    raise AssertionError("compiled despite bad arguments")
+
+
+def test_a_failed_compile_is_reported_and_the_rest_is_stored(tmp_path):
+    with pytest.raises(BuildFailed) as caught:
+        build_artifacts(SMOKE, tmp_path / "out", progress=lambda line: None, compile_fn=compile_all_but_dswiglu)
+    result = caught.value.result
+    (dswiglu,) = [v.name for v in SMOKE if v.act_func == "dswiglu"]
+    assert list(result.failed) == [dswiglu]
+    assert "RuntimeError: compiler crashed" in result.failed[dswiglu]
+    assert f"{dswiglu}:\n    RuntimeError: compiler crashed" in str(caught.value)
+    assert [v["name"] for v in result.manifest["variants"]] == result.compiled == [v.name for v in SMOKE if v.name != dswiglu]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == result.manifest
 
 
 def test_output_that_disagrees_with_its_cubin_is_rejected_before_writing(tmp_path):
-    def compile_with_wrong_block(key, symbol_prefix):
-        result = compile_variant(key, symbol_prefix)
-        kernels = copy.deepcopy(result.kernels)
-        kernels[0]["block"] = [128, 1, 1]
-        return dataclasses.replace(result, kernels=kernels)
-
-    with pytest.raises(AbiMismatch, match=r"variant sm90a_\w+: kernel dglu_\w+_main\w*: block \[128, 1, 1\]"):
+    with pytest.raises(BuildFailed) as caught:
         build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_with_wrong_block)
-    assert list(tmp_path.iterdir()) == []
+    (message,) = caught.value.result.failed.values()
+    assert re.match(r"variant sm90a_\w+: kernel dglu_\w+_main\w*: block \[128, 1, 1\]", message)
+    assert not list(tmp_path.glob("*.cubin")) and not (tmp_path / "manifest.json").exists()
 
 
 def test_a_cubin_for_another_arch_is_rejected(tmp_path):
-    def compile_for_sm100(key, symbol_prefix):
-        result = compile_variant(key, symbol_prefix)
-        cubin = bytearray(result.cubin)
-        flags_offset = 48  # e_flags of the ELF64 header; its low byte is the SM
-        cubin[flags_offset] = 100
-        return dataclasses.replace(result, cubin=bytes(cubin))
-
-    with pytest.raises(BuildError, match=r"cubin is for sm_100, the variant's arch is sm_90a"):
+    with pytest.raises(BuildFailed) as caught:
         build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_for_sm100)
+    assert "cubin is for sm_100, the variant's arch is sm_90a" in str(caught.value)
 
 
 def test_bad_out_dir_and_empty_variants_fail_before_compiling(tmp_path):
-    def must_not_compile(key, symbol_prefix):
-        raise AssertionError("compiled despite bad arguments")
-
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    with pytest.raises(BuildError, match=r"out_dir: .*file exists and is not a directory"):
+    with pytest.raises(ValueError, match=r"file exists and is not a directory"):
         build_artifacts(SMOKE, not_a_dir, compile_fn=must_not_compile)
     with pytest.raises(BuildError, match="variants: got none, need at least one"):
         build_artifacts([], tmp_path / "out", compile_fn=must_not_compile)

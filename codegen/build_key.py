@@ -1,0 +1,81 @@
+"""The content hash that decides whether a built variant is up to date.
+
+A variant's build key hashes everything its cubin and manifest entry depend
+on: the variant's fields, the kernel sources (every file under
+codegen/kernels/), the toolchain (the installed CuTe DSL distributions and
+the Python version the manifest records), and the compile options (the
+``CUTE_DSL_*`` environment variables, which change what the DSL emits, plus
+the manifest schema and symbol prefix the build writes). Computing it
+imports no CuTe DSL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codegen.artifact_store import SCHEMA_VERSION
+
+# The builder's own settings that shape a variant's cubin and entry.
+SYMBOL_PREFIX = "dglu_"
+BUILDER_OPTIONS = {"schema_version": SCHEMA_VERSION, "symbol_prefix": SYMBOL_PREFIX}
+KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
+DSL_DISTRIBUTION_PREFIX = "nvidia-cutlass-dsl"
+DSL_ENV_PREFIX = "CUTE_DSL_"
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """What every variant of one build shares; see the module docstring."""
+
+    kernel_sources: str  # sha256 over the kernel source files
+    toolchain: dict[str, str]
+    compile_options: dict[str, Any]
+
+    def key_for(self, variant_key: dict[str, Any]) -> str:
+        """The build key (sha256 hex) of the variant with manifest key ``variant_key``."""
+        content = {
+            "variant": variant_key,
+            "kernel_sources": self.kernel_sources,
+            "toolchain": self.toolchain,
+            "compile_options": self.compile_options,
+        }
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def current_build_inputs() -> BuildInputs:
+    """The inputs of a build run now, here."""
+    return BuildInputs(
+        kernel_sources=kernel_sources_hash(KERNELS_DIR),
+        toolchain={**dsl_versions(), "python": platform.python_version()},
+        compile_options={
+            **BUILDER_OPTIONS,
+            "env": {name: value for name, value in sorted(os.environ.items()) if name.startswith(DSL_ENV_PREFIX)},
+        },
+    )
+
+
+def kernel_sources_hash(directory: Path) -> str:
+    """sha256 over the relative path and content of every file under ``directory`` (caches excluded)."""
+    digest = hashlib.sha256()
+    files = sorted(path for path in directory.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
+    for path in files:
+        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def dsl_versions() -> dict[str, str]:
+    """Version of each installed CuTe DSL distribution (the DSL and its bundled compiler libraries)."""
+    versions = {}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name.startswith(DSL_DISTRIBUTION_PREFIX):
+            versions[name] = dist.version
+    return dict(sorted(versions.items()))

@@ -1,0 +1,420 @@
+"""``dglu-build``: compile kernel variants into artifact directories and wheels.
+
+Commands that compile import CuTe DSL when they run; ``--help``, ``list``,
+``show``, ``verify`` and ``merge`` never do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+try:
+    import click
+except ModuleNotFoundError as missing:
+    raise SystemExit(f"dglu-build needs the build extra (no module {missing.name!r}): pip install 'dglu[build]'") from None
+
+from codegen.abi_check import AbiMismatch
+from codegen.artifact_store import Record, StoreError, open_store, read_manifest_file
+from codegen.build_key import current_build_inputs
+from codegen.compile_pool import available_cores
+from codegen.shard import Shard
+
+_MN = re.compile(r"([0-9]+)x([0-9]+)")
+_USER_ERRORS: tuple[type[Exception], ...] = (StoreError, AbiMismatch)
+
+
+def user_variant_dir() -> Path:
+    """The directory the dglu runtime searches for user-built variants."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "dglu" / "variants"
+
+
+@contextmanager
+def _user_errors(*more: type[Exception]) -> Iterator[None]:
+    """Show the expected kinds of bad input as one clear message and exit status 1."""
+    try:
+        yield
+    except (*_USER_ERRORS, *more) as err:
+        raise click.ClickException(str(err)) from None
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def _out_option(help_text: str):
+    return click.option(
+        "-o",
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=user_variant_dir,
+        show_default="$XDG_CACHE_HOME/dglu/variants, which the dglu runtime searches",
+        help=help_text,
+    )
+
+
+_jobs_option = click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=available_cores,
+    show_default="the machine's cores",
+    help="Compile in this many processes.",
+)
+_dir_argument = click.argument(
+    "directory", type=click.Path(file_okay=False, path_type=Path), default=user_variant_dir, required=False
+)
+_specs_argument = click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Compile dglu's kernel variants ahead of time (no GPU needed).
+
+    An artifact directory holds one cubin per variant and the manifest.json
+    the dglu runtime reads. Builds are incremental (a variant is recompiled
+    only when its fields, the kernel sources, the CuTe DSL version or the
+    compile options change), parallel, locked against concurrent builds and
+    safe to kill.
+
+    \b
+    Examples:
+      dglu-build compile kernel_specs/default.yaml -o .artifacts/default
+      dglu-build add --act dgeglu --tile 128x64 --dbias
+      dglu-build wheel kernel_specs/default.yaml -o dist/
+    """
+
+
+@main.command()
+@_specs_argument
+@_out_option("Artifact directory to build into; what it already holds is kept up to date too.")
+@_jobs_option
+@click.option("--arch", "archs", multiple=True, help="Build every variant for this architecture instead of the spec's (repeatable).")
+@click.option("--shard", type=str, default=None, help="Build only shard I of N (1-based) of the variants, e.g. 2/4.")
+def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...], shard: str | None) -> None:
+    """Compile every variant of the spec files SPECS into an artifact directory.
+
+    With --shard I/N a build farm splits the variants over N machines (each
+    gets the same deterministic share on every run); `dglu-build merge` then
+    combines the shards' directories.
+
+    \b
+    Examples:
+      dglu-build compile kernel_specs/default.yaml -o .artifacts/default -j 8
+      dglu-build compile kernel_specs/default.yaml --shard 2/4 -o shard2
+    """
+    from codegen.build import BuildError
+    from codegen.specs import SpecError, expand_fields, load_spec_files
+
+    selected = _parse_shard(shard)
+    with _user_errors(SpecError, BuildError):
+        variants = load_spec_files(specs)
+        if archs:
+            variants = [
+                variant
+                for arch in archs
+                for original in variants
+                for variant in expand_fields({**original.key, "arch": arch}, f"--arch {arch}")
+            ]
+        if selected:
+            names = selected.select([variant.name for variant in variants])
+            if not names:
+                raise BuildError(f"--shard {selected}: the specs have {len(variants)} variants, so this shard is empty")
+            variants = [variant for variant in variants if variant.name in set(names)]
+        _build(variants, out, jobs)
+
+
+def _parse_shard(text: str | None) -> Shard | None:
+    if text is None:
+        return None
+    try:
+        return Shard.parse(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--shard") from None
+
+
+@main.command()
+@click.option("--act", "act_funcs", multiple=True, required=True, help="Activation: dswiglu or dgeglu (repeatable).")
+@click.option("--act-param", "act_params", multiple=True, metavar="NAME=VALUE", help="An activation constant, e.g. geglu_alpha=1.702 (repeatable).")
+@click.option("--dbias/--no-dbias", default=False, show_default=True, help="Also compute the bias gradient.")
+@click.option("--arch", "archs", multiple=True, default=["sm_90a"], show_default=True, help="Target architecture (repeatable).")
+@click.option("--ab-dtype", "ab_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of A and B (repeatable).")
+@click.option("--c-dtype", "c_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of C (repeatable).")
+@click.option("--d-dtype", "d_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of D (repeatable).")
+@click.option("--weight-mode", "weight_modes", multiple=True, default=["dense"], show_default=True, help="Weight layout (repeatable).")
+@click.option("--b-major", "b_majors", multiple=True, default=["k"], show_default=True, help="Major mode of B (repeatable).")
+@click.option("--tile", "tiles", multiple=True, default=["128x128"], show_default=True, metavar="MxN", help="Tile (repeatable).")
+@click.option("--cluster", "clusters", multiple=True, default=["1x1"], show_default=True, metavar="MxN", help="Cluster shape (repeatable).")
+@click.option("--scheduler", "schedulers", multiple=True, default=["static"], show_default=True, help="Tile scheduler (repeatable).")
+@_out_option("Artifact directory to add to.")
+@_jobs_option
+def add(
+    act_funcs: tuple[str, ...],
+    act_params: tuple[str, ...],
+    dbias: bool,
+    archs: tuple[str, ...],
+    ab_dtypes: tuple[str, ...],
+    c_dtypes: tuple[str, ...],
+    d_dtypes: tuple[str, ...],
+    weight_modes: tuple[str, ...],
+    b_majors: tuple[str, ...],
+    tiles: tuple[str, ...],
+    clusters: tuple[str, ...],
+    schedulers: tuple[str, ...],
+    out: Path,
+    jobs: int,
+) -> None:
+    """Add the variants described by the options to an artifact directory.
+
+    Each option may be repeated; every combination is added. Without -o the
+    variants go where the dglu runtime finds them, and a call that found no
+    kernel prints the command that builds it. Options take the values of the
+    spec files' fields (see kernel_specs/).
+
+    \b
+    Examples:
+      dglu-build add --act dgeglu --dbias
+      dglu-build add --act dswiglu --act dgeglu --tile 128x64 -o .artifacts/extra
+      dglu-build add --act dgeglu --act-param geglu_alpha=1.0 --act-param linear_offset=0.0
+    """
+    from codegen.build import BuildError
+    from codegen.specs import SpecError, expand_fields
+
+    fields: dict[str, Any] = {
+        "arch": list(archs),
+        "ab_dtype": list(ab_dtypes),
+        "c_dtype": list(c_dtypes),
+        "d_dtype": list(d_dtypes),
+        "act_func": list(act_funcs),
+        "act_params": _parse_act_params(act_params),
+        "dbias": dbias,
+        "weight_mode": list(weight_modes),
+        "b_major": list(b_majors),
+        "scheduler": list(schedulers),
+    }
+    shapes = [
+        {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
+        for tile_m, tile_n in _parse_mn(tiles, "--tile")
+        for cluster_m, cluster_n in _parse_mn(clusters, "--cluster")
+    ]
+    with _user_errors(SpecError, BuildError):
+        variants = [variant for shape in shapes for variant in expand_fields({**fields, **shape}, "dglu-build add")]
+        _build(list({variant.name: variant for variant in variants}.values()), out, jobs)
+
+
+def _parse_mn(values: tuple[str, ...], option: str) -> list[tuple[int, int]]:
+    pairs = []
+    for value in values:
+        match = _MN.fullmatch(value)
+        if not match:
+            raise click.BadParameter(f"got {value!r}, needs MxN such as 128x128", param_hint=option)
+        pairs.append((int(match[1]), int(match[2])))
+    return pairs
+
+
+def _parse_act_params(values: tuple[str, ...]) -> dict[str, float]:
+    params = {}
+    for value in values:
+        name, _, number = value.partition("=")
+        try:
+            params[name.strip()] = float(number)
+        except ValueError:
+            raise click.BadParameter(f"got {value!r}, needs NAME=NUMBER such as geglu_alpha=1.702", param_hint="--act-param") from None
+    return params
+
+
+def _build(variants: list, out: Path, jobs: int) -> None:
+    from codegen.build import BuildFailed, build_artifacts
+
+    try:
+        result = build_artifacts(variants, out, jobs=jobs, progress=_progress)
+    except BuildFailed as err:
+        click.echo(err.result.summary(), err=True)
+        raise click.ClickException(str(err)) from None
+    click.echo(result.summary())
+
+
+@main.command(name="list")
+@_dir_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the variants' keys and status as JSON.")
+def list_variants(directory: Path, as_json: bool) -> None:
+    """List the variants built in DIRECTORY, with their key fields and whether they are up to date.
+
+    A variant is stale when the kernel sources, the CuTe DSL or the compile
+    options here differ from those it was built with; the next build into
+    the directory recompiles it.
+
+    \b
+    Examples:
+      dglu-build list
+      dglu-build list .artifacts/default --json
+    """
+    with _user_errors():
+        manifest, records = _read(directory)
+    statuses = _statuses(records)
+    if as_json:
+        rows = [{"name": entry["name"], "key": entry["key"], "status": statuses[entry["name"]]} for entry in manifest["variants"]]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    toolchain = ", ".join(f"{name} {version}" for name, version in manifest["toolchain"].items())
+    click.echo(f"{directory}: {len(manifest['variants'])} variants ({toolchain})")
+    for entry in manifest["variants"]:
+        click.echo(f"  {entry['name']}  [{statuses[entry['name']]}]\n      {describe_key(entry['key'])}")
+
+
+@main.command()
+@click.argument("variant")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=user_variant_dir, show_default="the user variant directory")
+@click.option("--json", "as_json", is_flag=True, help="Print the variant's manifest entry as JSON.")
+def show(variant: str, directory: Path, as_json: bool) -> None:
+    """Show everything the manifest says about one built VARIANT (by name).
+
+    \b
+    Example:
+      dglu-build show sm90a_bf16_bf16_bf16_dswiglu_dbias_dense_k_128x128_1x1_static --dir .artifacts/default
+    """
+    import difflib
+
+    with _user_errors():
+        manifest, records = _read(directory)
+    entries = {entry["name"]: entry for entry in manifest["variants"]}
+    if variant not in entries:
+        close = difflib.get_close_matches(variant, list(entries), n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(close)}?" if close else f"; it has: {', '.join(entries) or 'none'}"
+        raise click.ClickException(f"{directory} has no variant {variant!r}{hint}")
+    entry = entries[variant]
+    if as_json:
+        click.echo(json.dumps(entry, indent=2))
+        return
+    lines = [
+        entry["name"],
+        f"  key:     {describe_key(entry['key'])}",
+        f"  cubin:   {directory / entry['cubin']} ({entry['size']} bytes, sha256 {entry['sha256']})",
+        f"  status:  {_statuses(records)[variant]}",
+    ]
+    for kernel in entry["kernels"]:
+        params = ", ".join(f"{param['name']}:{param['kind']}" for param in kernel["params"])
+        lines += [
+            f"  kernel {kernel['role']}: {kernel['symbol']}",
+            f"    block {kernel['block']} cluster {kernel['cluster']} dynamic smem {kernel['dynamic_smem_bytes']} B, grid {kernel['grid']}",
+            f"    params ({len(kernel['params'])}): {params}",
+        ]
+    for tensor, rule in entry["tma"].items():
+        lines.append(f"  tma {tensor}: {json.dumps(rule)}")
+    click.echo("\n".join(lines))
+
+
+@main.command()
+@_dir_argument
+def verify(directory: Path) -> None:
+    """Re-hash every cubin of DIRECTORY against its manifest and check the manifest's ABI against each cubin.
+
+    Exits with status 1 and names every variant that fails.
+
+    \b
+    Example:
+      dglu-build verify .artifacts/default
+    """
+    from codegen.verify import verify_directory
+
+    with _user_errors(), open_store(directory, _progress, shared=True):
+        verification = verify_directory(directory)
+    if verification.problems:
+        raise click.ClickException(
+            f"{directory}: {len(verification.problems)} problem(s), {len(verification.checked)} variants good:\n  "
+            + "\n  ".join(verification.problems)
+        )
+    click.echo(f"{directory}: {len(verification.checked)} variants verified")
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Artifact directory to merge into.")
+def merge(sources: tuple[Path, ...], out: Path) -> None:
+    """Combine the artifact directories SOURCES (e.g. shards) into one, refusing conflicts.
+
+    Each source must verify; a variant held by several must be the same
+    build in each; all must come from one toolchain.
+
+    \b
+    Example:
+      dglu-build merge shard1 shard2 shard3 shard4 -o .artifacts/release
+    """
+    from codegen.merge import merge_directories
+
+    with _user_errors():
+        manifest = merge_directories(list(sources), out, _progress)
+    click.echo(f"{out}: merged {len(sources)} directories; the manifest lists {len(manifest['variants']) if manifest else 0} variants")
+
+
+@main.command()
+@_specs_argument
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("dist"), show_default=True, help="Directory to write the wheel into.")
+@_jobs_option
+@click.option("--source", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default="the current directory", help="The dglu source checkout to build.")
+@click.option(
+    "--build-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    show_default="SOURCE/.artifacts/wheel",
+    help="Artifact directory to build the variants in (kept between runs: rebuilds are incremental).",
+)
+def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir: Path | None) -> None:
+    """Build the dglu wheel with the variants of the spec files SPECS.
+
+    The wheel's only run-time dependency is cuda-bindings; `dglu[build]`
+    adds what dglu-build needs. A release job passes the directory its
+    shards were merged into as --build-dir, so nothing is compiled again.
+
+    \b
+    Examples:
+      dglu-build wheel kernel_specs/default.yaml -o dist/
+      dglu-build wheel kernel_specs/default.yaml --build-dir .artifacts/release
+    """
+    from codegen.build import BuildError
+    from codegen.specs import SpecError, load_spec_files
+    from codegen.wheel import build_wheel, check_source
+
+    build_dir = build_dir or source / ".artifacts" / "wheel"
+    with _user_errors(SpecError, BuildError):
+        check_source(source)
+        variants = load_spec_files(specs)
+        _build(variants, build_dir, jobs)
+        built = build_wheel(source, specs, build_dir, out)
+    click.echo(f"wrote {built} ({built.stat().st_size / 1e6:.2f} MB, {len(variants)} variants)")
+
+
+def _read(directory: Path) -> tuple[dict[str, Any], dict[str, Record]]:
+    """The manifest and build records of ``directory``, read under its shared lock."""
+    with open_store(directory, _progress, shared=True) as store:
+        return read_manifest_file(directory), store.known_records()
+
+
+def _statuses(records: dict[str, Record]) -> dict[str, str]:
+    """Per variant: up to date, stale, or no build record (not built by dglu-build)."""
+    inputs = current_build_inputs()
+    return {
+        name: "no build record"
+        if record.build_key is None
+        else "up to date"
+        if record.build_key == inputs.key_for(record.entry["key"])
+        else "stale"
+        for name, record in records.items()
+    }
+
+
+def describe_key(key: dict[str, Any]) -> str:
+    """A variant key on one line, e.g. ``dgeglu dbias bf16/bf16/bf16 tile 128x128 ...``."""
+    params = ", ".join(f"{name}={value}" for name, value in key["act_params"].items())
+    return (
+        f"{key['act_func']}{f'({params})' if params else ''} {'dbias' if key['dbias'] else 'no dbias'} "
+        f"ab/c/d {key['ab_dtype']}/{key['c_dtype']}/{key['d_dtype']} {key['arch']} {key['weight_mode']} "
+        f"b_major {key['b_major']} tile {key['tile_m']}x{key['tile_n']} cluster {key['cluster_m']}x{key['cluster_n']} "
+        f"{key['scheduler']}"
+    )

@@ -1,0 +1,74 @@
+"""Combine artifact directories (e.g. the shards of a release build) into one.
+
+Every source must verify (codegen.verify) and all must agree: a variant that
+two sources hold must be the same entry built under the same build key, and
+every variant must come from the same toolchain, since a manifest names one.
+Conflicts are all reported, and refused, before anything is written. The
+output's existing variants take part like a source, so shards can be merged
+in as they arrive.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from codegen.artifact_store import ArtifactStore, Record, StoreError, open_store
+from codegen.verify import verify_directory
+
+
+class MergeConflict(StoreError):
+    """Sources that cannot become one artifact directory."""
+
+
+def merge_directories(sources: Sequence[Path], out_dir: Path, notify: Callable[[str], None]) -> dict[str, Any]:
+    """Merge ``sources`` into ``out_dir``; return the manifest written."""
+    if not sources:
+        raise MergeConflict("sources: got none, need at least one directory to merge")
+    gathered: list[tuple[Path, Record, bytes]] = []
+    for source in sources:
+        with open_store(source, notify, shared=True) as store:
+            gathered += _verified_records(store)
+    with open_store(out_dir, notify) as out:
+        existing = [(out_dir, record, out.cubin(record)) for record in out.known_records().values()]
+        chosen = _without_conflicts([*existing, *gathered])
+        records = [out.put(_described(record), cubin, record.build_key, record.toolchain) for _, record, cubin in chosen]
+        return out.write_manifest(records)
+
+
+def _verified_records(store: ArtifactStore) -> list[tuple[Path, Record, bytes]]:
+    verification = verify_directory(store.directory)
+    if verification.problems:
+        raise MergeConflict(f"{store.directory} does not verify:\n  " + "\n  ".join(verification.problems))
+    records = store.known_records()
+    return [(store.directory, records[name], store.cubin(records[name])) for name in verification.checked]
+
+
+def _without_conflicts(candidates: list[tuple[Path, Record, bytes | None]]) -> list[tuple[Path, Record, bytes]]:
+    """One candidate per variant name; MergeConflict naming every disagreement."""
+    chosen: dict[str, tuple[Path, Record, bytes]] = {}
+    problems = []
+    for origin, record, cubin in candidates:
+        if cubin is None:
+            problems.append(f"{origin}: the cubin of {record.name} is missing or altered")
+            continue
+        first = chosen.setdefault(record.name, (origin, record, cubin))
+        if first[1].entry["sha256"] != record.entry["sha256"] or _described(first[1]) != _described(record):
+            problems.append(f"{record.name}: {first[0]} and {origin} hold different builds of it")
+        elif first[1].build_key != record.build_key:
+            problems.append(f"{record.name}: {first[0]} and {origin} built it under different build keys")
+    toolchains: dict[str, Path] = {}
+    for origin, record, _ in chosen.values():
+        toolchains.setdefault(json.dumps(record.toolchain, sort_keys=True), origin)
+    if len(toolchains) > 1:
+        problems.append("different toolchains: " + "; ".join(f"{origin}: {tc}" for tc, origin in toolchains.items()))
+    if problems:
+        raise MergeConflict("refusing to merge:\n  " + "\n  ".join(problems))
+    return list(chosen.values())
+
+
+def _described(record: Record) -> dict[str, Any]:
+    """The parts of an entry a build produces (the store names the cubin file and hashes it)."""
+    return {field: record.entry[field] for field in ("name", "key", "kernels", "tma")}

@@ -1,0 +1,58 @@
+"""Check an artifact directory the way the runtime will trust it.
+
+Every variant's cubin is re-hashed against the manifest's sha256 and size,
+and the manifest's launch description (kernels, parameters, TMA rules) is
+checked against what ptxas wrote into that cubin (codegen.abi_check). All
+problems are collected, one per variant at most, so one run names them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codegen.abi_check import AbiMismatch, check_variant_cubin
+from codegen.artifact_store import StoreError, check_entry, read_manifest_file
+
+
+@dataclass
+class Verification:
+    """The variants checked and the problems found."""
+
+    directory: Path
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def verify_directory(directory: Path) -> Verification:
+    """Check every variant of ``directory``'s manifest; StoreError if there is no readable manifest."""
+    manifest = read_manifest_file(directory)
+    verification = Verification(directory)
+    for index, entry in enumerate(manifest["variants"]):
+        where = f"variants[{index}]"
+        try:
+            check_entry(entry, where)
+            where = f"variant {entry['name']}"
+            _check_variant(directory, entry, where)
+        except (StoreError, AbiMismatch) as err:
+            verification.problems.append(str(err))
+        except (KeyError, TypeError) as err:
+            verification.problems.append(f"{where}: malformed entry ({type(err).__name__}: {err})")
+        else:
+            verification.checked.append(entry["name"])
+    return verification
+
+
+def _check_variant(directory: Path, entry: dict, where: str) -> None:
+    path = directory / entry["cubin"]
+    try:
+        cubin = path.read_bytes()
+    except OSError as err:
+        raise StoreError(f"{where}: cannot read its cubin {path}: {err.strerror}") from None
+    if len(cubin) != entry["size"]:
+        raise StoreError(f"{where}: {path.name} has {len(cubin)} bytes, the manifest says {entry['size']}")
+    sha256 = hashlib.sha256(cubin).hexdigest()
+    if sha256 != entry["sha256"]:
+        raise StoreError(f"{where}: {path.name} has sha256 {sha256}, the manifest says {entry['sha256']}")
+    check_variant_cubin(cubin, entry["key"]["arch"], entry["kernels"], entry["tma"], where)
