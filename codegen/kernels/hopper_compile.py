@@ -18,6 +18,7 @@ from cutlass.cute.runtime import make_fake_stream, make_ptr
 
 from .hopper_dglu import (
     DTYPES,
+    DESCRIPTOR_THREADS,
     FINISH_THREADS,
     THREADS_PER_CTA,
     TILE_K,
@@ -33,7 +34,7 @@ SUPPORTED = {
     "d_dtype": ["bf16", "fp16", "fp32"],
     "act_func": ["dswiglu", "dgeglu", "dsituglu"],
     "dbias": [True, False],
-    "weight_mode": ["dense"],
+    "weight_mode": ["dense", "discrete"],
     "b_major": ["k"],
     "tile_mn": [(128, 128), (128, 64)],
     "cluster_mn": [(1, 1)],
@@ -60,34 +61,55 @@ def _i32_tuple(name: str, values: list[str]) -> dict:
     return {"name": name, "kind": "i32_tuple", "size": 4 * len(values), "align": 4, "values": values}
 
 
-MAIN_PARAMS = [
-    _tensormap("a"),
-    _i32_tuple("a_extents", ["m", "k"]),
-    _tensormap("b"),
-    _i32_tuple("b_extents", ["n", "k", "l"]),
-    _tensormap("c"),
-    _i32_tuple("c_extents", ["m", "n2"]),
-    _tensormap("d_row"),
-    _i32_tuple("d_row_extents", ["m", "n2"]),
-    _pointer("padded_offsets"),
-    _pointer("alpha"),
-    _pointer("beta"),
-    _pointer("prob"),
-    _pointer("dprob"),
-    _pointer("dbias_ws", optional=True),
+def _main_params(discrete: bool) -> list[dict]:
+    """The fused kernel's parameters; discrete weights read B through per-expert
+    descriptors (``b_desc_ws``) built from a template for one expert's matrix."""
+    if discrete:
+        b = [_tensormap("b_expert"), _i32_tuple("b_expert_extents", ["n", "k"])]
+    else:
+        b = [_tensormap("b"), _i32_tuple("b_extents", ["n", "k", "l"])]
+    return [
+        _tensormap("a"),
+        _i32_tuple("a_extents", ["m", "k"]),
+        *b,
+        _tensormap("c"),
+        _i32_tuple("c_extents", ["m", "n2"]),
+        _tensormap("d_row"),
+        _i32_tuple("d_row_extents", ["m", "n2"]),
+        _pointer("padded_offsets"),
+        _pointer("alpha"),
+        _pointer("beta"),
+        _pointer("prob"),
+        _pointer("dprob"),
+        _pointer("dbias_ws", optional=True),
+        _pointer("b_desc_ws", optional=not discrete),
+        _i32("n"),
+        _i32("l"),
+    ]
+
+
+DESCRIPTOR_PARAMS = [
+    _tensormap("b_expert"),
+    _pointer("b_ptrs"),
+    _pointer("b_desc_ws"),
     _i32("n"),
+    _i32("k"),
     _i32("l"),
 ]
-
 FINISH_PARAMS = [_pointer("dbias_ws"), _pointer("dbias"), _i32("l_n2")]
 
 
 def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str, dict]:
-    """TMA descriptors: A (M, K), B (N, K, L), C and D (M, 2N); innermost first, 128B swizzle."""
+    """TMA descriptors: A (M, K), B (N, K, L) or one expert's (N, K), C and D (M, 2N);
+    innermost first, 128B swizzle."""
     common = {"swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+    if kernel.discrete_weights:
+        b = {"b_expert": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_n]}}
+    else:
+        b = {"b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]}}
     return {
         "a": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_m]},
-        "b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]},
+        **b,
         "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": [kernel.c_block.box_cols, kernel.tile_m]},
         "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": [kernel.d_block.box_cols, kernel.tile_m]},
     }
@@ -119,8 +141,9 @@ def _entry_named(entries: list[str], prefix: str) -> str | None:
 def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[dict], dict]:
     """Compile the fused kernel (and the dbias finisher) of one Hopper variant."""
     tile_mn = (key["tile_m"], key["tile_n"])
+    discrete = key["weight_mode"] == "discrete"
     kernel = HopperDgluKernel(
-        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]]
+        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete
     )
     bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
     gmem = cute.AddressSpace.gmem
@@ -131,18 +154,39 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     args = [
         ptr(bf16), ptr(bf16), ptr(DTYPES[key["c_dtype"]]), ptr(DTYPES[key["d_dtype"]]),
         ptr(i32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(bf16, 4),
+        ptr(cutlass.Int64, 8), ptr(cutlass.Int64, 128),
         i32(1024), i32(256), i32(256), i32(4), make_fake_stream(),
     ]
     main_symbol = f"{symbol_prefix}_main"
     finish_symbol = f"{symbol_prefix}_dbias_finish"
-    for fn, symbol in ((HopperDgluKernel.kernel, main_symbol), (HopperDgluKernel.dbias_finish, finish_symbol)):
+    descriptor_symbol = f"{symbol_prefix}_b_descriptors"
+    for fn, symbol in (
+        (HopperDgluKernel.kernel, main_symbol),
+        (HopperDgluKernel.dbias_finish, finish_symbol),
+        (HopperDgluKernel.b_descriptors, descriptor_symbol),
+    ):
         fn.set_name_prefix(symbol, remove_cutlass_symbol=True, keep_mangled_name=False)
     with tempfile.TemporaryDirectory(prefix="dglu-cute-") as tmp:
         cubin, ptx = _compile(kernel.host, args, Path(tmp))
     entries = re.findall(r"\.entry\s+(\w+)\s*\(", ptx)
     # the DSL appends a per-trace suffix ("_0") to the prefix it was given
-    main_symbol, finish_symbol = (_entry_named(entries, s) for s in (main_symbol, finish_symbol))
-    kernels = [
+    main_symbol, finish_symbol, descriptor_symbol = (
+        _entry_named(entries, s) for s in (main_symbol, finish_symbol, descriptor_symbol)
+    )
+    kernels = []
+    if discrete:
+        kernels.append(
+            {
+                "role": "b_descriptors",
+                "symbol": descriptor_symbol,
+                "block": [DESCRIPTOR_THREADS, 1, 1],
+                "cluster": [1, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "grid": {"rule": "elementwise", "count": "l"},
+                "params": DESCRIPTOR_PARAMS,
+            }
+        )
+    kernels += [
         {
             "role": "main",
             "symbol": main_symbol,
@@ -150,7 +194,7 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
             "cluster": [key["cluster_m"], key["cluster_n"], 1],
             "dynamic_smem_bytes": kernel.smem_bytes,
             "grid": {"rule": "persistent_tiles", "tile_m": tile_mn[0], "tile_n": tile_mn[1]},
-            "params": MAIN_PARAMS,
+            "params": _main_params(discrete),
         }
     ]
     if key["dbias"]:

@@ -52,6 +52,9 @@ SMEM_RESERVED = 1024  # mbarriers and alignment slack
 SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
 RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
+TMA_DESCRIPTOR_BYTES = 128
+DESCRIPTOR_THREADS = 128
+DESCRIPTORS = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
 MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
@@ -97,6 +100,7 @@ class HopperDgluKernel:
         with_dbias: bool,
         c_dtype: type,
         d_dtype: type,
+        discrete_weights: bool = False,
     ):
         self.tile_m, self.tile_n = tile_mn
         if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
@@ -105,6 +109,7 @@ class HopperDgluKernel:
             raise ValueError(f"tile_n must be a multiple of {BLOCK_COLUMNS}, got {self.tile_n}")
         self.activation = activation
         self.with_dbias = with_dbias
+        self.discrete_weights = discrete_weights
         self.ab_dtype = cutlass.BFloat16
         self.acc_dtype = cutlass.Float32
         self.c_dtype = c_dtype
@@ -175,6 +180,8 @@ class HopperDgluKernel:
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
         dbias_ptr: cute.Pointer,
+        b_ptrs_ptr: cute.Pointer,
+        b_desc_ws_ptr: cute.Pointer,
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
@@ -184,11 +191,16 @@ class HopperDgluKernel:
         """Compile-time entry: builds the TMA atoms and launches the kernels.
 
         Only the kernels' code and signatures matter: the runtime computes
-        grids and encodes descriptors itself from the manifest.
+        grids and encodes descriptors itself from the manifest. With discrete
+        weights, B's descriptor is a template for one expert's (N, K) matrix
+        that ``b_descriptors`` copies once per expert with that expert's address.
         """
         two_n = n * 2
         a = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
-        b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
+        if cutlass.const_expr(self.discrete_weights):
+            b = cute.make_tensor(b_ptr, cute.make_layout((n, k), stride=(k, 1)))
+        else:
+            b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
         c = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
         d = cute.make_tensor(d_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
         a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
@@ -206,9 +218,13 @@ class HopperDgluKernel:
         )
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
+        if cutlass.const_expr(self.discrete_weights):
+            self.b_descriptors(tma_atom_b, b_ptrs_ptr, b_desc_ws_ptr, n, k, l).launch(
+                grid=[1, 1, 1], block=[DESCRIPTOR_THREADS, 1, 1], stream=stream
+            )
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d,
-            offsets_ptr, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
+            offsets_ptr, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, n, l,
         ).launch(
             grid=[1, 1, 1],
             block=[THREADS_PER_CTA, 1, 1],
@@ -261,6 +277,7 @@ class HopperDgluKernel:
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
+        b_desc_ws_ptr: cute.Pointer,
         n: cutlass.Int32,
         l: cutlass.Int32,
     ):
@@ -308,7 +325,7 @@ class HopperDgluKernel:
                 self.produce(
                     mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
                     sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
-                    bidx, gdim,
+                    bidx, gdim, b_desc_ws_ptr,
                 )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -322,11 +339,13 @@ class HopperDgluKernel:
     def produce(
         self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
         sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+        b_desc_ws_ptr,
     ):
         """The producer warp: every TMA load and store of this CTA's tiles."""
-        # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK, L), (bM, box, RestM, RestBoxes)
+        # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK[, L]), (bM, box, RestM, RestBoxes)
         gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
-        gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), (None, None, None))
+        b_tiler = (None, None) if cutlass.const_expr(self.discrete_weights) else (None, None, None)
+        gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), b_tiler)
         gC = cute.local_tile(mC_mn, self.c_block.box, (None, None))
         gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
         one = cute.make_layout(1)
@@ -347,12 +366,21 @@ class HopperDgluKernel:
             m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
             expert = self.expert_of_row(offsets, l, m_tile * self.tile_m)
             tAgA_m = tAgA[(None, m_tile, None)]
-            tBgB_n = tBgB[(None, n_tile, None, expert)]
+            if cutlass.const_expr(self.discrete_weights):
+                tBgB_n = tBgB[(None, n_tile, None)]
+                cpasync.fence_tma_desc_acquire(self.expert_descriptor(b_desc_ws_ptr, expert))
+                b_desc = self.expert_descriptor(b_desc_ws_ptr, expert, cute.AddressSpace.generic)
+            else:
+                tBgB_n = tBgB[(None, n_tile, None, expert)]
+                b_desc = None
             for k_tile in range(k_tile_count):
                 mainloop.producer_acquire(state)
                 barrier = mainloop.producer_get_barrier(state)
                 cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
-                cute.copy(tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier)
+                cute.copy(
+                    tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier,
+                    tma_desc_ptr=b_desc,
+                )
                 mainloop.producer_commit(state)
                 state.advance()
                 if k_tile == swap_at:
@@ -564,6 +592,52 @@ class HopperDgluKernel:
             part = part + cute.arch.shuffle_sync_bfly(part, 2)
             if lane % 4 == 0:
                 cute.arch.red(dprob_all.iterator + row0 + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
+
+    def expert_descriptor(self, b_desc_ws_ptr: cute.Pointer, expert, address_space=cute.AddressSpace.gmem):
+        """Expert ``expert``'s B descriptor in the descriptor workspace, as a
+        descriptor pointer (TMA copies take the generic address space)."""
+        slot = cute.make_ptr(
+            cutlass.Int64,
+            b_desc_ws_ptr.toint() + cutlass.Int64(expert) * TMA_DESCRIPTOR_BYTES,
+            cute.AddressSpace.gmem,
+            assumed_align=TMA_DESCRIPTOR_BYTES,
+        )
+        return DESCRIPTORS.get_tensormap_ptr(slot, address_space)
+
+    @cute.kernel
+    def b_descriptors(
+        self,
+        tma_atom_b: cute.CopyAtom,
+        b_ptrs_ptr: cute.Pointer,
+        b_desc_ws_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """Discrete weights: write one TMA descriptor per expert into the workspace.
+
+        Each is the host-encoded template with expert g's address from b_ptrs
+        (a device array, so this stays correct under graph capture). A block
+        covers DESCRIPTOR_THREADS experts; each warp writes 32 of them in turn,
+        since the descriptor update is issued by one elected lane.
+        """
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        first = bidx * DESCRIPTOR_THREADS + (tidx // 32) * 32
+        b_ptrs = cute.make_tensor(b_ptrs_ptr, cute.make_layout(l))
+        for j in cutlass.range(32):
+            expert = first + j
+            if expert < l:
+                slot = self.expert_descriptor(b_desc_ws_ptr, expert)
+                b_g = cute.make_tensor(
+                    cute.make_ptr(self.ab_dtype, b_ptrs[expert], cute.AddressSpace.gmem, assumed_align=16),
+                    cute.make_layout((n, k), stride=(k, 1)),
+                )
+                cpasync.copy_tensormap(tma_atom_b, slot)
+                cute.arch.sync_warp()
+                cpasync.update_tma_descriptor(tma_atom_b, b_g, slot)
+                cute.arch.sync_warp()
+        cpasync.fence_tma_desc_release()
 
     @cute.kernel
     def dbias_finish(self, ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, count: cutlass.Int32):
