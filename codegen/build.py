@@ -116,7 +116,7 @@ def build_in_store(
             report(f"{clock.tick()} {name} {outcome.seconds:.1f}s")
         except (AbiMismatch, BuildError) as err:
             result.failed[name] = str(err)
-            report(f"{clock.tick()} FAILED {name}: {str(err).splitlines()[0]}")
+            report(f"{clock.tick()} FAILED {name}: {' '.join(str(err).split())[:200]}")
     result.manifest = store.write_manifest(current)
     return result
 
