@@ -35,7 +35,7 @@ SUPPORTED = {
     "act_func": ["dswiglu", "dgeglu", "dsituglu"],
     "dbias": [True, False],
     "weight_mode": ["dense", "discrete"],
-    "b_major": ["k"],
+    "b_major": ["k", "n"],
     "tile_mn": [(128, 128), (128, 64)],
     "cluster_mn": [(1, 1)],
     "scheduler": ["static"],
@@ -103,7 +103,10 @@ def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str
     """TMA descriptors: A (M, K), B (N, K, L) or one expert's (N, K), C and D (M, 2N);
     innermost first, 128B swizzle."""
     common = {"swizzle": "128B", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
-    if kernel.discrete_weights:
+    if kernel.b_n_major:
+        # N innermost: a 128-byte swizzle row holds 64 of N, so a tile takes tile_n/64 boxes
+        b = {"b_expert": {**common, "dtype": "bf16", "dims": [0, 1], "box": [64, TILE_K]}}
+    elif kernel.discrete_weights:
         b = {"b_expert": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_n]}}
     else:
         b = {"b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]}}
@@ -143,7 +146,8 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     tile_mn = (key["tile_m"], key["tile_n"])
     discrete = key["weight_mode"] == "discrete"
     kernel = HopperDgluKernel(
-        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete
+        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete,
+        b_n_major=key["b_major"] == "n",
     )
     bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
     gmem = cute.AddressSpace.gmem

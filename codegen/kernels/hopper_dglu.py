@@ -101,6 +101,7 @@ class HopperDgluKernel:
         c_dtype: type,
         d_dtype: type,
         discrete_weights: bool = False,
+        b_n_major: bool = False,
     ):
         self.tile_m, self.tile_n = tile_mn
         if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
@@ -110,6 +111,11 @@ class HopperDgluKernel:
         self.activation = activation
         self.with_dbias = with_dbias
         self.discrete_weights = discrete_weights
+        if b_n_major and not discrete_weights:
+            raise ValueError("b_major 'n' is for discrete weights; dense B is K-major")
+        self.b_n_major = b_n_major
+        # B (N, K): K contiguous, or N contiguous (discrete weights, b_major "n")
+        self.b_layout = utils.LayoutEnum.COL_MAJOR if b_n_major else utils.LayoutEnum.ROW_MAJOR
         self.ab_dtype = cutlass.BFloat16
         self.acc_dtype = cutlass.Float32
         self.c_dtype = c_dtype
@@ -136,7 +142,7 @@ class HopperDgluKernel:
             self.ab_dtype,
             self.ab_dtype,
             warpgroup.OperandMajorMode.K,
-            warpgroup.OperandMajorMode.K,
+            self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
             (NUM_MMA_WARPGROUPS, 1, 1),
             tiler_mn=(64, self.tile_n),
@@ -146,7 +152,7 @@ class HopperDgluKernel:
         """Staged shared-memory layouts of A, B and the C/D block (its boxes as stages)."""
         row_major = utils.LayoutEnum.ROW_MAJOR
         a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
-        b = sm90_utils.make_smem_layout_b(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
+        b = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
         return a, b, self.c_block.smem_layout(), self.d_block.smem_layout()
 
     def shared_storage(self):
@@ -198,7 +204,7 @@ class HopperDgluKernel:
         two_n = n * 2
         a = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
         if cutlass.const_expr(self.discrete_weights):
-            b = cute.make_tensor(b_ptr, cute.make_layout((n, k), stride=(k, 1)))
+            b = cute.make_tensor(b_ptr, self.expert_b_layout(n, k))
         else:
             b = cute.make_tensor(b_ptr, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
         c = cute.make_tensor(c_ptr, cute.make_layout((m, two_n), stride=(two_n, 1)))
@@ -593,6 +599,11 @@ class HopperDgluKernel:
             if lane % 4 == 0:
                 cute.arch.red(dprob_all.iterator + row0 + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
 
+    def expert_b_layout(self, n, k):
+        """Layout of one expert's (N, K) weight matrix (discrete weights)."""
+        stride = (1, n) if self.b_n_major else (k, 1)
+        return cute.make_layout((n, k), stride=stride)
+
     def expert_descriptor(self, b_desc_ws_ptr: cute.Pointer, expert, address_space=cute.AddressSpace.gmem):
         """Expert ``expert``'s B descriptor in the descriptor workspace, as a
         descriptor pointer (TMA copies take the generic address space)."""
@@ -631,7 +642,7 @@ class HopperDgluKernel:
                 slot = self.expert_descriptor(b_desc_ws_ptr, expert)
                 b_g = cute.make_tensor(
                     cute.make_ptr(self.ab_dtype, b_ptrs[expert], cute.AddressSpace.gmem, assumed_align=16),
-                    cute.make_layout((n, k), stride=(k, 1)),
+                    self.expert_b_layout(n, k),
                 )
                 cpasync.copy_tensormap(tma_atom_b, slot)
                 cute.arch.sync_warp()
