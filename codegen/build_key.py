@@ -4,9 +4,11 @@ A variant's build key hashes everything its cubin and manifest entry depend
 on: the variant's fields, the kernel sources (every file under
 codegen/kernels/), the toolchain (the installed CuTe DSL distributions and
 the Python version the manifest records), and the compile options (the
-``CUTE_DSL_*`` environment variables, which change what the DSL emits, plus
-the manifest schema and symbol prefix the build writes). Computing it
-imports no CuTe DSL.
+manifest schema and symbol prefix the build writes, and every
+``CUTE_DSL_*`` / ``CUTE_EXPERIMENTAL_DSL_*`` environment variable: some of
+them change what the DSL emits, e.g. CUTE_DSL_LINEINFO or
+CUTE_DSL_COMPILER_OPT, and telling those apart would need the DSL itself).
+Computing it imports no CuTe DSL.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ SYMBOL_PREFIX = "dglu_"
 BUILDER_OPTIONS = {"schema_version": SCHEMA_VERSION, "symbol_prefix": SYMBOL_PREFIX}
 KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 DSL_DISTRIBUTION_PREFIX = "nvidia-cutlass-dsl"
-DSL_ENV_PREFIX = "CUTE_DSL_"
+DSL_ENV_PREFIXES = ("CUTE_DSL_", "CUTE_EXPERIMENTAL_DSL_")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ def current_build_inputs() -> BuildInputs:
         toolchain={**dsl_versions(), "python": platform.python_version()},
         compile_options={
             **BUILDER_OPTIONS,
-            "env": {name: value for name, value in sorted(os.environ.items()) if name.startswith(DSL_ENV_PREFIX)},
+            "env": {name: value for name, value in sorted(os.environ.items()) if name.startswith(DSL_ENV_PREFIXES)},
         },
     )
 
