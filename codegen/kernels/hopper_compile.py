@@ -38,7 +38,7 @@ SUPPORTED = {
     "b_major": ["k", "n"],
     "tile_mn": [(128, 128), (128, 64)],
     "cluster_mn": [(1, 1)],
-    "scheduler": ["static"],
+    "scheduler": ["static", "dynamic"],
 }
 
 
@@ -61,7 +61,7 @@ def _i32_tuple(name: str, values: list[str]) -> dict:
     return {"name": name, "kind": "i32_tuple", "size": 4 * len(values), "align": 4, "values": values}
 
 
-def _main_params(discrete: bool) -> list[dict]:
+def _main_params(discrete: bool, dynamic: bool) -> list[dict]:
     """The fused kernel's parameters; discrete weights read B through per-expert
     descriptors (``b_desc_ws``) built from a template for one expert's matrix."""
     if discrete:
@@ -83,6 +83,7 @@ def _main_params(discrete: bool) -> list[dict]:
         _pointer("dprob"),
         _pointer("dbias_ws", optional=True),
         _pointer("b_desc_ws", optional=not discrete),
+        _pointer("tile_counter", optional=not dynamic),
         _i32("n"),
         _i32("l"),
     ]
@@ -148,6 +149,7 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     kernel = HopperDgluKernel(
         tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete,
         b_n_major=key["b_major"] == "n",
+        dynamic_schedule=key["scheduler"] == "dynamic",
     )
     bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
     gmem = cute.AddressSpace.gmem
@@ -158,7 +160,7 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     args = [
         ptr(bf16), ptr(bf16), ptr(DTYPES[key["c_dtype"]]), ptr(DTYPES[key["d_dtype"]]),
         ptr(i32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(bf16, 4),
-        ptr(cutlass.Int64, 8), ptr(cutlass.Int64, 128),
+        ptr(cutlass.Int64, 8), ptr(cutlass.Int64, 128), ptr(i32, 4),
         i32(1024), i32(256), i32(256), i32(4), make_fake_stream(),
     ]
     main_symbol = f"{symbol_prefix}_main"
@@ -198,7 +200,7 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
             "cluster": [key["cluster_m"], key["cluster_n"], 1],
             "dynamic_smem_bytes": kernel.smem_bytes,
             "grid": {"rule": "persistent_tiles", "tile_m": tile_mn[0], "tile_n": tile_mn[1]},
-            "params": _main_params(discrete),
+            "params": _main_params(discrete, key["scheduler"] == "dynamic"),
         }
     ]
     if key["dbias"]:

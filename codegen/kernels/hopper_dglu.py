@@ -54,10 +54,24 @@ RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
 TMA_DESCRIPTOR_BYTES = 128
 DESCRIPTOR_THREADS = 128
+TILE_QUEUE_DEPTH = 2
 DESCRIPTORS = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
 MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+
+
+@dataclass
+class TileQueue:
+    """A CTA's tiles, handed from the producer warp to the consumers through
+    shared memory: bidx first, then every grid-th tile (static) or the next
+    tile claimed from a global counter (dynamic)."""
+
+    pipe: pipeline.PipelineAsync
+    ids: cute.Tensor  # shared memory, TILE_QUEUE_DEPTH tile indices
+    counter: cute.Tensor  # global Int32 counter of tiles claimed past the first wave (dynamic)
+    first: cutlass.Int32
+    stride: cutlass.Int32
 
 
 class BlockGeometry:
@@ -102,6 +116,7 @@ class HopperDgluKernel:
         d_dtype: type,
         discrete_weights: bool = False,
         b_n_major: bool = False,
+        dynamic_schedule: bool = False,
     ):
         self.tile_m, self.tile_n = tile_mn
         if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
@@ -114,6 +129,7 @@ class HopperDgluKernel:
         if b_n_major and not discrete_weights:
             raise ValueError("b_major 'n' is for discrete weights; dense B is K-major")
         self.b_n_major = b_n_major
+        self.dynamic_schedule = dynamic_schedule
         # B (N, K): K contiguous, or N contiguous (discrete weights, b_major "n")
         self.b_layout = utils.LayoutEnum.COL_MAJOR if b_n_major else utils.LayoutEnum.ROW_MAJOR
         self.ab_dtype = cutlass.BFloat16
@@ -162,6 +178,8 @@ class HopperDgluKernel:
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
+            tile_queue_barriers: cute.struct.MemRange[cutlass.Int64, TILE_QUEUE_DEPTH * 2]
+            tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
             c_full: cutlass.Int64
             d_ready: cutlass.Int64
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
@@ -188,6 +206,7 @@ class HopperDgluKernel:
         dbias_ptr: cute.Pointer,
         b_ptrs_ptr: cute.Pointer,
         b_desc_ws_ptr: cute.Pointer,
+        tile_counter_ptr: cute.Pointer,
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
@@ -230,7 +249,8 @@ class HopperDgluKernel:
             )
         self.kernel(
             tma_atom_a, tma_a, tma_atom_b, tma_b, tma_atom_c, tma_c, tma_atom_d, tma_d,
-            offsets_ptr, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, n, l,
+            offsets_ptr, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr,
+            n, l,
         ).launch(
             grid=[1, 1, 1],
             block=[THREADS_PER_CTA, 1, 1],
@@ -243,6 +263,33 @@ class HopperDgluKernel:
             )
 
     # ------------------------------------------------------------------- device
+    @cute.jit
+    def next_tile(self, queue, tile: cutlass.Int32):
+        """The producer's next tile: a grid stride on (static), or the next
+        unclaimed tile of a global counter (dynamic, use_dynamic_sched)."""
+        if cutlass.const_expr(self.dynamic_schedule):
+            claimed = cutlass.Int32(0)
+            if cute.arch.lane_idx() == 0:
+                claimed = cute.arch.atomic_add(queue.counter.iterator, cutlass.Int32(1))
+            return queue.stride + cute.arch.shuffle_sync(claimed, 0)
+        else:
+            return tile + queue.stride
+
+    @cute.jit
+    def push_tile(self, queue, state, tile: cutlass.Int32):
+        """Producer warp: hand the consumers their next tile (>= num_tiles ends them)."""
+        queue.pipe.producer_acquire(state)
+        queue.ids[state.index] = tile
+        queue.pipe.producer_commit(state)
+
+    @cute.jit
+    def pop_tile(self, queue, state):
+        """Consumers: the next tile the producer handed over."""
+        queue.pipe.consumer_wait(state)
+        tile = queue.ids[state.index]
+        queue.pipe.consumer_release(state)
+        return tile
+
     @cute.jit
     def expert_of_row(self, offsets: cute.Tensor, l: cutlass.Int32, row: cutlass.Int32):
         """Index g of the expert owning ``row``: first g with offsets[g] > row."""
@@ -284,6 +331,7 @@ class HopperDgluKernel:
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
         b_desc_ws_ptr: cute.Pointer,
+        tile_counter_ptr: cute.Pointer,
         n: cutlass.Int32,
         l: cutlass.Int32,
     ):
@@ -312,6 +360,21 @@ class HopperDgluKernel:
             cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
         )
 
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        queue = TileQueue(
+            pipe=pipeline.PipelineAsync.create(
+                barrier_storage=storage.tile_queue_barriers.data_ptr(),
+                num_stages=TILE_QUEUE_DEPTH,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_THREADS),
+            ),
+            ids=storage.tile_ids.get_tensor(cute.make_layout(TILE_QUEUE_DEPTH)),
+            counter=cute.make_tensor(tile_counter_ptr, cute.make_layout(1)),
+            first=bidx,
+            stride=gdim,
+        )
+
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
@@ -322,8 +385,6 @@ class HopperDgluKernel:
         num_n_tiles = (n + self.tile_n - 1) // self.tile_n
         num_tiles = num_m_tiles * num_n_tiles
         k_tile_count = (mA_mk.shape[1] + TILE_K - 1) // TILE_K
-        bidx, _, _ = cute.arch.block_idx()
-        gdim, _, _ = cute.arch.grid_dim()
 
         if warpgroup_idx == 0:
             cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
@@ -331,21 +392,21 @@ class HopperDgluKernel:
                 self.produce(
                     mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
                     sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
-                    bidx, gdim, b_desc_ws_ptr,
+                    queue, b_desc_ws_ptr,
                 )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
             self.consume(
                 mainloop, sA, sB, sC, sD, c_full, d_ready, tidx - THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
-                k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+                k_tile_count, num_m_tiles, num_n_tiles, num_tiles, queue,
             )
 
     @cute.jit
     def produce(
         self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
-        sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
-        b_desc_ws_ptr,
+        sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
+        queue, b_desc_ws_ptr,
     ):
         """The producer warp: every TMA load and store of this CTA's tiles."""
         # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK[, L]), (bM, box, RestM, RestBoxes)
@@ -364,7 +425,10 @@ class HopperDgluKernel:
         swap_at = cutlass.min(self.num_stages, k_tile_count) - 1
 
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        tile = bidx
+        queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_QUEUE_DEPTH)
+        tile = queue.first
+        self.push_tile(queue, queue_state, tile)
+        queue_state.advance()
         tiles_done = cutlass.Int32(0)
         prev_m = cutlass.Int32(0)
         prev_n = cutlass.Int32(0)
@@ -402,7 +466,9 @@ class HopperDgluKernel:
             prev_m = m_tile
             prev_n = n_tile
             tiles_done += 1
-            tile += gdim
+            tile = self.next_tile(queue, tile)
+            self.push_tile(queue, queue_state, tile)
+            queue_state.advance()
         if tiles_done > 0:
             self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
         mainloop.producer_tail(state)
@@ -420,7 +486,7 @@ class HopperDgluKernel:
     def consume(
         self, mainloop, sA, sB, sC, sD, c_full, d_ready, mma_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
-        k_tile_count, num_m_tiles, num_n_tiles, num_tiles, bidx, gdim,
+        k_tile_count, num_m_tiles, num_n_tiles, num_tiles, queue,
     ):
         """The two MMA warpgroups: mainloop, then the dGLU epilogue, per tile."""
         tiled_mma = self._tiled_mma()
@@ -438,7 +504,9 @@ class HopperDgluKernel:
         dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
         dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
 
-        tile = bidx
+        queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
+        tile = self.pop_tile(queue, queue_state)
+        queue_state.advance()
         tiles_done = cutlass.Int32(0)
         while tile < num_tiles:
             m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
@@ -483,7 +551,8 @@ class HopperDgluKernel:
                 self.add_dbias(sD, mma_tidx, n_tile * self.tile_n, expert, dbias_ws, n)
             cute.arch.mbarrier_arrive(d_ready)
             tiles_done += 1
-            tile += gdim
+            tile = self.pop_tile(queue, queue_state)
+            queue_state.advance()
 
     # ---------------------------------------------------------------- epilogue
     @cute.jit
