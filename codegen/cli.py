@@ -73,6 +73,18 @@ _dir_argument = click.argument(
 _specs_argument = click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 
 
+class _ShardType(click.ParamType):
+    name = "I/N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Shard:
+        if isinstance(value, Shard):
+            return value
+        try:
+            return Shard.parse(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Compile dglu's kernel variants ahead of time (no GPU needed).
@@ -96,8 +108,8 @@ def main() -> None:
 @_out_option("Artifact directory to build into; what it already holds is kept up to date too.")
 @_jobs_option
 @click.option("--arch", "archs", multiple=True, help="Build every variant for this architecture instead of the spec's (repeatable).")
-@click.option("--shard", type=str, default=None, help="Build only shard I of N (1-based) of the variants, e.g. 2/4.")
-def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...], shard: str | None) -> None:
+@click.option("--shard", type=_ShardType(), default=None, help="Build only shard I of N (1-based) of the variants, e.g. 2/4.")
+def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...], shard: Shard | None) -> None:
     """Compile every variant of the spec files SPECS into an artifact directory.
 
     With --shard I/N a build farm splits the variants over N machines (each
@@ -112,7 +124,6 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
     from codegen.build import BuildError
     from codegen.specs import SpecError, expand_fields, load_spec_files
 
-    selected = _parse_shard(shard)
     with _user_errors(SpecError, BuildError):
         variants = load_spec_files(specs)
         if archs:
@@ -122,21 +133,14 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
                 for original in variants
                 for variant in expand_fields({**original.key, "arch": arch}, f"--arch {arch}")
             ]
-        if selected:
-            names = selected.select([variant.name for variant in variants])
+        if shard:
+            names = shard.select([variant.name for variant in variants])
             if not names:
-                raise BuildError(f"--shard {selected}: the specs have {len(variants)} variants, so this shard is empty")
+                raise BuildError(f"--shard {shard}: the specs have {len(variants)} variants, so this shard is empty")
             variants = [variant for variant in variants if variant.name in set(names)]
         _build(variants, out, jobs)
 
 
-def _parse_shard(text: str | None) -> Shard | None:
-    if text is None:
-        return None
-    try:
-        return Shard.parse(text)
-    except ValueError as err:
-        raise click.BadParameter(str(err), param_hint="--shard") from None
 
 
 @main.command()
