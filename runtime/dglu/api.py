@@ -50,7 +50,6 @@ ARGUMENT_NAMES = {
 _FIELD_SOURCES = {
     "arch": "the tensors' device",
     "act_func": "act_func",
-    "act_params": "geglu_alpha, glu_clamp_max, glu_clamp_min, linear_offset",
     "b_major": "b_major",
     "tile_m": "mma_tiler_mn",
     "tile_n": "mma_tiler_mn",
@@ -105,7 +104,10 @@ def _select(
         scheduler=options.scheduler,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
-    return select_variant(installed_variants(), request, searched, sources)
+    constants = ", ".join(name for name, _ in options.act_params) or "act_func"
+    return select_variant(
+        installed_variants(), request, searched, {**sources, "act_params": constants}
+    )
 
 
 def _check_offsets(padded_offsets: Any, problem: Problem, stream: Any) -> None:
@@ -160,6 +162,7 @@ def grouped_gemm_dglu_wrapper_sm90(
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on SM90; allocates D_row (and dbias if generate_dbias).
 
+    C may be bf16, fp16 or fp32; d_dtype (default bf16) picks D_row's, among the same.
     Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
     d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
     bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past

@@ -27,12 +27,12 @@ from typing import Any
 from .dtypes import ELEMENT_TYPES
 from .errors import ManifestError
 from .grid import grid_spec_problem
-from .problem import SCALAR_NAMES, TENSOR_NAMES, WORKSPACES
+from .problem import DERIVED_VIEWS, DISCRETE_WORKSPACES, SCALAR_NAMES, TENSOR_NAMES, WORKSPACES
 from .tma import TMA_OPTIONS
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
-KERNEL_ROLES = ("main", "dbias_finish")
+KERNEL_ROLES = ("b_descriptors", "main", "dbias_finish")
 MAX_TMA_RANK = 3  # the seed views every tensor with rank 3
 MAX_TMA_BOX = 256
 
@@ -282,7 +282,9 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
     if kind == "tensormap":
         spec["tensor"] = _choice(entry, "tensor", tma_tensors)
     elif kind == "pointer":
-        spec["tensor"] = _choice(entry, "tensor", {*TENSOR_NAMES, *WORKSPACES})
+        spec["tensor"] = _choice(
+            entry, "tensor", {*TENSOR_NAMES, *WORKSPACES, *DISCRETE_WORKSPACES}
+        )
     elif kind == "i32_tuple":
         values = entry.take("values", list)
         if not values or not all(v in SCALAR_NAMES for v in values):
@@ -337,7 +339,7 @@ def _read_variant(data: Any, where: str, directory: Path) -> Variant:
     if size <= 0:
         raise entry.fail("size", f"must be positive, got {size}")
     tma_entry = _Entry(entry.take("tma", dict), f"{where}, tma")
-    tma_entry.only(TENSOR_NAMES)
+    tma_entry.only({*TENSOR_NAMES, *DERIVED_VIEWS})
     tma = {t: _read_tma_rule(rule, f"{where}, tma.{t}") for t, rule in tma_entry.data.items()}
     kernels = entry.take("kernels", list)
     if not kernels:

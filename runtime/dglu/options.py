@@ -1,8 +1,10 @@
 """Check the op's non-tensor arguments and turn them into the variant fields they select.
 
 Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): block-scaled
-inputs and options, discrete (per-expert pointer) weights, dsituglu, vector_f32, and
-activation constants given for an activation that does not use them.
+inputs and options, vector_f32, and activation constants given for an activation that does
+not use them. Features the SM90 kernels do not have yet raise NotImplementedError naming the
+argument: discrete (per-expert pointer) weights, the dynamic scheduler, clusters of more
+than one CTA.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
         "glu_clamp_min": -7.0,
         "linear_offset": 1.0,
     },
+    "dsituglu": {"situ_beta1": 4.0, "situ_beta2": 25.0},
 }
-SITU_DEFAULTS = {"situ_beta1": 4.0, "situ_beta2": 25.0}
+ALL_ACT_PARAMS = {name: v for params in ACT_PARAM_DEFAULTS.values() for name, v in params.items()}
 B_MAJORS = ("k", "n")
 
 M_ALIGNED = 256
+SINGLE_CTA_CLUSTER = (1, 1)
 
 # Arguments with one accepted value here: (name, value, exception type, why).
 _FIXED = (
@@ -78,11 +82,21 @@ def _act_params(act_func: str, constants: Mapping[str, Any]) -> tuple[tuple[str,
         ):
             raise ValueError(f"{name}: expected a finite number, got {value!r}")
     used = ACT_PARAM_DEFAULTS[act_func]
-    for name, default in {**ACT_PARAM_DEFAULTS["dgeglu"], **SITU_DEFAULTS}.items():
+    for name, default in ALL_ACT_PARAMS.items():
         if name not in used and constants[name] != default:
             raise ValueError(
                 f"{name}: act_func={act_func!r} does not use it; got {constants[name]!r} "
                 f"(leave it at its default {default!r})"
+            )
+    if act_func == "dgeglu" and not constants["glu_clamp_min"] < constants["glu_clamp_max"]:
+        raise ValueError(
+            f"glu_clamp_min: must be below glu_clamp_max ({constants['glu_clamp_max']!r}), "
+            f"got {constants['glu_clamp_min']!r}"
+        )
+    for name in ("situ_beta1", "situ_beta2") if act_func == "dsituglu" else ():
+        if constants[name] <= 0:
+            raise ValueError(
+                f"{name}: must be positive (dSiTU-GLU divides by it), got {constants[name]!r}"
             )
     return tuple(sorted((name, float(constants[name])) for name in used))
 
@@ -117,11 +131,6 @@ def check_options(
         raise ValueError(
             f"acc_dtype: must be torch.float32 (the only accumulator), got {acc_dtype}"
         )
-    if act_func == "dsituglu":
-        raise NotImplementedError(
-            "act_func: 'dsituglu' exists only on the block-scaled backend; "
-            "dglu's BF16 kernels offer 'dswiglu' and 'dgeglu'"
-        )
     if act_func not in ACT_PARAM_DEFAULTS:
         raise ValueError(
             f"act_func: expected one of {sorted(ACT_PARAM_DEFAULTS)}, got {act_func!r}"
@@ -130,14 +139,25 @@ def check_options(
         raise ValueError(f"b_major: expected one of {list(B_MAJORS)}, got {b_major!r}")
     if not isinstance(use_dynamic_sched, bool):
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
-    constants = {name: given[name] for name in (*ACT_PARAM_DEFAULTS["dgeglu"], *SITU_DEFAULTS)}
+    if use_dynamic_sched:
+        raise NotImplementedError(
+            "use_dynamic_sched: True is not available yet: dglu's SM90 kernels schedule "
+            "tiles statically; pass False"
+        )
+    cluster = _pair("cluster_shape_mn", cluster_shape_mn)
+    if cluster not in (None, SINGLE_CTA_CLUSTER):
+        raise NotImplementedError(
+            f"cluster_shape_mn: {cluster_shape_mn!r} is not available yet: dglu's SM90 kernels "
+            f"run one CTA per cluster; pass None or {SINGLE_CTA_CLUSTER}"
+        )
+    constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
         act_params=_act_params(act_func, constants),
         b_major=b_major,
         tile=_pair("mma_tiler_mn", mma_tiler_mn),
-        cluster=_pair("cluster_shape_mn", cluster_shape_mn),
-        scheduler="dynamic" if use_dynamic_sched else "static",
+        cluster=cluster,
+        scheduler="static",
     )
 
 
@@ -159,7 +179,7 @@ def check_dense_weights(dense_name: str, dense: Any, discrete: Mapping[str, Any]
     if given:
         raise NotImplementedError(
             f"{', '.join(given)}: discrete (per-expert pointer) weights are "
-            f"not available in dglu yet; pass the stacked (N, K, L) {dense_name}"
+            f"not available in dglu's runtime yet; pass the stacked (N, K, L) {dense_name}"
         )
     if dense is None:
         raise ValueError(f"{dense_name}: required (the stacked (N, K, L) expert weights), got None")

@@ -17,7 +17,11 @@ TENSOR_NAMES = (
     "prob",
     "dprob",
     "dbias",
+    "b_ptrs",
 )
+# Descriptor views a manifest may name besides the tensors: one expert's (N, K) matrix of
+# discrete weights, the template that the b_descriptors kernel copies per expert.
+DERIVED_VIEWS = ("b_expert",)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,9 @@ class Workspace:
 
 
 WORKSPACES: dict[str, Workspace] = {"dbias_ws": Workspace(dtype="fp32", count="l_n2")}
+# Workspaces of discrete-weight variants (one TMA descriptor per expert), which this runtime
+# does not launch yet; dense variants name them only as optional pointers, passed NULL.
+DISCRETE_WORKSPACES = ("b_desc_ws",)
 
 
 @dataclass(frozen=True)

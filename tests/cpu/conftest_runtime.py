@@ -36,6 +36,14 @@ MAIN_PARAMS = [
         "tensor": "dbias_ws",
         "optional": True,
     },
+    {
+        "name": "b_desc_ws",
+        "kind": "pointer",
+        "size": 8,
+        "align": 8,
+        "tensor": "b_desc_ws",
+        "optional": True,
+    },
     {"name": "m", "kind": "i32", "size": 4, "align": 4, "value": "m"},
 ]
 FINISH_PARAMS = [

@@ -192,6 +192,7 @@ def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
     assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
     assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
     assert main["params"][7] == (0x9000).to_bytes(8, "little")  # dbias_ws
+    assert main["params"][8] == bytes(8)  # b_desc_ws: discrete weights only
     assert finish["params"][:2] == [(0x9000).to_bytes(8, "little"), (0xF000).to_bytes(8, "little")]
 
 

@@ -55,9 +55,15 @@ def test_dgeglu_compiles_in_its_constants() -> None:
     }
 
 
+def test_dsituglu_compiles_in_its_betas() -> None:
+    chosen = options(act_func="dsituglu", situ_beta1=2, situ_beta2=30.5)
+    assert chosen.act_params == (("situ_beta1", 2.0), ("situ_beta2", 30.5))
+    assert options(act_func="dsituglu").act_params == (("situ_beta1", 4.0), ("situ_beta2", 25.0))
+
+
 def test_tile_cluster_and_scheduler() -> None:
-    chosen = options(mma_tiler_mn=(128, 256), cluster_shape_mn=[2, 1], use_dynamic_sched=True)
-    assert (chosen.tile, chosen.cluster, chosen.scheduler) == ((128, 256), (2, 1), "dynamic")
+    chosen = options(mma_tiler_mn=(128, 64), cluster_shape_mn=[1, 1])
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == ((128, 64), (1, 1), "static")
 
 
 @pytest.mark.parametrize(
@@ -69,10 +75,12 @@ def test_tile_cluster_and_scheduler() -> None:
         ("discrete_col_sfd", True, ValueError),
         ("epilogue_op", "relu", ValueError),
         ("vector_f32", True, NotImplementedError),
-        ("act_func", "dsituglu", NotImplementedError),
         ("act_func", "drelu", ValueError),
         ("b_major", "m", ValueError),
         ("use_dynamic_sched", 1, ValueError),
+        ("use_dynamic_sched", True, NotImplementedError),
+        ("cluster_shape_mn", (2, 1), NotImplementedError),
+        ("cluster_shape_mn", [1, 2], NotImplementedError),
         ("acc_dtype", "torch.float16", ValueError),
         ("mma_tiler_mn", (128,), ValueError),
         ("mma_tiler_mn", (128, 0), ValueError),
@@ -87,6 +95,25 @@ def test_refused_arguments_name_themselves(name, value, error) -> None:
         options(**{name: value})
     assert str(raised.value).startswith(f"{name}:")
     assert repr(value) in str(raised.value) or str(value) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"act_func": "dsituglu", "situ_beta1": 0.0}, "situ_beta1: must be positive"),
+        ({"act_func": "dsituglu", "situ_beta2": -25.0}, "situ_beta2: must be positive"),
+        ({"act_func": "dsituglu", "linear_offset": 0.0}, "linear_offset: act_func='dsituglu'"),
+        ({"act_func": "dgeglu", "situ_beta2": 20.0}, "situ_beta2: act_func='dgeglu'"),
+        (
+            {"act_func": "dgeglu", "glu_clamp_min": 7.0},
+            "glu_clamp_min: must be below glu_clamp_max (7.0), got 7.0",
+        ),
+    ],
+)
+def test_activation_constants_are_checked_for_their_activation(changes, message) -> None:
+    with pytest.raises(ValueError) as raised:
+        options(**changes)
+    assert str(raised.value).startswith(message), str(raised.value)
 
 
 def test_absent_block_scaled_arguments() -> None:

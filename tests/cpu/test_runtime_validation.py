@@ -242,7 +242,22 @@ def test_wrapper_checks_layouts_then_device() -> None:
         ({"b_tensor": None}, ValueError, "b_tensor: required"),
         ({"d_dtype": torch.int8}, ValueError, "d_dtype: expected"),
         ({"generate_dbias": "yes"}, ValueError, "generate_dbias: expected a bool"),
-        ({"act_func": "dsituglu"}, NotImplementedError, "act_func: 'dsituglu'"),
+        (
+            {"use_dynamic_sched": True},
+            NotImplementedError,
+            "use_dynamic_sched: True is not available yet",
+        ),
+        (
+            {"cluster_shape_mn": (2, 1)},
+            NotImplementedError,
+            "cluster_shape_mn: (2, 1) is not available yet",
+        ),
+        (
+            {"act_func": "dsituglu", "situ_beta1": -4.0},
+            ValueError,
+            "situ_beta1: must be positive",
+        ),
+        ({"d_dtype": torch.float64}, ValueError, "d_dtype: expected torch.bfloat16, torch.float16"),
         ({"acc_dtype": torch.float16}, ValueError, "acc_dtype: must be torch.float32"),
     ],
 )
