@@ -1,6 +1,6 @@
-"""The wheel, built from the repo through its PEP 517 backend (smoke specs),
-installed into a fresh venv: it must import without CuTe DSL and hold the
-manifest and cubins it claims."""
+"""The wheel, built from the repo by `dglu-build wheel` (smoke specs) through its PEP 517
+backend, installed into a fresh venv: it must import without CuTe DSL, hold the manifest
+and cubins it claims, and come out byte-identical when built again."""
 
 from __future__ import annotations
 
@@ -50,15 +50,29 @@ def clean_env(**extra: str) -> dict:
     return {**env, **extra}
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    run(
-        [sys.executable, "-m", "pip", "wheel", REPO_ROOT, "--no-deps", "--no-build-isolation", "-w", dist],
-        env=clean_env(DGLU_SPECS=SMOKE_SPECS),
-    )
+def dglu_build_wheel(dist: Path, build_dir: Path) -> Path:
+    """The README's build command (`dglu-build wheel`, here as `python -m codegen wheel`)."""
+    command = [sys.executable, "-m", "codegen", "wheel", SMOKE_SPECS, "-o", dist, "--build-dir", build_dir]
+    output = run(command, cwd=REPO_ROOT, env=clean_env())
     (built,) = dist.glob("*.whl")
+    assert f"wrote {built} (" in output
     return built
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("build") / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory, build_dir) -> Path:
+    return dglu_build_wheel(tmp_path_factory.mktemp("dist"), build_dir)
+
+
+def test_building_again_gives_a_byte_identical_wheel(wheel, build_dir, tmp_path):
+    again = dglu_build_wheel(tmp_path, build_dir)
+    assert again.name == wheel.name
+    assert again.read_bytes() == wheel.read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +109,21 @@ def test_wheel_holds_the_smoke_variants_with_matching_hashes(wheel, wheel_manife
             assert len(data) == variant["size"]
 
 
-def test_wheel_holds_the_runtime_package_and_no_build_code(wheel):
+def _tracked_python_files(folder: str) -> set[str]:
+    listed = run(["git", "ls-files", f"{folder}/*.py"], cwd=REPO_ROOT).split()
+    return set(listed)
+
+
+def test_wheel_holds_the_runtime_and_dglu_builds_code_and_nothing_else_of_the_repo(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    runtime = {"dglu/" + path.relative_to(REPO_ROOT / "runtime" / "dglu").as_posix() for path in (REPO_ROOT / "runtime" / "dglu").rglob("*.py")}
+    runtime = {name.removeprefix("runtime/") for name in _tracked_python_files("runtime/dglu")}
     assert runtime and runtime <= names
-    assert not [name for name in names if name.startswith(("codegen/", "kernel_specs/", "build/", "tests/"))]
+    codegen = _tracked_python_files("codegen")
+    assert "codegen/kernels/__init__.py" in codegen and codegen <= names
+    top_level = {name.split("/")[0] for name in names}
+    assert top_level == {"dglu", "codegen", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert not [name for name in names if "/.dglu-build/" in name or "__pycache__" in name]
 
 
 def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
@@ -112,6 +135,9 @@ def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
     assert [re.match(r"[\w-]+", req).group() for req in run_time] == ["cuda-bindings"]
     cutlass = [req for req in requires if req.startswith("nvidia-cutlass-dsl")]
     assert cutlass and all(re.search(r"extra == ['\"]build['\"]", req) for req in cutlass)
+    with zipfile.ZipFile(wheel) as archive:
+        (entry_points,) = [archive.read(name).decode() for name in archive.namelist() if name.endswith("entry_points.txt")]
+    assert "[console_scripts]\ndglu-build = codegen.cli:main" in entry_points
 
 
 def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path):
@@ -127,6 +153,10 @@ def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path
     assert probe["cutlass"] == []
     assert probe["manifest"]
     assert "cutlass" not in run([python, "-m", "pip", "list"], env=clean_env())
+    # the entry point is installed, and without the build extra it says what to install
+    done = subprocess.run([venv / "bin" / "dglu-build", "--help"], capture_output=True, text=True, env=clean_env())
+    assert done.returncode == 1
+    assert "dglu-build needs the build extra (no module 'click'): pip install 'dglu[build]'" in done.stderr
     # the installed runtime accepts the wheel's manifest (no GPU needed to list it)
     listing = run([python, "-m", "dglu"], cwd=tmp_path, env=clean_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
     assert all(variant.name in listing for variant in load_specs(REPO_ROOT / SMOKE_SPECS))
