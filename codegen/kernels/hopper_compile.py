@@ -37,7 +37,7 @@ SUPPORTED = {
     "weight_mode": ["dense", "discrete"],
     "b_major": ["k", "n"],
     "tile_mn": [(128, 128), (128, 64)],
-    "cluster_mn": [(1, 1)],
+    "cluster_mn": [(1, 1), (2, 1)],
     "scheduler": ["static", "dynamic"],
 }
 
@@ -110,7 +110,8 @@ def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str
     elif kernel.discrete_weights:
         b = {"b_expert": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_n]}}
     else:
-        b = {"b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n, 1]}}
+        # with a 2-CTA cluster each CTA loads (and multicasts) half of B's tile
+        b = {"b": {**common, "dtype": "bf16", "dims": [1, 0, 2], "box": [TILE_K, kernel.tile_n // kernel.cluster_m, 1]}}
     return {
         "a": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_m]},
         **b,
@@ -150,6 +151,7 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
         tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete,
         b_n_major=key["b_major"] == "n",
         dynamic_schedule=key["scheduler"] == "dynamic",
+        cluster_m=key["cluster_m"],
     )
     bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
     gmem = cute.AddressSpace.gmem

@@ -117,6 +117,7 @@ class HopperDgluKernel:
         discrete_weights: bool = False,
         b_n_major: bool = False,
         dynamic_schedule: bool = False,
+        cluster_m: int = 1,
     ):
         self.tile_m, self.tile_n = tile_mn
         if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
@@ -130,6 +131,15 @@ class HopperDgluKernel:
             raise ValueError("b_major 'n' is for discrete weights; dense B is K-major")
         self.b_n_major = b_n_major
         self.dynamic_schedule = dynamic_schedule
+        if cluster_m not in (1, 2):
+            raise ValueError(f"cluster_m must be 1 or 2, got {cluster_m}")
+        if cluster_m > 1 and dynamic_schedule:
+            raise ValueError("a 2-CTA cluster walks its tiles statically: use scheduler 'static' with cluster_m 2")
+        if cluster_m > 1 and discrete_weights:
+            raise ValueError("2-CTA clusters are built for dense weights only: use cluster_m 1 with discrete weights")
+        # The CTAs of a cluster take adjacent m-tiles of the same n-tile (one
+        # expert: expert bounds are multiples of 256 rows) and share B by TMA multicast.
+        self.cluster_m = cluster_m
         # B (N, K): K contiguous, or N contiguous (discrete weights, b_major "n")
         self.b_layout = utils.LayoutEnum.COL_MAJOR if b_n_major else utils.LayoutEnum.ROW_MAJOR
         self.ab_dtype = cutlass.BFloat16
@@ -232,8 +242,9 @@ class HopperDgluKernel:
         tma_atom_a, tma_a = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_smem, (None, None, 0)), (self.tile_m, TILE_K)
         )
+        b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else cpasync.CopyBulkTensorTileG2SOp()
         tma_atom_b, tma_b = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), b, cute.slice_(b_smem, (None, None, 0)), (self.tile_n, TILE_K)
+            b_op, b, cute.slice_(b_smem, (None, None, 0)), (self.tile_n, TILE_K), num_multicast=self.cluster_m
         )
         tma_atom_c, tma_c = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), c, cute.slice_(c_smem, (None, None, 0)), self.c_block.box
@@ -254,6 +265,7 @@ class HopperDgluKernel:
         ).launch(
             grid=[1, 1, 1],
             block=[THREADS_PER_CTA, 1, 1],
+            cluster=[self.cluster_m, 1, 1],
             smem=self.smem_bytes,
             stream=stream,
         )
@@ -305,13 +317,22 @@ class HopperDgluKernel:
 
     @cute.jit
     def tile_coords(self, tile: cutlass.Int32, num_m_tiles: cutlass.Int32, num_n_tiles: cutlass.Int32):
-        """(m-tile, n-tile) of a linear tile index in the banded raster order."""
+        """This CTA's (m-tile, n-tile) of a linear (cluster) tile index in the banded
+        raster order; the CTAs of a cluster take adjacent m-tiles."""
+        num_m_groups = num_m_tiles // self.cluster_m
         band = tile // (RASTER_BAND * num_n_tiles)
         first_m = band * RASTER_BAND
-        band_rows = cutlass.min(RASTER_BAND, num_m_tiles - first_m)
+        band_rows = cutlass.min(RASTER_BAND, num_m_groups - first_m)
         rest = tile - first_m * num_n_tiles
         n_tile = rest // band_rows
-        return first_m + rest - n_tile * band_rows, n_tile
+        m_group = first_m + rest - n_tile * band_rows
+        return m_group * self.cluster_m + self.cluster_rank(), n_tile
+
+    def cluster_rank(self):
+        """This CTA's rank in its cluster (0 without clusters)."""
+        if self.cluster_m == 1:
+            return 0
+        return cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
 
     @cute.kernel
     def kernel(
@@ -355,10 +376,13 @@ class HopperDgluKernel:
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_WARPGROUPS * 4),
+            # a stage is free once the consumer warps of every CTA it was multicast to release it
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cluster_m * NUM_MMA_WARPGROUPS * 4),
             tx_count=self.ab_bytes,
-            cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)),
+            cta_layout_vmnk=cute.make_layout((1, self.cluster_m, 1, 1)),
+            defer_sync=True,
         )
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
 
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
@@ -371,10 +395,11 @@ class HopperDgluKernel:
             ),
             ids=storage.tile_ids.get_tensor(cute.make_layout(TILE_QUEUE_DEPTH)),
             counter=cute.make_tensor(tile_counter_ptr, cute.make_layout(1)),
-            first=bidx,
-            stride=gdim,
+            first=bidx // self.cluster_m,
+            stride=gdim // self.cluster_m,
         )
 
+        pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
@@ -383,7 +408,8 @@ class HopperDgluKernel:
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         num_m_tiles = offsets[l - 1] // self.tile_m
         num_n_tiles = (n + self.tile_n - 1) // self.tile_n
-        num_tiles = num_m_tiles * num_n_tiles
+        # tiles are counted in cluster units: cluster_m adjacent m-tiles each
+        num_tiles = num_m_tiles // self.cluster_m * num_n_tiles
         k_tile_count = (mA_mk.shape[1] + TILE_K - 1) // TILE_K
 
         if warpgroup_idx == 0:
@@ -417,7 +443,12 @@ class HopperDgluKernel:
         gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
         one = cute.make_layout(1)
         tAsA, tAgA = cpasync.tma_partition(tma_atom_a, 0, one, cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-        tBsB, tBgB = cpasync.tma_partition(tma_atom_b, 0, one, cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+        # each CTA of a cluster loads 1/cluster_m of B's tile and multicasts it to all
+        tBsB, tBgB = cpasync.tma_partition(
+            tma_atom_b, self.cluster_rank(), cute.make_layout(self.cluster_m),
+            cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
+        )
+        b_mcast_mask = cutlass.Int16((1 << self.cluster_m) - 1) if self.cluster_m > 1 else 0
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
         # the C block of a tile is loaded once this many of its k-tiles are
@@ -449,7 +480,7 @@ class HopperDgluKernel:
                 cute.copy(tma_atom_a, tAgA_m[(None, k_tile)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
                 cute.copy(
                     tma_atom_b, tBgB_n[(None, k_tile)], tBsB[(None, state.index)], tma_bar_ptr=barrier,
-                    tma_desc_ptr=b_desc,
+                    tma_desc_ptr=b_desc, mcast_mask=b_mcast_mask,
                 )
                 mainloop.producer_commit(state)
                 state.advance()
