@@ -20,7 +20,18 @@ rows in L2. Expert boundaries are multiples of 256, so a 128-row tile never
 straddles two experts; each tile finds its expert with a binary search over
 padded_offsets, and the walk stops at padded_offsets[-1].
 
-A second, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
+Variants also choose:
+- discrete weights (per-expert pointers in b_ptrs, K- or N-major): a prologue
+  kernel (``b_descriptors``) writes one TMA descriptor per expert into a
+  workspace, from a template, on the device; the producer loads B through
+  the tile's expert descriptor;
+- the scheduler: each CTA's tiles reach the consumers through a small queue
+  in shared memory; static walks the grid stride, dynamic claims tiles past
+  the first wave from a global counter;
+- 2-CTA clusters: the CTAs of a cluster take adjacent m-tiles of one n-tile
+  and share B's tile by TMA multicast.
+
+A last, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
 caller's bf16 dbias.
 
 The host entry takes only pointers and int32 extents, so the kernels'
