@@ -103,9 +103,10 @@ def build_in_store(
             result.up_to_date.append(name)
         else:
             jobs_to_run.append(CompileJob(name, targets[name].key, SYMBOL_PREFIX + name))
+    workers = min(jobs, len(jobs_to_run))
     report(
-        f"{store.directory}: {len(targets)} variants, {len(current)} up to date, "
-        f"{len(jobs_to_run)} to compile" + (f" in {min(jobs, len(jobs_to_run))} processes" if jobs_to_run else "")
+        f"{store.directory}: {len(targets)} variants, {len(current)} up to date, {len(jobs_to_run)} to compile"
+        + (f" in {workers} process{'es' if workers > 1 else ''}" if workers else "")
     )
     clock = _Eta(len(jobs_to_run))
     for outcome in compile_all(jobs_to_run, jobs, compile_fn):
