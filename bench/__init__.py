@@ -1,0 +1,6 @@
+"""dglu's benchmark harness: the fused op beside what users can write in PyTorch today.
+
+``bash bench/run.sh [wheel]`` installs the wheel and runs ``python -m bench`` on the GPU
+machine; ``python -m bench --dry-run`` exercises the report path with fake timings on any
+machine; ``python -m bench.jit_compile_time`` times CuTe DSL JIT compilation on the CPU.
+"""

@@ -1,0 +1,162 @@
+"""``python -m bench.jit_compile_time``: what a CuTe DSL JIT user pays at start-up.
+
+In fresh processes on this (CPU-only) machine, time the import of the DSL and then
+codegen.kernels.compile_variant of the variant dglu's default dispatch serves for
+dswiglu with dprob and dbias in bf16: of the spec file's variants with that key, the
+first by name (manifests list variants by name, and the runtime takes the first match).
+Writes jit_compile_time.json into --out and prints one summary line. Needs the build
+environment (nvidia-cutlass-dsl, pyyaml); run from the repo root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SPECS = REPO_ROOT / "kernel_specs" / "default.yaml"
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+JSON_NAME = "jit_compile_time.json"
+# The key fields the benchmark's call fixes; launch-shape fields are left to dispatch.
+BENCH_KEY = {
+    "arch": "sm_90a",
+    "ab_dtype": "bf16",
+    "c_dtype": "bf16",
+    "d_dtype": "bf16",
+    "act_func": "dswiglu",
+    "dbias": True,
+    "weight_mode": "dense",
+    "b_major": "k",
+}
+
+
+def default_variant(variants: list[Any]) -> Any:
+    """The variant default dispatch picks for BENCH_KEY: the first match by name."""
+    matching = [v for v in variants if all(v.key[f] == want for f, want in BENCH_KEY.items())]
+    if not matching:
+        raise ValueError(f"--specs: no variant with {BENCH_KEY}; the benchmark needs one")
+    return min(matching, key=lambda variant: variant.name)
+
+
+def measure_in_this_process(specs: Path) -> dict[str, Any]:
+    """Seconds to import the DSL, import dglu's kernels, and compile the default variant.
+
+    Must run first thing in a fresh process: the DSL import is only paid once.
+    """
+    start = time.perf_counter()
+    import cutlass.cute  # noqa: F401 (imported to time the DSL's import)
+
+    dsl_imported = time.perf_counter()
+    from codegen.build_key import SYMBOL_PREFIX
+    from codegen.kernels import compile_variant
+    from codegen.specs import load_specs
+
+    kernels_imported = time.perf_counter()
+    variant = default_variant(load_specs(specs))
+    chosen = time.perf_counter()
+    compiled = compile_variant(variant.key, SYMBOL_PREFIX + variant.name)
+    done = time.perf_counter()
+    return {
+        "variant": variant.name,
+        "cubin_bytes": len(compiled.cubin),
+        "dsl_import_s": dsl_imported - start,
+        "kernels_import_s": kernels_imported - dsl_imported,
+        "compile_s": done - chosen,
+        "total_s": (done - chosen) + (kernels_imported - start),
+    }
+
+
+def measure_fresh(specs: Path) -> dict[str, Any]:
+    """measure_in_this_process in a new Python process (this interpreter, repo root)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.jit_compile_time", "--child", "--specs", str(specs)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the measuring process exited {done.returncode}:\n{done.stderr[-3000:]}"
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over ``runs`` of every timed figure, with the runs themselves."""
+    timed = [name for name in runs[0] if name.endswith("_s")]
+    return {
+        "variant": runs[0]["variant"],
+        "cubin_bytes": runs[0]["cubin_bytes"],
+        **{f"median_{name}": statistics.median(run[name] for run in runs) for name in timed},
+        "runs": runs,
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.jit_compile_time", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--specs", type=Path, default=DEFAULT_SPECS, help="spec file (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ["OUT"]) if os.environ.get("OUT") else DEFAULT_OUT,
+        help="folder for jit_compile_time.json (default: $OUT if set, else bench/out)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes (default: 3)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats: got {args.repeats}, need at least 1")
+    if not args.specs.is_file():
+        parser.error(f"--specs: {args.specs} is not a file")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(measure_in_this_process(args.specs)))
+        return 0
+    from codegen.atomic_write import write_atomic
+
+    from .environment import commit
+
+    figures = summarize([measure_fresh(args.specs) for _ in range(args.repeats)])
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "hostname": platform.node(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "commit": commit(),
+        "specs": str(args.specs),
+        **figures,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_atomic(args.out / JSON_NAME, (json.dumps(record, indent=2) + "\n").encode())
+    print(
+        f"JIT COMPILE: {record['variant']}: DSL import {record['median_dsl_import_s']:.2f} s + "
+        f"kernel import {record['median_kernels_import_s']:.2f} s + compile "
+        f"{record['median_compile_s']:.2f} s = {record['median_total_s']:.2f} s "
+        f"(median of {args.repeats} fresh processes; {args.out / JSON_NAME})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The compact text table and the one summary line printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .results import lookup, median_ms
+
+# (column header, candidate) for the time columns, in order.
+TIME_COLUMNS = (
+    ("fused", "fused"),
+    ("gemm", "grouped_gemm"),
+    ("+eager", "grouped_eager_epilogue"),
+    ("+compiled", "grouped_compiled_epilogue"),
+    ("mm", "dense_mm"),
+)
+SHAPE_WIDTH = 20
+CELL_WIDTH = 16
+
+
+def _cell(value: str) -> str:
+    return value.rjust(CELL_WIDTH)
+
+
+def _time_cell(timings: dict[str, Any], name: str) -> str:
+    ms = median_ms(timings, name)
+    if ms is None:
+        return _cell("error" if name in timings else "-")
+    return _cell(f"{ms:.3f} ({timings[name]['tflops']:.0f})")
+
+
+def _ratio_cell(value: float | None) -> str:
+    return _cell("-" if value is None else f"{value:.2f}x")
+
+
+def _agreement_cell(shape: dict[str, Any]) -> str:
+    agreement = shape.get("agreement")
+    if not isinstance(agreement, dict) or "ok" not in agreement:
+        return _cell("-")
+    return _cell(f"{'ok' if agreement['ok'] else 'WRONG'} {agreement['d_rel_l2']:.0e}")
+
+
+def table(record: dict[str, Any]) -> str:
+    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, agreement; then
+    the host figures."""
+    header = "shape".ljust(SHAPE_WIDTH) + "".join(
+        _cell(f"{title} ms (TF/s)" if title in ("fused", "gemm") else f"{title} ms")
+        for title, _ in TIME_COLUMNS
+    )
+    header += _cell("fused/gemm") + _cell("compiled/fused") + _cell("agreement")
+    lines = [header]
+    for shape in record["shapes"]:
+        timings = shape["timings"]
+        lines.append(
+            shape["shape"]["name"].ljust(SHAPE_WIDTH)
+            + "".join(_time_cell(timings, name) for _, name in TIME_COLUMNS)
+            + _ratio_cell(shape["ratios"]["fused_over_gemm"])
+            + _ratio_cell(shape["ratios"]["compiled_over_fused"])
+            + _agreement_cell(shape)
+        )
+    host = record.get("host")
+    if host is not None:
+        lines += [f"host: {_host_target_text(t)}" for t in host["targets"]]
+    return "\n".join(lines)
+
+
+def _host_target_text(target: dict[str, Any]) -> str:
+    value = "not measured" if target["value"] is None else f"{target['value']:.3g}"
+    if isinstance(target["value"], bool):
+        value = "yes" if target["value"] else "NO"
+    mark = {True: "met", False: "MISSED", None: "?"}[target["met"]]
+    return f"{target['name']} {value} ({target['bound']}, {mark})"
+
+
+def _span(values: list[float | None], unit: str) -> str:
+    present = [v for v in values if v is not None]
+    if not present:
+        return "n/a"
+    return f"{min(present):.2f}-{max(present):.2f}{unit}"
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    """One line: the ratios' ranges over shapes, host figures, targets met, where and what."""
+    shapes = record["shapes"]
+    ratios = [s["ratios"] for s in shapes]
+    host = record.get("host")
+    tally = record["targets"]
+    environment = record["environment"]
+    gpu = (environment.get("gpu") or {}).get("name", "no GPU")
+    prefix = "BENCH (DRY RUN, fake timings)" if record["dry_run"] else "BENCH"
+    parts = [
+        f"fused/gemm {_span([r['fused_over_gemm'] for r in ratios], 'x')}",
+        f"compiled/fused {_span([r['compiled_over_fused'] for r in ratios], 'x')}",
+    ]
+    if host is not None:
+        first_call = lookup(host, "first_call", "beyond_torch_ms")
+        per_call = lookup(host, "steady_state", "execute", "cpu_us")
+        graph_ok = lookup(host, "graph_replay", "ok")
+        parts.append(
+            "first call "
+            + ("n/a" if first_call is None else f"{first_call:.0f} ms")
+            + ", execute "
+            + ("n/a" if per_call is None else f"{per_call:.1f} us/call")
+            + ", graph "
+            + {True: "ok", False: "WRONG", None: "n/a"}[graph_ok]
+        )
+    parts.append(f"targets {tally['met']}/{tally['total']} met")
+    parts.append(
+        f"results {'WRONG (' + str(len(record['wrong'])) + ')' if record['wrong'] else 'ok'}"
+    )
+    if record["errors"]:
+        parts.append(f"{len(record['errors'])} failed measurements (errors in the JSON)")
+    return f"{prefix}: " + "; ".join(parts) + f" ({gpu}, commit {environment['commit']})"
