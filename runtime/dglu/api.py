@@ -86,7 +86,6 @@ def _select(
 ) -> Variant:
     device = problem.tensors["a"].device
     tile = options.tile or (None, None)
-    cluster = options.cluster or (None, None)
     request = VariantRequest(
         arch=arch_for_capability(device_info(device).capability),
         ab_dtype=problem.tensors["a"].dtype,
@@ -99,8 +98,8 @@ def _select(
         b_major=options.b_major,
         tile_m=tile[0],
         tile_n=tile[1],
-        cluster_m=cluster[0],
-        cluster_n=cluster[1],
+        cluster_m=options.cluster[0],
+        cluster_n=options.cluster[1],
         scheduler=options.scheduler,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]

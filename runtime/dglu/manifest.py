@@ -27,7 +27,13 @@ from typing import Any
 from .dtypes import ELEMENT_TYPES
 from .errors import ManifestError
 from .grid import grid_spec_problem
-from .problem import DERIVED_VIEWS, DISCRETE_WORKSPACES, SCALAR_NAMES, TENSOR_NAMES, WORKSPACES
+from .problem import (
+    DERIVED_VIEWS,
+    SCALAR_NAMES,
+    TENSOR_NAMES,
+    UNLAUNCHED_WORKSPACES,
+    WORKSPACES,
+)
 from .tma import TMA_OPTIONS
 
 SCHEMA_VERSION = 1
@@ -283,7 +289,7 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
         spec["tensor"] = _choice(entry, "tensor", tma_tensors)
     elif kind == "pointer":
         spec["tensor"] = _choice(
-            entry, "tensor", {*TENSOR_NAMES, *WORKSPACES, *DISCRETE_WORKSPACES}
+            entry, "tensor", {*TENSOR_NAMES, *WORKSPACES, *UNLAUNCHED_WORKSPACES}
         )
     elif kind == "i32_tuple":
         values = entry.take("values", list)

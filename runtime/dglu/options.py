@@ -56,8 +56,8 @@ class OpOptions:
     act_func: str
     act_params: tuple[tuple[str, float], ...]
     b_major: str
-    tile: tuple[int, int] | None
-    cluster: tuple[int, int] | None
+    tile: tuple[int, int] | None  # None: the selection's default
+    cluster: tuple[int, int]
     scheduler: str
 
 
@@ -144,8 +144,7 @@ def check_options(
             "use_dynamic_sched: True is not available yet: dglu's SM90 kernels schedule "
             "tiles statically; pass False"
         )
-    cluster = _pair("cluster_shape_mn", cluster_shape_mn)
-    if cluster not in (None, SINGLE_CTA_CLUSTER):
+    if _pair("cluster_shape_mn", cluster_shape_mn) not in (None, SINGLE_CTA_CLUSTER):
         raise NotImplementedError(
             f"cluster_shape_mn: {cluster_shape_mn!r} is not available yet: dglu's SM90 kernels "
             f"run one CTA per cluster; pass None or {SINGLE_CTA_CLUSTER}"
@@ -156,7 +155,7 @@ def check_options(
         act_params=_act_params(act_func, constants),
         b_major=b_major,
         tile=_pair("mma_tiler_mn", mma_tiler_mn),
-        cluster=cluster,
+        cluster=SINGLE_CTA_CLUSTER,
         scheduler="static",
     )
 

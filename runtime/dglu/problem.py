@@ -33,9 +33,10 @@ class Workspace:
 
 
 WORKSPACES: dict[str, Workspace] = {"dbias_ws": Workspace(dtype="fp32", count="l_n2")}
-# Workspaces of discrete-weight variants (one TMA descriptor per expert), which this runtime
-# does not launch yet; dense variants name them only as optional pointers, passed NULL.
-DISCRETE_WORKSPACES = ("b_desc_ws",)
+# Workspaces of variants this runtime does not launch yet: b_desc_ws (discrete weights: one
+# TMA descriptor per expert) and tile_counter (the dynamic scheduler's). Other variants name
+# them only as optional pointers, passed NULL.
+UNLAUNCHED_WORKSPACES = ("b_desc_ws", "tile_counter")
 
 
 @dataclass(frozen=True)

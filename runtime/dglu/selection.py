@@ -2,7 +2,8 @@
 
 Every given field of a request must equal the variant's key (act_params: the compiled
 constants, compared as numbers). tile, cluster and scheduler take part only when the
-request gives them; the first matching variant in selection order (dglu.manifest) wins.
+request gives them. Among the matches the largest tile wins, the first in selection order
+(dglu.manifest) among equals: the default does not depend on how a build orders variants.
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
 """
@@ -153,9 +154,10 @@ def select_variant(
     searched: Sequence[str] = (),
     sources: Mapping[str, str] | None = None,
 ) -> Variant:
-    """The first variant whose key matches every given field of ``request``."""
+    """Of the variants matching every given field of ``request``, the one with the largest
+    tile (the first in selection order among equals)."""
     wanted = request.wanted()
-    for variant in variants:
-        if not _differences(variant.key, wanted):
-            return variant
-    raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
+    matches = [variant for variant in variants if not _differences(variant.key, wanted)]
+    if not matches:
+        raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
+    return max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)

@@ -86,10 +86,11 @@ def variant_key(**overrides: Any) -> dict[str, Any]:
 
 def variant_name(key: dict[str, Any]) -> str:
     """A readable unique name for a key (the runtime treats names as opaque)."""
+    params = "".join(f"_{name}{value:g}" for name, value in sorted(key["act_params"].items()))
     return (
-        f"{key['arch']}_{key['c_dtype']}_{key['act_func']}_"
-        f"{'dbias' if key['dbias'] else 'nodbias'}_{key['tile_m']}x{key['tile_n']}_"
-        f"{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}"
+        f"{key['arch']}_{key['c_dtype']}_{key['d_dtype']}_{key['act_func']}{params}_"
+        f"{'dbias' if key['dbias'] else 'nodbias'}_{key['weight_mode']}_"
+        f"{key['tile_m']}x{key['tile_n']}_{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}"
     )
 
 

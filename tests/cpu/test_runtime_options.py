@@ -37,10 +37,10 @@ def options(**changes):
     return check_options(**{**SEED_DEFAULTS, **changes})
 
 
-def test_defaults_select_dswiglu_static_any_launch_shape() -> None:
+def test_defaults_select_dswiglu_static_one_cta_any_tile() -> None:
     chosen = options()
     assert (chosen.act_func, chosen.act_params, chosen.b_major) == ("dswiglu", (), "k")
-    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, None, "static")
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, (1, 1), "static")
 
 
 def test_dgeglu_compiles_in_its_constants() -> None:

@@ -57,11 +57,21 @@ def test_exact_match_picks_that_variant(variants, key) -> None:
     assert select_variant(variants, request).name == variant_name(key)
 
 
-def test_open_launch_shape_takes_the_first_match_in_manifest_order(variants) -> None:
-    chosen = select_variant(variants, request_for(act_func="dswiglu", dbias=True))
-    assert chosen.name == variant_name(DEFAULT_KEYS[0])
+def test_open_tile_takes_the_largest_in_any_manifest_order(variants) -> None:
+    request = request_for(act_func="dswiglu", dbias=True)
+    assert select_variant(variants, request).name == variant_name(DEFAULT_KEYS[4])  # 128x256
     reordered = (variants[4],) + tuple(variants[:4])
-    assert select_variant(reordered, request_for(act_func="dswiglu", dbias=True)).key.tile_n == 256
+    assert select_variant(reordered, request).name == variant_name(DEFAULT_KEYS[4])
+
+
+def test_equal_tiles_take_the_first_in_selection_order(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_artifacts(first, [variant_key(tile_n=64)])
+    write_artifacts(second, [variant_key(tile_m=64, tile_n=128)])
+    both = read_manifest(first).variants + read_manifest(second).variants
+    request = request_for(act_func="dswiglu", dbias=True)
+    assert select_variant(both, request).cubin_path.parent == first
+    assert select_variant(both[::-1], request).cubin_path.parent == second
 
 
 def test_given_tile_and_cluster_are_matched(variants) -> None:
