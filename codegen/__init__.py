@@ -2,5 +2,6 @@
 
 kernel_specs/*.yaml --(specs)--> variants --(kernels)--> cubins
 --(build)--> an artifact directory with manifest.json (docs/manifest.md).
-This is the only code that imports CuTe DSL (``cutlass``).
+``dglu-build`` (codegen.cli) drives it. This is the only code that imports
+CuTe DSL (``cutlass``), and only its compiling modules do.
 """

@@ -76,6 +76,8 @@ def build_artifacts(
     (codegen.kernels.compile_variant). Raises BuildFailed, after storing the
     variants that built, if any failed.
     """
+    if not variants:
+        raise BuildError("variants: got none, need at least one to build")
     report = progress or print_to_stderr
     with open_store(out_dir, report) as store:
         result = build_in_store(store, variants, jobs or available_cores(), report, compile_fn)
@@ -88,8 +90,6 @@ def build_in_store(
     store: ArtifactStore, variants: Sequence[Variant], jobs: int, report: Progress, compile_fn: CompileFn
 ) -> BuildResult:
     """``build_artifacts`` on a store whose lock the caller holds."""
-    if not variants:
-        raise BuildError("variants: got none, need at least one to build")
     inputs = current_build_inputs()
     known = store.known_records()
     targets = {**_variants_of(known, store.directory), **{variant.name: variant for variant in variants}}

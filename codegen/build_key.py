@@ -1,7 +1,7 @@
 """The content hash that decides whether a built variant is up to date.
 
 A variant's build key hashes everything its cubin and manifest entry depend
-on: the variant's fields, the kernel sources (every file under
+on: the variant's fields, the kernel sources (every .py file under
 codegen/kernels/), the toolchain (the installed CuTe DSL distributions and
 the Python version the manifest records), and the compile options (the
 manifest schema and symbol prefix the build writes, and every
@@ -64,10 +64,9 @@ def current_build_inputs() -> BuildInputs:
 
 
 def kernel_sources_hash(directory: Path) -> str:
-    """sha256 over the relative path and content of every file under ``directory`` (caches excluded)."""
+    """sha256 over the relative path and content of every Python file under ``directory``."""
     digest = hashlib.sha256()
-    files = sorted(path for path in directory.rglob("*") if path.is_file() and "__pycache__" not in path.parts)
-    for path in files:
+    for path in sorted(directory.rglob("*.py")):
         digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

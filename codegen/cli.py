@@ -107,8 +107,10 @@ def main() -> None:
 @_specs_argument
 @_out_option("Artifact directory to build into; what it already holds is kept up to date too.")
 @_jobs_option
-@click.option("--arch", "archs", multiple=True, help="Build every variant for this architecture instead of the spec's (repeatable).")
-@click.option("--shard", type=_ShardType(), default=None, help="Build only shard I of N (1-based) of the variants, e.g. 2/4.")
+@click.option(
+    "--arch", "archs", multiple=True, help="Build every variant for this architecture instead of the spec's (repeatable)."
+)
+@click.option("--shard", type=_ShardType(), help="Build only shard I of N (1-based) of the variants, e.g. 2/4.")
 def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...], shard: Shard | None) -> None:
     """Compile every variant of the spec files SPECS into an artifact directory.
 
@@ -141,38 +143,76 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
         _build(variants, out, jobs)
 
 
+class _MxN(click.ParamType):
+    """``128x64`` -> (128, 64)."""
+
+    name = "mxn"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "MxN"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        match = _MN.fullmatch(value)
+        if not match:
+            self.fail(f"got {value!r}, needs MxN such as 128x128", param, ctx)
+        return int(match[1]), int(match[2])
+
+
+class _ActParam(click.ParamType):
+    """``geglu_alpha=1.702`` -> ("geglu_alpha", 1.702)."""
+
+    name = "NAME=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, float]:
+        if isinstance(value, tuple):
+            return value
+        name, _, number = value.partition("=")
+        try:
+            return name.strip(), float(number)
+        except ValueError:
+            self.fail(f"got {value!r}, needs NAME=NUMBER such as geglu_alpha=1.702", param, ctx)
+
+
+# Spec field -> (option, default, help) of `add`'s plain, repeatable options.
+_ADD_FIELD_OPTIONS = {
+    "arch": ("--arch", "sm_90a", "Target architecture"),
+    "ab_dtype": ("--ab-dtype", "bf16", "Dtype of A and B"),
+    "c_dtype": ("--c-dtype", "bf16", "Dtype of C"),
+    "d_dtype": ("--d-dtype", "bf16", "Dtype of D"),
+    "weight_mode": ("--weight-mode", "dense", "Weight layout"),
+    "b_major": ("--b-major", "k", "Major mode of B"),
+    "scheduler": ("--scheduler", "static", "Tile scheduler"),
+}
+
+
+def _add_field_options(command):
+    """Decorate ``command`` with one repeatable option per entry of _ADD_FIELD_OPTIONS."""
+    for field, (option, default, help_text) in reversed(_ADD_FIELD_OPTIONS.items()):
+        command = click.option(
+            option, field, multiple=True, default=[default], show_default=True, help=f"{help_text} (repeatable)."
+        )(command)
+    return command
 
 
 @main.command()
-@click.option("--act", "act_funcs", multiple=True, required=True, help="Activation: dswiglu or dgeglu (repeatable).")
-@click.option("--act-param", "act_params", multiple=True, metavar="NAME=VALUE", help="An activation constant, e.g. geglu_alpha=1.702 (repeatable).")
+@click.option("--act", "act_func", multiple=True, required=True, help="Activation, e.g. dswiglu or dgeglu (repeatable).")
+@click.option("--act-param", "act_params", type=_ActParam(), multiple=True, help="An activation constant (repeatable).")
 @click.option("--dbias/--no-dbias", default=False, show_default=True, help="Also compute the bias gradient.")
-@click.option("--arch", "archs", multiple=True, default=["sm_90a"], show_default=True, help="Target architecture (repeatable).")
-@click.option("--ab-dtype", "ab_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of A and B (repeatable).")
-@click.option("--c-dtype", "c_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of C (repeatable).")
-@click.option("--d-dtype", "d_dtypes", multiple=True, default=["bf16"], show_default=True, help="Dtype of D (repeatable).")
-@click.option("--weight-mode", "weight_modes", multiple=True, default=["dense"], show_default=True, help="Weight layout (repeatable).")
-@click.option("--b-major", "b_majors", multiple=True, default=["k"], show_default=True, help="Major mode of B (repeatable).")
-@click.option("--tile", "tiles", multiple=True, default=["128x128"], show_default=True, metavar="MxN", help="Tile (repeatable).")
-@click.option("--cluster", "clusters", multiple=True, default=["1x1"], show_default=True, metavar="MxN", help="Cluster shape (repeatable).")
-@click.option("--scheduler", "schedulers", multiple=True, default=["static"], show_default=True, help="Tile scheduler (repeatable).")
+@_add_field_options
+@click.option("--tile", "tiles", type=_MxN(), multiple=True, default=["128x128"], show_default=True, help="Tile (repeatable).")
+@click.option("--cluster", "clusters", type=_MxN(), multiple=True, default=["1x1"], show_default=True, help="Cluster (repeatable).")
 @_out_option("Artifact directory to add to.")
 @_jobs_option
 def add(
-    act_funcs: tuple[str, ...],
-    act_params: tuple[str, ...],
+    act_params: tuple[tuple[str, float], ...],
     dbias: bool,
-    archs: tuple[str, ...],
-    ab_dtypes: tuple[str, ...],
-    c_dtypes: tuple[str, ...],
-    d_dtypes: tuple[str, ...],
-    weight_modes: tuple[str, ...],
-    b_majors: tuple[str, ...],
-    tiles: tuple[str, ...],
-    clusters: tuple[str, ...],
-    schedulers: tuple[str, ...],
+    tiles: tuple[tuple[int, int], ...],
+    clusters: tuple[tuple[int, int], ...],
     out: Path,
     jobs: int,
+    **listed: tuple[str, ...],
 ) -> None:
     """Add the variants described by the options to an artifact directory.
 
@@ -190,47 +230,15 @@ def add(
     from codegen.build import BuildError
     from codegen.specs import SpecError, expand_fields
 
-    fields: dict[str, Any] = {
-        "arch": list(archs),
-        "ab_dtype": list(ab_dtypes),
-        "c_dtype": list(c_dtypes),
-        "d_dtype": list(d_dtypes),
-        "act_func": list(act_funcs),
-        "act_params": _parse_act_params(act_params),
-        "dbias": dbias,
-        "weight_mode": list(weight_modes),
-        "b_major": list(b_majors),
-        "scheduler": list(schedulers),
-    }
+    fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias}
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
-        for tile_m, tile_n in _parse_mn(tiles, "--tile")
-        for cluster_m, cluster_n in _parse_mn(clusters, "--cluster")
+        for tile_m, tile_n in tiles
+        for cluster_m, cluster_n in clusters
     ]
     with _user_errors(SpecError, BuildError):
         variants = [variant for shape in shapes for variant in expand_fields({**fields, **shape}, "dglu-build add")]
         _build(list({variant.name: variant for variant in variants}.values()), out, jobs)
-
-
-def _parse_mn(values: tuple[str, ...], option: str) -> list[tuple[int, int]]:
-    pairs = []
-    for value in values:
-        match = _MN.fullmatch(value)
-        if not match:
-            raise click.BadParameter(f"got {value!r}, needs MxN such as 128x128", param_hint=option)
-        pairs.append((int(match[1]), int(match[2])))
-    return pairs
-
-
-def _parse_act_params(values: tuple[str, ...]) -> dict[str, float]:
-    params = {}
-    for value in values:
-        name, _, number = value.partition("=")
-        try:
-            params[name.strip()] = float(number)
-        except ValueError:
-            raise click.BadParameter(f"got {value!r}, needs NAME=NUMBER such as geglu_alpha=1.702", param_hint="--act-param") from None
-    return params
 
 
 def _build(variants: list, out: Path, jobs: int) -> None:
@@ -263,7 +271,7 @@ def list_variants(directory: Path, as_json: bool) -> None:
         manifest, records = _read(directory)
     statuses = _statuses(records)
     if as_json:
-        rows = [{"name": entry["name"], "key": entry["key"], "status": statuses[entry["name"]]} for entry in manifest["variants"]]
+        rows = [{"name": e["name"], "key": e["key"], "status": statuses[e["name"]]} for e in manifest["variants"]]
         click.echo(json.dumps(rows, indent=2))
         return
     toolchain = ", ".join(f"{name} {version}" for name, version in manifest["toolchain"].items())
@@ -274,7 +282,13 @@ def list_variants(directory: Path, as_json: bool) -> None:
 
 @main.command()
 @click.argument("variant")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=user_variant_dir, show_default="the user variant directory")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=user_variant_dir,
+    show_default="the user variant directory",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the variant's manifest entry as JSON.")
 def show(variant: str, directory: Path, as_json: bool) -> None:
     """Show everything the manifest says about one built VARIANT (by name).
@@ -306,7 +320,8 @@ def show(variant: str, directory: Path, as_json: bool) -> None:
         params = ", ".join(f"{param['name']}:{param['kind']}" for param in kernel["params"])
         lines += [
             f"  kernel {kernel['role']}: {kernel['symbol']}",
-            f"    block {kernel['block']} cluster {kernel['cluster']} dynamic smem {kernel['dynamic_smem_bytes']} B, grid {kernel['grid']}",
+            f"    block {kernel['block']} cluster {kernel['cluster']} "
+            f"dynamic smem {kernel['dynamic_smem_bytes']} B, grid {kernel['grid']}",
             f"    params ({len(kernel['params'])}): {params}",
         ]
     for tensor, rule in entry["tma"].items():
@@ -339,7 +354,9 @@ def verify(directory: Path) -> None:
 
 @main.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Artifact directory to merge into.")
+@click.option(
+    "-o", "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Artifact directory to merge into."
+)
 def merge(sources: tuple[Path, ...], out: Path) -> None:
     """Combine the artifact directories SOURCES (e.g. shards) into one, refusing conflicts.
 
@@ -354,14 +371,28 @@ def merge(sources: tuple[Path, ...], out: Path) -> None:
 
     with _user_errors():
         manifest = merge_directories(list(sources), out, _progress)
-    click.echo(f"{out}: merged {len(sources)} directories; the manifest lists {len(manifest['variants']) if manifest else 0} variants")
+    listed = len(manifest["variants"]) if manifest else 0
+    click.echo(f"{out}: merged {len(sources)} directories; the manifest lists {listed} variants")
 
 
 @main.command()
 @_specs_argument
-@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("dist"), show_default=True, help="Directory to write the wheel into.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dist"),
+    show_default=True,
+    help="Directory to write the wheel into.",
+)
 @_jobs_option
-@click.option("--source", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default="the current directory", help="The dglu source checkout to build.")
+@click.option(
+    "--source",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default="the current directory",
+    help="The dglu source checkout to build.",
+)
 @click.option(
     "--build-dir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -75,4 +75,5 @@ def _run(compile_fn: CompileFn, job: CompileJob) -> CompileOutcome:
     except Exception as err:  # the compiler's failure is reported with the variant, not raised
         message = f"{type(err).__name__}: {err}".strip()
         origin = traceback.extract_tb(err.__traceback__)[-1]
-        return CompileOutcome(job, None, f"{message}\n  (raised at {origin.filename}:{origin.lineno})", time.monotonic() - start)
+        message += f"\n  (raised at {origin.filename}:{origin.lineno})"
+        return CompileOutcome(job, None, message, time.monotonic() - start)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from codegen.artifact_store import ArtifactStore, Record, StoreError, open_store
+from codegen.artifact_store import ArtifactStore, Record, StoreError, open_store, read_manifest_file
 from codegen.verify import verify_directory
 
 
@@ -39,11 +39,19 @@ def merge_directories(sources: Sequence[Path], out_dir: Path, notify: Callable[[
 
 
 def _verified_records(store: ArtifactStore) -> list[tuple[Path, Record, bytes]]:
+    """The variants of ``store``'s manifest, which must verify; build keys from records that match them."""
     verification = verify_directory(store.directory)
     if verification.problems:
         raise MergeConflict(f"{store.directory} does not verify:\n  " + "\n  ".join(verification.problems))
+    manifest = read_manifest_file(store.directory)
     records = store.known_records()
-    return [(store.directory, records[name], store.cubin(records[name])) for name in verification.checked]
+    verified = []
+    for entry in manifest["variants"]:
+        record = records[entry["name"]]
+        if record.entry != entry:  # a record a killed build left, newer than the manifest
+            record = Record(entry, None, manifest["toolchain"])
+        verified.append((store.directory, record, store.cubin(record)))
+    return verified
 
 
 def _without_conflicts(candidates: list[tuple[Path, Record, bytes | None]]) -> list[tuple[Path, Record, bytes]]:
