@@ -54,10 +54,10 @@ def test_smoke_spec_has_one_variant_per_activation():
     assert variants[1].name == "sm90a_bf16_bf16_bf16_dgeglu_nodbias_dense_k_128x128_1x1_static"
 
 
-def test_default_spec_is_both_activations_with_and_without_dbias():
+def test_default_spec_has_every_activation_with_and_without_dbias_at_128x128():
     variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
     at_128x128 = {(v.act_func, v.dbias) for v in variants if (v.tile_m, v.tile_n) == (128, 128)}
-    assert at_128x128 == {(act, dbias) for act in ("dswiglu", "dgeglu") for dbias in (True, False)}
+    assert at_128x128 == {(act, dbias) for act in SUPPORTED["act_func"] for dbias in (True, False)}
 
 
 def test_lists_expand_to_the_cartesian_product_in_field_order():
@@ -218,9 +218,9 @@ def _allowed(table_key: str) -> str:
         ("{act_func: on, dbias: true}", f"field 'act_func': got 'on', allowed: {_allowed('act_func')}"),
         ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),
         ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed: {_allowed('ab_dtype')}"),
-        ("{act_func: dswiglu, dbias: true, weight_mode: discrete}", "field 'weight_mode': got 'discrete', allowed:"),
+        ("{act_func: dswiglu, dbias: true, weight_mode: sparse}", f"field 'weight_mode': got 'sparse', allowed: {_allowed('weight_mode')}"),
         ("{act_func: dswiglu, dbias: true, tile_n: 100}", f"fields (tile_m, tile_n): got (128, 100), allowed: {_allowed('tile_mn')}"),
-        ("{act_func: dswiglu, dbias: true, cluster_m: 2}", f"fields (cluster_m, cluster_n): got (2, 1), allowed: {_allowed('cluster_mn')}"),
+        ("{act_func: dswiglu, dbias: true, cluster_m: 3}", f"fields (cluster_m, cluster_n): got (3, 1), allowed: {_allowed('cluster_mn')}"),
     ],
 )
 def test_unsupported_values_list_the_allowed_ones(entry, expected):
