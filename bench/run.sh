@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole benchmark in one call on the GPU machine (no network there; torch, triton,
+# matplotlib and cuda-bindings already installed):
+#   1. install the dglu wheel with --no-deps into a temporary target directory;
+#   2. run `python -m bench` against it: device timings of the fused op beside the PyTorch
+#      baselines on every shape, host-side costs, bench.json + bench_ratios.png +
+#      bench_table.txt + host_profile.txt in $OUT (else bench/out/);
+#   3. print the table and, last, ONE summary line starting with "BENCH:".
+# The commit under test comes from $DGLU_COMMIT (this copy of the tree may lack .git).
+# Exit status: python -m bench's (0 all measured and correct, 1 a measurement failed or
+# disagreed, 2 bad arguments or no GPU), or 2 when the wheel cannot be installed.
+#
+# Usage: DGLU_COMMIT=$(git rev-parse --short HEAD) bash bench/run.sh [dglu-*.whl] [bench args...]
+#        (default wheel: the one dist/dglu-*.whl; bench args: python -m bench --help)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+
+if [[ ${1:-} == *.whl ]]; then
+    wheel=$1
+    shift
+else
+    shopt -s nullglob
+    wheels=(dist/dglu-*.whl)
+    shopt -u nullglob
+    if [ ${#wheels[@]} -ne 1 ]; then
+        echo "bench/run.sh: expected exactly one dist/dglu-*.whl, found ${#wheels[@]}; pass the wheel's path" >&2
+        exit 2
+    fi
+    wheel=${wheels[0]}
+fi
+
+target=$(mktemp -d)/site-packages
+trap 'rm -rf "$(dirname "$target")"' EXIT
+if ! install_log=$("$python" -m pip install --quiet --no-deps --no-index --target "$target" "$wheel" 2>&1); then
+    echo "bench/run.sh: pip could not install $wheel:" >&2
+    echo "$install_log" >&2
+    exit 2
+fi
+export PYTHONPATH="$target" DGLU_WHEEL="$wheel"
+"$python" -m bench "$@"

@@ -1,0 +1,121 @@
+"""Results record: TFLOP/s, ratios and targets from medians; failures found and named;
+the table and summary line built from the record."""
+
+from __future__ import annotations
+
+from bench.report import summary_line, table
+from bench.results import error_paths, results_record, shape_result
+from bench.shapes import Shape
+
+SHAPE = Shape("big", n=1024, k=2048, expert_rows=(4096,) * 4, speedup_target=1.5, tflops_target=650)
+ENVIRONMENT = {"commit": "abc1234", "gpu": {"name": "Test GPU"}}
+
+
+def timing(ms: float) -> dict:
+    return {"median_ms": ms, "p10_ms": ms, "p90_ms": ms, "samples": 20, "method": "cuda_graph"}
+
+
+def measured(**medians: float | str) -> dict:
+    timings = {
+        name: {"error": value} if isinstance(value, str) else timing(value)
+        for name, value in medians.items()
+    }
+    return {"buffer_sets": 2, "timings": timings, "agreement": {"ok": True, "d_rel_l2": 3e-3}}
+
+
+def targets_by_name(result: dict) -> dict:
+    return {t["name"]: t for t in result["targets"]}
+
+
+def test_tflops_and_ratios_come_from_medians():
+    result = shape_result(
+        SHAPE, measured(fused=0.2, grouped_gemm=0.25, grouped_compiled_epilogue=0.6, dense_mm=0.19)
+    )
+    assert result["timings"]["fused"]["tflops"] == SHAPE.flops / 0.2e-3 / 1e12
+    assert result["ratios"]["fused_over_gemm"] == 0.2 / 0.25
+    assert result["ratios"]["compiled_over_fused"] == 0.6 / 0.2
+    assert result["ratios"]["eager_over_fused"] is None  # not measured
+    assert result["shape"]["name"] == "big"
+
+
+def test_targets_met_missed_and_not_measured():
+    fused_tflops_at = SHAPE.flops / 700e9  # ms at 700 TFLOP/s
+    result = shape_result(
+        SHAPE,
+        measured(
+            fused=fused_tflops_at,
+            grouped_gemm=0.9 * fused_tflops_at,
+            grouped_compiled_epilogue="boom",
+        ),
+    )
+    targets = targets_by_name(result)
+    assert targets["fused / grouped GEMM only"]["met"] is False
+    assert targets["fused TFLOP/s"]["met"] is True
+    assert targets["(grouped + compiled epilogue) / fused"]["met"] is None
+    assert targets["fused TFLOP/s"]["bound"] == ">= 650"
+
+
+def test_shapes_without_targets_only_carry_the_gemm_bound():
+    plain = Shape("plain", n=64, k=64, expert_rows=(256,))
+    result = shape_result(plain, measured(fused=1.0, grouped_gemm=1.0))
+    assert [t["name"] for t in result["targets"]] == ["fused / grouped GEMM only"]
+    assert result["targets"][0]["met"] is True
+
+
+def host_record(first_call_ms: float, execute_us: float, graph_ok: bool | None) -> dict:
+    host = {
+        "first_call": {"beyond_torch_ms": first_call_ms},
+        "steady_state": {"execute": {"cpu_us": execute_us}, "wrapper": {"cpu_us": 2 * execute_us}},
+    }
+    if graph_ok is not None:
+        host["graph_replay"] = {"ok": graph_ok}
+    else:
+        host["graph_replay"] = {"error": "RuntimeError: capture failed"}
+    return host
+
+
+def test_record_tallies_targets_errors_and_wrong_results():
+    good = shape_result(
+        SHAPE, measured(fused=0.2, grouped_gemm=0.25, grouped_compiled_epilogue="x")
+    )
+    wrong = shape_result(
+        SHAPE, {**measured(fused=0.2, grouped_gemm=0.1), "agreement": {"ok": False}}
+    )
+    record = results_record(ENVIRONMENT, {}, [good, wrong], host_record(40.0, 20.0, False), False)
+    assert record["errors"] == ["/shapes/0/timings/grouped_compiled_epilogue"]
+    assert record["wrong"] == [
+        "big: fused op disagrees with the unfused path",
+        "host: CUDA graph replay differs from an eager call",
+    ]
+    tally = record["targets"]
+    assert tally["total"] == 3 + 3 + 4
+    assert "host: execute: host CPU us per call = 20 (target <= 15)" in tally["missed"]
+    assert "big: (grouped + compiled epilogue) / fused" in tally["not_measured"]
+    host_targets = {t["name"]: t for t in record["host"]["targets"]}
+    assert host_targets["first call beyond torch (dglu import + call), ms"]["met"] is True
+    assert host_targets["CUDA graph replays correctly"]["met"] is False
+
+
+def test_error_paths_walks_lists_and_mappings():
+    assert error_paths({"a": [{"b": {"error": "x"}}, {"c": 1}], "error": "top"}) == ["/", "/a/0/b"]
+    assert error_paths({"a": [1, 2]}) == []
+
+
+def test_table_and_summary_line_show_the_figures():
+    ok = shape_result(SHAPE, measured(fused=0.2, grouped_gemm=0.25, grouped_compiled_epilogue=0.6))
+    failed = shape_result(
+        Shape("broken", n=64, k=64, expert_rows=(256,)), measured(fused="RuntimeError: x")
+    )
+    record = results_record(ENVIRONMENT, {}, [ok, failed], None, False)
+    text = table(record).splitlines()
+    assert text[0].split()[0] == "shape"
+    big_row = next(line for line in text if line.startswith("big"))
+    assert "0.200" in big_row and "0.80x" in big_row and "3.00x" in big_row and "ok" in big_row
+    broken_row = next(line for line in text if line.startswith("broken"))
+    assert "error" in broken_row
+    line = summary_line(record)
+    assert line.startswith("BENCH: fused/gemm 0.80-0.80x; compiled/fused 3.00-3.00x")
+    assert "1 failed measurements" in line
+    assert line.endswith("(Test GPU, commit abc1234)")
+    dry = summary_line({**record, "dry_run": True})
+    assert dry.startswith("BENCH (DRY RUN, fake timings):")
