@@ -34,21 +34,23 @@ class CubinBuildHook(BuildHookInterface):
         if self.target_name != "wheel" or version == "editable":
             return  # an editable install has no cubins: `dglu-build add/compile` fill the user variant dir
         root = Path(self.root)
-        source = "DGLU_SPECS" if "DGLU_SPECS" in os.environ else "default specs"
-        specs = [root / path for path in os.environ.get("DGLU_SPECS", str(DEFAULT_SPECS)).split(os.pathsep)]
-        for path in specs:
-            if not path.is_file():
-                raise FileNotFoundError(f"{source}: spec file {path} does not exist")
         sys.path.insert(0, str(root))
         from codegen.artifact_store import open_store
         from codegen.build import BuildFailed, build_in_store
         from codegen.compile_pool import available_cores
         from codegen.kernels import compile_variant
         from codegen.specs import load_spec_files
+        from codegen.wheel import ENV_BUILD_DIR, ENV_SPECS
+
+        source = ENV_SPECS if ENV_SPECS in os.environ else "default specs"
+        specs = [root / path for path in os.environ.get(ENV_SPECS, str(DEFAULT_SPECS)).split(os.pathsep)]
+        for path in specs:
+            if not path.is_file():
+                raise FileNotFoundError(f"{source}: spec file {path} does not exist")
 
         variants = load_spec_files(specs)
         self._temp_dir = Path(tempfile.mkdtemp(prefix="dglu-cubins-"))
-        build_dir = Path(os.environ.get("DGLU_BUILD_DIR") or self._temp_dir / "build")
+        build_dir = Path(os.environ.get(ENV_BUILD_DIR) or self._temp_dir / "build")
         packed = self._temp_dir / "packed"
         self.app.display_info(f"dglu: building {len(variants)} variants from {', '.join(map(str, specs))} in {build_dir}")
         with open_store(build_dir, self.app.display_info) as store:
