@@ -124,9 +124,10 @@ class ArtifactStore:
         try:
             data = json.loads(path.read_text())
             record = Record(check_entry(data["entry"], str(path)), data["build_key"], data["toolchain"])
+            current = data["format"] == RECORD_FORMAT and record.name == path.stem
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return record if data["format"] == RECORD_FORMAT and record.name == path.stem else None
+        return record if current else None
 
     def cubin(self, record: Record) -> bytes | None:
         """The record's cubin if it is present and matches its sha256, else None."""
