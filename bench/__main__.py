@@ -24,8 +24,10 @@ from .chart import ratios_png
 from .device import DESCRIPTIONS, error_record, measure_shape
 from .environment import describe
 from .fake import fake_host, fake_shape
+from .jit_compile_time import COMMITTED as COMMITTED_JIT_JSON
+from .jit_compile_time import read_reference
 from .report import summary_line, table
-from .results import results_record, shape_result
+from .results import median_ms, results_record, shape_result
 from .shapes import SHAPE_NAMES, Shape, select_shapes
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -83,6 +85,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--host-calls", type=positive(int), default=2000, help="calls per steady-state figure"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--jit-json",
+        type=Path,
+        default=COMMITTED_JIT_JSON,
+        help="CuTe DSL JIT compile time measured on the CPU machine, reported beside the "
+        "host figures (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
         args.shapes = select_shapes(args.shapes)
@@ -121,7 +130,12 @@ def _measure_shapes(
         except Exception as exc:  # e.g. out of memory or a sticky CUDA error
             measured = {"timings": {}, "error": error_record(exc)}
         results.append(shape_result(shape, measured))
-        progress(results, f"{shape.name}: {time.monotonic() - start:.1f} s")
+        fused, gemm = (median_ms(measured["timings"], n) for n in ("fused", "grouped_gemm"))
+        progress(
+            results,
+            f"{shape.name}: fused {fused} ms, grouped GEMM {gemm} ms "
+            f"({time.monotonic() - start:.0f} s)",
+        )
     return results, compile_settings
 
 
@@ -198,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes, method["torch_compile"] = _measure_shapes(args.shapes, args, progress)
         host = None if args.skip_host else _measure_host(args, out)
 
+    if host is not None:
+        host["jit_compile_reference"] = read_reference(args.jit_json)
     record = assemble(shapes, host)
     try:
         write_atomic(out / CHART_NAME, ratios_png(record))

@@ -47,7 +47,7 @@ def runners(op: Any, compiled_epilogue: Any) -> dict[str, Callable[[BufferSet], 
     compiled: Callable[[BufferSet], Any] | str = (
         partial(unfused, epilogue=compiled_epilogue)
         if compiled_epilogue is not None
-        else "torch.compile is unavailable (see environment.torch_compile)"
+        else "torch.compile is unavailable (see method.torch_compile)"
     )
     return {
         "fused": fused,
@@ -81,9 +81,13 @@ def measure_shape(
     try:
         op = build_op(sets[0])
         record["variant"] = op.variant_name
-        record["agreement"] = agreement(op, sets[0])
     except Exception as exc:  # the baselines are still timed
         op, record["variant"] = None, error_record(exc)
+    if op is not None:
+        try:
+            record["agreement"] = agreement(op, sets[0])
+        except Exception as exc:  # the op is still timed; the failure is reported
+            record["agreement"] = error_record(exc)
     for name, run in runners(op, compiled_epilogue).items():
         if isinstance(run, str):
             record["timings"][name] = {"error": run}

@@ -61,6 +61,7 @@ def table(record: dict[str, Any]) -> str:
     host = record.get("host")
     if host is not None:
         lines += [f"host: {_host_target_text(t)}" for t in host["targets"]]
+        lines.append(f"host: {_jit_text(host.get('jit_compile_reference'))}")
     return "\n".join(lines)
 
 
@@ -70,6 +71,31 @@ def _host_target_text(target: dict[str, Any]) -> str:
         value = "yes" if target["value"] else "NO"
     mark = {True: "met", False: "MISSED", None: "?"}[target["met"]]
     return f"{target['name']} {value} ({target['bound']}, {mark})"
+
+
+def _jit_text(reference: dict[str, Any] | None) -> str:
+    """The CuTe DSL JIT start-up cost the first call is compared with."""
+    if not reference or reference.get("median_total_s") is None:
+        why = (reference or {}).get("missing", "not given")
+        return f"CuTe DSL JIT start-up: not known ({why})"
+    return (
+        f"CuTe DSL JIT start-up instead (import + compile of {reference['variant']}, CPU "
+        f"machine, {reference['date']}): {reference['median_total_s']:.2f} s"
+    )
+
+
+def _figure(value: float | None, text: str) -> str:
+    return "n/a" if value is None else text.format(value)
+
+
+def _host_summary(host: dict[str, Any]) -> str:
+    """First call (and the JIT start-up it replaces), per-call cost, graph replay."""
+    first_call = _figure(lookup(host, "first_call", "beyond_torch_ms"), "{:.0f} ms")
+    jit = lookup(host, "jit_compile_reference", "median_total_s")
+    per_call = _figure(lookup(host, "steady_state", "execute", "cpu_us"), "{:.1f} us/call")
+    graph = {True: "ok", False: "WRONG", None: "n/a"}[lookup(host, "graph_replay", "ok")]
+    jit_text = "" if jit is None else f" (JIT: {jit:.1f} s)"
+    return f"first call {first_call}{jit_text}, execute {per_call}, graph {graph}"
 
 
 def _span(values: list[float | None], unit: str) -> str:
@@ -93,17 +119,7 @@ def summary_line(record: dict[str, Any]) -> str:
         f"compiled/fused {_span([r['compiled_over_fused'] for r in ratios], 'x')}",
     ]
     if host is not None:
-        first_call = lookup(host, "first_call", "beyond_torch_ms")
-        per_call = lookup(host, "steady_state", "execute", "cpu_us")
-        graph_ok = lookup(host, "graph_replay", "ok")
-        parts.append(
-            "first call "
-            + ("n/a" if first_call is None else f"{first_call:.0f} ms")
-            + ", execute "
-            + ("n/a" if per_call is None else f"{per_call:.1f} us/call")
-            + ", graph "
-            + {True: "ok", False: "WRONG", None: "n/a"}[graph_ok]
-        )
+        parts.append(_host_summary(host))
     parts.append(f"targets {tally['met']}/{tally['total']} met")
     parts.append(
         f"results {'WRONG (' + str(len(record['wrong'])) + ')' if record['wrong'] else 'ok'}"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.chart import ratios_png
-from bench.jit_compile_time import BENCH_KEY, default_variant
+from bench.jit_compile_time import BENCH_REQUEST, default_variant
 
 
 def shape(name: str, fused_over_gemm: float | None, compiled_over_fused: float | None) -> dict:
@@ -30,19 +30,22 @@ def test_chart_is_a_png_even_with_missing_ratios():
 
 
 def variant(name: str, **fields) -> SimpleNamespace:
-    return SimpleNamespace(name=name, key={**BENCH_KEY, "tile_n": 128, **fields})
+    """A stand-in for codegen.specs.Variant: a name and a normalised key."""
+    key = {**BENCH_REQUEST, "act_params": {}, "tile_m": 128, "tile_n": 128, **fields}
+    return SimpleNamespace(name=name, key=key)
 
 
-def test_default_variant_is_the_first_match_by_name():
+def test_default_variant_follows_the_runtimes_dispatch():
     variants = [
-        variant("z_dswiglu_dbias"),
-        variant("a_dgeglu", act_func="dgeglu"),
-        variant("b_nodbias", dbias=False),
-        variant("m_dswiglu_dbias_64", tile_n=64),
+        variant("a_small_tile", tile_n=64),
+        variant("b_cluster", cluster_m=2, tile_n=256),
+        variant("c_dgeglu", act_func="dgeglu", tile_n=256),
+        variant("d_nodbias", dbias=False, tile_n=256),
+        variant("z_default"),
     ]
-    assert default_variant(variants).name == "m_dswiglu_dbias_64"
+    assert default_variant(variants).name == "z_default"  # largest tile among 1x1 static
 
 
 def test_default_variant_needs_a_match():
-    with pytest.raises(ValueError, match="--specs: no variant with"):
+    with pytest.raises(ValueError, match="--specs: no variant serves the benchmark's call"):
         default_variant([variant("a_dgeglu", act_func="dgeglu")])
