@@ -264,3 +264,28 @@ def test_a_build_killed_midway_leaves_a_valid_directory_and_the_rerun_finishes_i
     output = dglu_build("compile", SMOKE_SPECS, "-o", out)
     assert f"{len(SMOKE)} variants, 1 up to date, {len(SMOKE) - 1} to compile" in output
     assert snapshot(out) == snapshot(smoke_dir)
+
+
+# --- failures and defaults ---------------------------------------------------------------
+
+
+def test_compiler_failures_are_collected_with_each_variant_and_its_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUTE_DSL_COMPILER_OPT", "--no-such-flag")  # every compile fails in the compiler
+    out = tmp_path / "out"
+    output = dglu_build("compile", SMOKE_SPECS, "-o", out, "-j", 2, expect=1)
+    assert f"{out}: 0 compiled, 0 up to date, {len(SMOKE)} failed" in output
+    assert f"Error: {len(SMOKE)} variant(s) failed to build:" in output
+    for name in SMOKE:
+        assert f"FAILED {name}: ValueError: failed to add `cute-to-nvvm`" in output
+        assert f"  {name}:\n    ValueError: " in output
+    assert output.count("no-such-flag=true") >= 2 * len(SMOKE)
+    assert not (out / "manifest.json").exists()
+
+
+def test_the_default_output_is_the_directory_the_runtime_searches(user_cache):
+    from dglu.manifest import search_path
+
+    from codegen.cli import user_variant_dir
+
+    (user_entry,) = [entry for entry in search_path() if entry.origin == "user variants"]
+    assert user_entry.directory == user_variant_dir() == user_cache / "dglu" / "variants"
