@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .environment import commit
 
+    load_before = os.getloadavg()  # other work on the machine slows the compile
     figures = summarize([measure_fresh(args.specs) for _ in range(args.repeats)])
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -188,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             "hostname": platform.node(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
+            "load_average_before": load_before,
             "python": platform.python_version(),
         },
         "commit": commit(),
+        "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
         "specs": str(args.specs),
         **figures,
     }
