@@ -76,15 +76,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dry-run", action="store_true", help="fake timings, no GPU or torch")
     parser.add_argument("--skip-host", action="store_true", help="skip the host-side figures")
     parser.add_argument(
-        "--budget-ms", type=positive(float), default=300.0, help="timed device ms per candidate"
+        "--budget-ms",
+        type=positive(float),
+        default=300.0,
+        help="timed device ms per candidate (default: %(default)s)",
     )
     parser.add_argument(
-        "--host-runs", type=positive(int), default=3, help="fresh processes per host figure"
+        "--host-runs",
+        type=positive(int),
+        default=3,
+        help="fresh processes per host figure (default: %(default)s)",
     )
     parser.add_argument(
-        "--host-calls", type=positive(int), default=2000, help="calls per steady-state figure"
+        "--host-calls",
+        type=positive(int),
+        default=2000,
+        help="calls per steady-state figure (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random inputs (default: %(default)s)"
+    )
     parser.add_argument(
         "--jit-json",
         type=Path,
@@ -97,6 +108,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.shapes = select_shapes(args.shapes)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out: {args.out} exists and is not a folder; give a folder to write into")
     return args
 
 

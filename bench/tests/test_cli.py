@@ -30,6 +30,14 @@ def test_bad_arguments_are_refused_naming_them(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_out_must_be_a_folder(tmp_path, capsys):
+    a_file = tmp_path / "results.json"
+    a_file.write_text("{}")
+    with pytest.raises(SystemExit):
+        parse_args(["--out", str(a_file)])
+    assert f"--out: {a_file} exists and is not a folder" in capsys.readouterr().err
+
+
 def test_out_defaults_to_the_OUT_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("OUT", str(tmp_path))
     assert parse_args([]).out == tmp_path
