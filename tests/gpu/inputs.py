@@ -1,7 +1,10 @@
-"""Random inputs in the seed's BF16 layouts, with values chosen to expose scaling bugs.
+"""Random inputs in the seed's layouts, with values chosen to expose scaling and boundary bugs.
 
-alpha is far from 1 and partly negative; beta far from 1; prob partly zero and negative;
-dgeglu's C holds values exactly on and next to the clamp bounds (both columns kinds).
+alpha is far from 1 and partly negative; beta far from 1; prob partly zero and negative.
+A fraction of C holds each activation's special values, in C's own dtype: dgeglu's clamp
+bounds and their neighbours, dsituglu's tanh branch points and saturation, zeros, large
+values. ``exact_gemm`` draws A and B from a few powers of two (A in {-1, 0, 1}, B in
+{-1, 0, 1} / 2^q) so that the GEMM's fp32 accumulation is exact even for very large K.
 """
 
 from __future__ import annotations
@@ -13,7 +16,11 @@ from itertools import accumulate
 
 import torch
 
-BOUNDARY_FRACTION = 0.15
+SPECIAL_FRACTION = 0.15
+# |x| where the kernel's tanh switches from its polynomial to its exp formula, and past
+# which it returns exactly 1 (of x / beta for dsituglu).
+TANH_BRANCH_POINT, TANH_SATURATION = 0.6, 9.02
+_SAME_SIZE_INTS = {2: torch.int16, 4: torch.int32}
 
 
 @dataclass(frozen=True)
@@ -49,62 +56,86 @@ class Shape:
 class Inputs:
     a: torch.Tensor  # (M, K, 1) bf16
     b: torch.Tensor  # (N, K, L) bf16, stride (K, 1, N*K)
-    c: torch.Tensor  # (M, 2N, 1) bf16
+    c: torch.Tensor  # (M, 2N, 1) in C's dtype
     padded_offsets: torch.Tensor  # (L,) int32
     alpha: torch.Tensor  # (L,) fp32
     beta: torch.Tensor  # (L,) fp32
     prob: torch.Tensor  # (M, 1, 1) fp32
 
 
+def neighbours(value: float, dtype: torch.dtype) -> list[float]:
+    """``value`` (rounded to ``dtype``) and the ``dtype`` numbers just below and above it."""
+    bits = torch.tensor([value], dtype=dtype).view(_SAME_SIZE_INTS[torch.finfo(dtype).bits // 8])
+    return torch.cat((bits - 1, bits, bits + 1)).view(dtype).tolist()
+
+
+def special_values(act_func: str, params: Mapping[str, float], dtype: torch.dtype) -> list[float]:
+    """C values at which an activation changes branch, with their neighbours in C's dtype."""
+    points = [0.0, 12.0, -12.0]
+    if act_func == "dgeglu":
+        high, low = params["glu_clamp_max"], params["glu_clamp_min"]
+        points += [high + 2.0, low - 2.0]
+        edges = [high, low]
+    elif act_func == "dsituglu":
+        scales = (params["situ_beta1"], params["situ_beta2"])
+        edges = [sign * TANH_BRANCH_POINT * beta for beta in scales for sign in (1, -1)]
+        points += [sign * TANH_SATURATION * beta for beta in scales for sign in (1, -1)]
+    else:
+        edges = []
+    return points + [v for edge in edges for v in neighbours(edge, dtype)]
+
+
 def _far_from_one(count: int, gen: torch.Generator, signed: bool) -> torch.Tensor:
+    device = gen.device
     magnitude = torch.where(
-        torch.rand(count, generator=gen, device=gen.device) < 0.5,
-        0.3 + 0.4 * torch.rand(count, generator=gen, device=gen.device),
-        1.4 + 0.6 * torch.rand(count, generator=gen, device=gen.device),
+        torch.rand(count, generator=gen, device=device) < 0.5,
+        0.3 + 0.4 * torch.rand(count, generator=gen, device=device),
+        1.4 + 0.6 * torch.rand(count, generator=gen, device=device),
     )
     if not signed:
         return magnitude
-    sign = torch.ones(count, device=gen.device)
+    sign = torch.ones(count, device=device)
     sign[::2] = -1.0
     return magnitude * sign
 
 
-def bf16_neighbours(value: float) -> list[float]:
-    """``value`` and the bf16 numbers just below and above it."""
-    bits = torch.tensor([value], dtype=torch.bfloat16).view(torch.int16)
-    around = torch.cat((bits - 1, bits, bits + 1)).view(torch.bfloat16)
-    return around.float().tolist()
-
-
-def _with_clamp_bounds(c: torch.Tensor, params: Mapping[str, float], gen: torch.Generator) -> None:
-    high, low = params["glu_clamp_max"], params["glu_clamp_min"]
-    special = torch.tensor(
-        bf16_neighbours(high) + bf16_neighbours(low) + [high + 2.0, low - 2.0, 0.0],
-        dtype=c.dtype,
-        device=c.device,
-    )
-    mask = torch.rand(c.shape, generator=gen, device=c.device) < BOUNDARY_FRACTION
-    pick = torch.randint(len(special), c.shape, generator=gen, device=c.device)
-    c[mask] = special[pick][mask]
-
-
-def make_inputs(shape: Shape, act_func: str, act_params: Mapping[str, float], seed: int) -> Inputs:
-    """Fresh random inputs for ``shape`` on the current CUDA device."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    device = gen.device
+def _operands(shape: Shape, gen: torch.Generator, exact_gemm: bool):
+    """A (M, K, 1) and B (N, K, L) in bf16, R = A_g B_g^T of order 1."""
     m, n, k, l = shape.m, shape.n, shape.k, shape.l
+    device = gen.device
+    if exact_gemm:
+        step = 2.0 ** -math.ceil(math.log2(math.sqrt(k)))
+        a = torch.randint(-1, 2, (m, k), generator=gen, device=device).float()
+        b = torch.randint(-1, 2, (l, n, k), generator=gen, device=device) * step
+    else:
+        a = torch.randn(m, k, generator=gen, device=device)
+        b = torch.randn(l, n, k, generator=gen, device=device) / math.sqrt(k)
+    return a.to(torch.bfloat16).reshape(m, k, 1), b.to(torch.bfloat16).permute(1, 2, 0)
 
-    def normal(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=gen, device=device)
 
-    b = (normal(l, n, k) / math.sqrt(k)).to(torch.bfloat16).permute(1, 2, 0)
-    c = (normal(m, 2 * n) * 3).to(torch.bfloat16)
-    if act_func == "dgeglu":
-        _with_clamp_bounds(c, act_params, gen)
-    prob = normal(m)
+def make_inputs(
+    shape: Shape,
+    act_func: str,
+    act_params: Mapping[str, float],
+    seed: int,
+    *,
+    c_dtype: torch.dtype = torch.bfloat16,
+    exact_gemm: bool = False,
+    device: str = "cuda",
+) -> Inputs:
+    """Fresh random inputs for ``shape`` on ``device``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    m, n, l = shape.m, shape.n, shape.l
+    a, b = _operands(shape, gen, exact_gemm)
+    c = (torch.randn(m, 2 * n, generator=gen, device=device) * 3).to(c_dtype)
+    special = torch.tensor(special_values(act_func, act_params, c_dtype), device=device)
+    chosen = torch.rand(c.shape, generator=gen, device=device) < SPECIAL_FRACTION
+    pick = torch.randint(len(special), c.shape, generator=gen, device=device)
+    c[chosen] = special[pick][chosen].to(c_dtype)
+    prob = torch.randn(m, generator=gen, device=device)
     prob[::7] = 0.0
     return Inputs(
-        a=normal(m, k).to(torch.bfloat16).reshape(m, k, 1),
+        a=a,
         b=b,
         c=c.reshape(m, 2 * n, 1),
         padded_offsets=torch.tensor(shape.ends, dtype=torch.int32, device=device),
@@ -114,18 +145,18 @@ def make_inputs(shape: Shape, act_func: str, act_params: Mapping[str, float], se
     )
 
 
-def initial_dprob(m: int, seed: int) -> torch.Tensor:
+def initial_dprob(m: int, seed: int, device: str = "cuda") -> torch.Tensor:
     """A non-zero dprob buffer (M, 1, 1) for the op to accumulate onto."""
-    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
-    return torch.randn(m, 1, 1, generator=gen, device=gen.device)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    return torch.randn(m, 1, 1, generator=gen, device=device)
 
 
-def initial_dbias(l: int, n: int, seed: int) -> torch.Tensor:
+def initial_dbias(l: int, n: int, seed: int, device: str = "cuda") -> torch.Tensor:
     """A non-zero bf16 dbias buffer (L, 2N, 1) for the op to accumulate onto."""
-    gen = torch.Generator(device="cuda").manual_seed(seed + 2)
-    return torch.randn(l, 2 * n, 1, generator=gen, device=gen.device).to(torch.bfloat16)
+    gen = torch.Generator(device=device).manual_seed(seed + 2)
+    return torch.randn(l, 2 * n, 1, generator=gen, device=device).to(torch.bfloat16)
 
 
-def poisoned_d(m: int, n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def poisoned_d(m: int, n: int, dtype: torch.dtype, device: str = "cuda") -> torch.Tensor:
     """D_row (M, 2N, 1) full of NaN, so that every element left unwritten shows."""
-    return torch.full((m, 2 * n, 1), float("nan"), dtype=dtype, device="cuda")
+    return torch.full((m, 2 * n, 1), float("nan"), dtype=dtype, device=device)

@@ -1,36 +1,115 @@
-"""Float32 reference of grouped GEMM + dGLU backward (shared/notes/op_contract.md).
+"""Float64 reference of grouped GEMM + dGLU backward (shared/notes/op_contract.md and the
+seed's dSiTU-GLU equations), with the magnitudes that tolerances scale with (checks.py).
 
-R = alpha[g]^2 * A_g B_g^T is computed in float64 (exact for bf16 inputs up to rounding)
-and rounded to float32; everything after it is float32, like the kernel's epilogue. Besides
-the expected values, the reference returns magnitudes that tolerances scale with: per D
-element, the same expression with every factor that can cancel (1 + g(1 - s), xc + o)
-taken in absolute terms, and the D the op would give for R = alpha^2 |A_g| |B_g|^T (the
-scale of the GEMM's own fp32 rounding, which matters where the sum over K cancels);
-per reduction (dprob, dbias), the sum of |terms|.
+Everything is computed in float64 from the stored inputs, so the reference is exact for all
+practical purposes: any difference is the kernel's (its fp32 arithmetic, its approximate
+exp and reciprocal, its fp32 GEMM accumulation, its rounding of D to D's dtype).
+
+Per D element and per dprob row the reference also returns
+- ``*_scale``: the same expression with every factor in absolute value and every
+  difference a - b taken as |a| + |b| (1 - s as 1 + s, x + offset as |x| + |offset|, ...).
+  n fp32 operations with relative errors <= e each err by at most about n * e times this,
+  however much the exact value cancels;
+- ``*_gemm_scale``: the same with R replaced by alpha^2 |A_g| |B_g|^T, the scale of the
+  GEMM's fp32 accumulation error; zero for an expert whose partial sums fp32 holds exactly
+  (see exact_accumulation), so that such data is checked to the epilogue's precision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 COLUMN_BLOCK = 32
+FP32_SIGNIFICAND_BITS = 24
+
+
+@dataclass(frozen=True)
+class Factors:
+    """Per (row, compact column): what multiplies R * prob in D's gate and input columns and
+    what multiplies R in dprob's sum, each with its magnitude (see the module docstring)."""
+
+    gate: torch.Tensor
+    gate_scale: torch.Tensor
+    input: torch.Tensor
+    input_scale: torch.Tensor
+    dprob: torch.Tensor
+    dprob_scale: torch.Tensor
+
+
+def dswiglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
+    """dSwiGLU: C scaled by the expert's beta."""
+    g, u = gate * beta, x * beta
+    s = torch.sigmoid(g)
+    act = g * s
+    return Factors(
+        gate=u * s * (1 + g * (1 - s)),
+        gate_scale=(u * s).abs() * (1 + g.abs() * (1 + s)),
+        input=act,
+        input_scale=act.abs(),
+        dprob=act * u,
+        dprob_scale=(act * u).abs(),
+    )
+
+
+def dgeglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
+    """dGeGLU: C as stored (beta unused); clamp bounds inclusive; dprob unmasked."""
+    a, offset = params["geglu_alpha"], params["linear_offset"]
+    high, low = params["glu_clamp_max"], params["glu_clamp_min"]
+    gc, xc = gate.clamp(max=high), x.clamp(low, high)
+    s = torch.sigmoid(a * gc)
+    gate_mask = (gate <= high).double()
+    x_mask = ((x >= low) & (x <= high)).double()
+    act = gc * s
+    linear, linear_scale = xc + offset, xc.abs() + abs(offset)
+    return Factors(
+        gate=linear * s * (1 + a * gc * (1 - s)) * gate_mask,
+        gate_scale=linear_scale * s * (1 + (a * gc).abs() * (1 + s)) * gate_mask,
+        input=act * x_mask,
+        input_scale=act.abs() * x_mask,
+        dprob=act * linear,
+        dprob_scale=act.abs() * linear_scale,
+    )
+
+
+def dsituglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
+    """dSiTU-GLU: C as stored (beta unused); T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2)."""
+    b1, b2 = params["situ_beta1"], params["situ_beta2"]
+    s = torch.sigmoid(gate)
+    tg, tu = torch.tanh(gate / b1), torch.tanh(x / b2)
+    t_gate, t_input = b1 * tg * s, b2 * tu
+    dt_gate = (1 - tg * tg) * s + b1 * tg * s * (1 - s)
+    dt_gate_scale = (1 + tg * tg) * s + (b1 * tg).abs() * s * (1 + s)
+    return Factors(
+        gate=t_input * dt_gate,
+        gate_scale=t_input.abs() * dt_gate_scale,
+        input=t_gate * (1 - tu * tu),
+        input_scale=t_gate.abs() * (1 + tu * tu),
+        dprob=t_gate * t_input,
+        dprob_scale=(t_gate * t_input).abs(),
+    )
+
+
+ACTIVATIONS: dict[str, Callable[..., Factors]] = {
+    "dswiglu": dswiglu,
+    "dgeglu": dgeglu,
+    "dsituglu": dsituglu,
+}
 
 
 @dataclass(frozen=True)
 class Expected:
-    """Expected results over the valid_m rows owned by experts (fp32)."""
+    """The op's results over the valid_m rows owned by experts (float64), with magnitudes."""
 
     k: int  # the GEMM's reduction length
     d: torch.Tensor  # (valid_m, 2N): D_row
-    d_scale: torch.Tensor  # (valid_m, 2N): magnitude of each D element's factors
-    d_gemm_scale: torch.Tensor  # (valid_m, 2N): |D| for R = alpha^2 |A| |B|^T
+    d_scale: torch.Tensor
+    d_gemm_scale: torch.Tensor
     dprob: torch.Tensor  # (valid_m,): what the call adds to dprob
-    dprob_scale: torch.Tensor  # (valid_m,): sum over columns of |dprob terms|
-    dbias: torch.Tensor  # (L, 2N): what the call adds to dbias
-    dbias_scale: torch.Tensor  # (L, 2N): sum over the expert's rows of |D|
+    dprob_scale: torch.Tensor
+    dprob_gemm_scale: torch.Tensor
 
 
 def split_columns(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,50 +132,28 @@ def merge_columns(gate: torch.Tensor, inp: torch.Tensor) -> torch.Tensor:
     return blocks.reshape(rows, 2 * n)
 
 
-@dataclass(frozen=True)
-class ActivationGrad:
-    d_gate: torch.Tensor
-    d_input: torch.Tensor
-    gate_scale: torch.Tensor
-    input_scale: torch.Tensor
-    dprob_terms: torch.Tensor
+def _unit_exponent(x: torch.Tensor) -> int | None:
+    """e such that every element of ``x`` (float64) is a multiple of 2^e; None if all are 0."""
+    nonzero = x[x != 0]
+    if nonzero.numel() == 0:
+        return None
+    mantissa, exponent = torch.frexp(nonzero)  # x = mantissa * 2^exponent, 0.5 <= |mantissa| < 1
+    bits = (mantissa.abs() * 2.0**53).to(torch.int64)
+    lowest_bit = torch.log2((bits & -bits).double()).to(torch.int64)
+    return int((exponent.to(torch.int64) - 53 + lowest_bit).min())
 
 
-def dswiglu(r, p, gate, x, params) -> ActivationGrad:
-    """dSwiGLU; gate and x already scaled by beta."""
-    s = torch.sigmoid(gate)
-    d_input = r * p * gate * s
-    return ActivationGrad(
-        d_gate=r * p * x * s * (1 + gate * (1 - s)),
-        d_input=d_input,
-        gate_scale=(r * p * x * s).abs() * (1 + gate.abs() * (1 - s)),
-        input_scale=d_input.abs(),
-        dprob_terms=r * gate * s * x,
-    )
+def exact_accumulation(a: torch.Tensor, b: torch.Tensor, sums_abs: torch.Tensor) -> bool:
+    """True when fp32 holds every partial sum of A B^T exactly, in any order and rounding.
 
-
-def dgeglu(r, p, gate, x, params) -> ActivationGrad:
-    """dGeGLU; clamp bounds inclusive, beta unused."""
-    alpha, offset = params["geglu_alpha"], params["linear_offset"]
-    high, low = params["glu_clamp_max"], params["glu_clamp_min"]
-    gc = gate.clamp(max=high)
-    xc = x.clamp(low, high)
-    s = torch.sigmoid(alpha * gc)
-    gate_mask = gate <= high
-    d_input = r * p * gc * s * ((x >= low) & (x <= high))
-    return ActivationGrad(
-        d_gate=r * p * (xc + offset) * s * (1 + alpha * gc * (1 - s)) * gate_mask,
-        d_input=d_input,
-        gate_scale=(r * p * s).abs()
-        * (xc.abs() + abs(offset))
-        * (1 + (alpha * gc).abs() * (1 - s))
-        * gate_mask,
-        input_scale=d_input.abs(),
-        dprob_terms=r * gc * s * (xc + offset),
-    )
-
-
-ACTIVATIONS = {"dswiglu": dswiglu, "dgeglu": dgeglu}
+    A's elements are multiples of 2^ea and B's of 2^eb, so every partial sum is a multiple
+    of 2^(ea+eb); bounded by sums_abs (|A| |B|^T) <= 2^(ea+eb+23), it fits in fp32's 24-bit
+    significand (one bit to spare).
+    """
+    ea, eb = _unit_exponent(a), _unit_exponent(b)
+    if ea is None or eb is None:
+        return True
+    return float(sums_abs.max()) <= 2.0 ** (ea + eb + FP32_SIGNIFICAND_BITS - 1)
 
 
 def dglu_backward(
@@ -112,43 +169,41 @@ def dglu_backward(
 ) -> Expected:
     """The op on the seed's tensors (A (M, K[, 1]), B (N, K, L), C (M, 2N[, 1]), prob
     (M, 1, 1)); ``ends`` are padded_offsets' values."""
-    n, l = b.shape[0], b.shape[2]
+    n = b.shape[0]
     valid_m = ends[-1]
-    a2, c2 = a.reshape(a.shape[0], -1), c.reshape(c.shape[0], -1)
-    d = torch.zeros(valid_m, 2 * n, device=a.device)
-    d_scale = torch.zeros(valid_m, 2 * n, device=a.device)
-    d_gemm_scale = torch.zeros(valid_m, 2 * n, device=a.device)
-    dprob = torch.zeros(valid_m, device=a.device)
-    dprob_scale = torch.zeros(valid_m, device=a.device)
-    dbias = torch.zeros(l, 2 * n, device=a.device)
-    dbias_scale = torch.zeros(l, 2 * n, device=a.device)
+    a2, c2, p = a.reshape(a.shape[0], -1), c.reshape(c.shape[0], -1), prob.reshape(-1, 1)
+    alphas, betas = alpha.tolist(), beta.tolist()
+    outputs = {
+        name: torch.zeros(shape, dtype=torch.float64, device=a.device)
+        for name, shape in (
+            ("d", (valid_m, 2 * n)),
+            ("d_scale", (valid_m, 2 * n)),
+            ("d_gemm_scale", (valid_m, 2 * n)),
+            ("dprob", (valid_m,)),
+            ("dprob_scale", (valid_m,)),
+            ("dprob_gemm_scale", (valid_m,)),
+        )
+    }
     start = 0
     for g, end in enumerate(ends):
         if end == start:
             continue
         rows = slice(start, end)
-        r = (float(alpha[g]) ** 2 * (a2[rows].double() @ b[:, :, g].double().T)).float()
-        r_abs = (float(alpha[g]) ** 2 * (a2[rows].double().abs() @ b[:, :, g].double().abs().T)).float()
-        gate, x = split_columns(c2[rows].float())
-        if act_func == "dswiglu":
-            gate, x = gate * beta[g], x * beta[g]
-        grad = ACTIVATIONS[act_func](r, prob.reshape(-1, 1)[rows], gate, x, act_params)
-        grad_abs = ACTIVATIONS[act_func](r_abs, prob.reshape(-1, 1)[rows], gate, x, act_params)
-        d_gemm_scale[rows] = merge_columns(grad_abs.d_gate, grad_abs.d_input).abs()
-        d[rows] = merge_columns(grad.d_gate, grad.d_input)
-        d_scale[rows] = merge_columns(grad.gate_scale, grad.input_scale)
-        dprob[rows] = grad.dprob_terms.double().sum(1).float()
-        dprob_scale[rows] = grad.dprob_terms.abs().sum(1)
-        dbias[g] = d[rows].double().sum(0).float()
-        dbias_scale[g] = d[rows].abs().sum(0)
+        a_g, b_g = a2[rows].double(), b[:, :, g].double()
+        sums, sums_abs = a_g @ b_g.T, a_g.abs() @ b_g.abs().T
+        r = alphas[g] ** 2 * sums
+        exact = exact_accumulation(a_g, b_g, sums_abs)
+        r_gemm = torch.zeros_like(sums_abs) if exact else alphas[g] ** 2 * sums_abs
+        gate, x = split_columns(c2[rows].double())
+        f = ACTIVATIONS[act_func](gate, x, betas[g], act_params)
+        rp, p_abs = r * p[rows].double(), p[rows].double().abs()
+        outputs["d"][rows] = merge_columns(rp * f.gate, rp * f.input)
+        outputs["d_scale"][rows] = merge_columns(rp.abs() * f.gate_scale, rp.abs() * f.input_scale)
+        outputs["d_gemm_scale"][rows] = merge_columns(
+            r_gemm * p_abs * f.gate_scale, r_gemm * p_abs * f.input_scale
+        )
+        outputs["dprob"][rows] = (r * f.dprob).sum(1)
+        outputs["dprob_scale"][rows] = (r.abs() * f.dprob_scale).sum(1)
+        outputs["dprob_gemm_scale"][rows] = (r_gemm * f.dprob_scale).sum(1)
         start = end
-    return Expected(
-        k=a2.shape[1],
-        d=d,
-        d_scale=d_scale,
-        d_gemm_scale=d_gemm_scale,
-        dprob=dprob,
-        dprob_scale=dprob_scale,
-        dbias=dbias,
-        dbias_scale=dbias_scale,
-    )
+    return Expected(k=a2.shape[1], **outputs)
