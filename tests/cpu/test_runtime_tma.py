@@ -72,3 +72,40 @@ def test_every_manifest_option_names_a_driver_enum_member(option) -> None:
     enum = getattr(driver, enum_name)
     for value, member in members.items():
         assert member in enum.__members__, f"{option}={value}: {member} not in {enum_name}"
+
+
+@pytest.mark.parametrize(
+    ("dtype", "box_cols", "member", "size"),
+    [
+        ("bf16", 64, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2),
+        ("fp16", 64, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", 2),
+        ("fp32", 32, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4),
+    ],
+)
+def test_c_and_d_descriptors_carry_their_dtype(monkeypatch, dtype, box_cols, member, size) -> None:
+    """C and D as the kernels' rank-2 rules describe them, encoded in C's or D's own dtype."""
+    driver = pytest.importorskip("cuda.bindings.driver")
+    from dglu import driver as dglu_driver
+    from dglu.tma import encode_tensor_map
+
+    calls = []
+
+    def encode(name, *args):
+        calls.append((name, args))
+        return driver.CUtensorMap()
+
+    monkeypatch.setattr(dglu_driver, "checked", encode)
+    monkeypatch.setattr(dglu_driver, "initialize", lambda: None)
+    encode_tensor_map.cache_clear()
+    m, n2 = 1380, 320
+    encoded = encode_tensor_map(
+        rule([1, 0], [box_cols, 128], dtype), view((m, n2, 1), (n2, 1, m * n2), dtype)
+    )
+    assert len(encoded) == 128
+    ((name, args),) = calls
+    data_type, rank, pointer, dims, strides, box = args[:6]
+    assert name == "cuTensorMapEncodeTiled"
+    assert data_type == getattr(driver.CUtensorMapDataType, member)
+    assert (rank, pointer) == (2, 1 << 20)
+    assert [int(d) for d in dims] == [n2, m] and [int(s) for s in strides] == [n2 * size]
+    assert [int(b) for b in box] == [box_cols, 128]

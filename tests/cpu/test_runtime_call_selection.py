@@ -1,0 +1,125 @@
+"""From a call's tensors and arguments to the variant it runs (dglu.api's selection step).
+
+The device and the installed variants are stand-ins: an H200 and a hand-written artifact
+directory with the kinds of variants the wheel ships (dtype pairs, tiles, activations and
+their constants). What is checked: the request each call makes, and the missing-variant
+error naming the arguments behind each field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest_runtime import GEGLU_DEFAULTS, variant_key, variant_name, write_artifacts
+from dglu import api, driver
+from dglu.errors import VariantNotFoundError
+from dglu.manifest import SearchEntry, read_manifest
+from dglu.options import check_options
+from dglu.problem import Problem, TensorView
+
+DSV4 = {"geglu_alpha": 1.0, "glu_clamp_max": 10.0, "glu_clamp_min": -10.0, "linear_offset": 0.0}
+SITU = {"situ_beta1": 4.0, "situ_beta2": 25.0}
+KEYS = [
+    variant_key(c_dtype="fp32", d_dtype="bf16", tile_n=64),
+    variant_key(tile_n=64),
+    variant_key(),
+    variant_key(c_dtype="fp16", d_dtype="fp16"),
+    variant_key(c_dtype="bf16", d_dtype="fp32", tile_n=64),
+    variant_key(act_func="dgeglu", dbias=False),
+    variant_key(act_func="dgeglu", act_params=DSV4, dbias=False),
+    variant_key(act_func="dsituglu", act_params=SITU, dbias=False),
+]
+DEFAULTS = dict(
+    acc_dtype=None,
+    mma_tiler_mn=None,
+    cluster_shape_mn=None,
+    sf_vec_size=16,
+    vector_f32=False,
+    m_aligned=256,
+    discrete_col_sfd=False,
+    act_func="dswiglu",
+    **GEGLU_DEFAULTS,
+    **SITU,
+    b_major="k",
+    epilogue_op=None,
+    use_dynamic_sched=False,
+)
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    write_artifacts(tmp_path, KEYS)
+    variants = read_manifest(tmp_path).variants
+    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
+    monkeypatch.setattr(api, "device_info", lambda device: h200)
+    monkeypatch.setattr(api, "installed_variants", lambda: variants)
+    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    return variants
+
+
+def problem(c_dtype: str) -> Problem:
+    m, n, k, l = 1024, 96, 200, 4
+    views = {
+        "a": TensorView(0, 0xA000, (m, k, 1), (k, 1, m * k), "bf16"),
+        "c": TensorView(0, 0xC000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), c_dtype),
+    }
+    return Problem(m=m, n=n, k=k, l=l, tensors=views)
+
+
+def select(c_dtype="bf16", d_dtype="bf16", dbias=True, **arguments):
+    options = check_options(**{**DEFAULTS, **arguments})
+    return api._select(
+        problem(c_dtype), options, d_dtype=d_dtype, dbias=dbias, sources=api.WRAPPER_SOURCES
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "key"),
+    [
+        ({}, KEYS[2]),  # 128x128 over 128x64, whatever their order
+        ({"mma_tiler_mn": (128, 64)}, KEYS[1]),
+        ({"c_dtype": "fp32"}, KEYS[0]),
+        ({"c_dtype": "fp16", "d_dtype": "fp16"}, KEYS[3]),
+        ({"d_dtype": "fp32"}, KEYS[4]),
+        ({"act_func": "dgeglu", "dbias": False}, KEYS[5]),
+        ({"act_func": "dgeglu", "dbias": False, **DSV4}, KEYS[6]),
+        ({"act_func": "dsituglu", "dbias": False}, KEYS[7]),
+    ],
+    ids=lambda v: variant_name(v) if isinstance(v, dict) and "arch" in v else str(v),
+)
+def test_a_call_selects_the_variant_of_its_dtypes_and_constants(installed, call, key) -> None:
+    assert select(**call).name == variant_name(key)
+
+
+@pytest.mark.parametrize(
+    ("call", "fragments"),
+    [
+        (
+            {"c_dtype": "fp32", "mma_tiler_mn": (128, 128)},
+            ["c_dtype=fp32 (from c_tensor)", "tile_n=128 (from mma_tiler_mn)", "--tile 128x128"],
+        ),
+        (
+            {"c_dtype": "fp16", "d_dtype": "fp32"},
+            ["d_dtype=fp32 (from d_dtype)", "--c-dtype fp16 --d-dtype fp32"],
+        ),
+        (
+            {"act_func": "dsituglu", "dbias": False, "situ_beta2": 12.0},
+            [
+                "act_params={'situ_beta1': 4.0, 'situ_beta2': 12.0} (from situ_beta1, situ_beta2)",
+                "--act-param situ_beta2=12.0",
+            ],
+        ),
+        (
+            {"act_func": "dgeglu", "dbias": True, **DSV4},
+            ["dbias=True (from generate_dbias)", "(from geglu_alpha, glu_clamp_max,", "--dbias"],
+        ),
+        ({"dbias": False}, ["act_params={} (from act_func)", "--no-dbias"]),
+    ],
+)
+def test_a_missing_variant_names_the_arguments_behind_it(installed, call, fragments) -> None:
+    with pytest.raises(VariantNotFoundError) as error:
+        select(**call)
+    message = str(error.value)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message}"
