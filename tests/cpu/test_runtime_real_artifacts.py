@@ -1,4 +1,5 @@
-"""The runtime reads what the build writes: smoke.yaml compiled for real (needs CuTe DSL).
+"""The runtime reads what the build writes: smoke.yaml plus one variant with fp32 C and
+dsituglu, compiled for real (needs CuTe DSL).
 
 Everything a GPU launch would do short of the driver calls: parse the manifest, verify the
 cubins, select each variant from its own key, and pack every kernel's parameters into
@@ -17,27 +18,34 @@ from dglu.integrity import read_verified_cubin  # noqa: E402
 from dglu.manifest import TENSOR_NAMES, read_manifest  # noqa: E402
 from dglu.params import pack_params  # noqa: E402
 from dglu.problem import WORKSPACES  # noqa: E402
+from dglu.problem import TensorView  # noqa: E402
 from dglu.selection import VariantRequest, select_variant  # noqa: E402
+from dglu.tma import global_layout  # noqa: E402
 
 from codegen.build import build_artifacts  # noqa: E402
 from codegen.cubin_info import read_cubin  # noqa: E402
-from codegen.specs import load_specs  # noqa: E402
+from codegen.specs import load_specs, parse_specs  # noqa: E402
 
 SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
 SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
+FP32_C_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
+    "variants:\n"
+    "  - {act_func: dsituglu, c_dtype: fp32, d_dtype: bf16, dbias: true, tile_n: 64}\n"
+)
+SPECS = load_specs(SMOKE_SPECS) + parse_specs(FP32_C_SPEC, "fp32 C spec")
 
 
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("smoke_artifacts")
-    build_artifacts(load_specs(SMOKE_SPECS), out, progress=lambda line: None)
+    build_artifacts(SPECS, out, progress=lambda line: None)
     return out
 
 
 @pytest.mark.slow
 def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path) -> None:
     manifest = read_manifest(artifacts)
-    assert len(manifest.variants) == len(load_specs(SMOKE_SPECS))
+    assert len(manifest.variants) == len(SPECS)
     pointers = {
         name: 0x7F00_0000_0000 + 0x1000 * i for i, name in enumerate((*TENSOR_NAMES, *WORKSPACES))
     }
@@ -50,3 +58,18 @@ def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path
             packed = pack_params(kernel, SCALARS, pointers, tensor_maps)
             cubin_params = info.kernels[kernel.symbol].params
             assert [len(p) for p in packed] == [p.size for p in cubin_params], kernel.symbol
+
+
+@pytest.mark.slow
+def test_c_and_d_descriptors_of_an_fp32_c_variant(artifacts: Path) -> None:
+    (variant,) = [v for v in read_manifest(artifacts).variants if v.key.c_dtype == "fp32"]
+    assert (variant.key.act_func, dict(variant.key.act_params)) == (
+        "dsituglu",
+        {"situ_beta1": 4.0, "situ_beta2": 25.0},
+    )
+    m, n2 = SCALARS["m"], SCALARS["n2"]
+    for tensor, dtype, size in (("c", "fp32", 4), ("d_row", "bf16", 2)):
+        rule = variant.tma[tensor]
+        assert rule.dtype == dtype and rule.box[0] * size == 128  # one 128-byte swizzle row
+        view = TensorView(0, 1 << 20, (m, n2, 1), (n2, 1, m * n2), dtype)
+        assert global_layout(rule, view) == ([n2, m], [n2 * size])
