@@ -2,7 +2,7 @@
 
 Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): block-scaled
 inputs and options, vector_f32, and activation constants given for an activation that does
-not use them. Features the SM90 kernels do not have yet raise NotImplementedError naming the
+not use them. Features the runtime does not launch yet raise NotImplementedError naming the
 argument: discrete (per-expert pointer) weights, the dynamic scheduler, clusters of more
 than one CTA.
 """
@@ -141,13 +141,13 @@ def check_options(
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
     if use_dynamic_sched:
         raise NotImplementedError(
-            "use_dynamic_sched: True is not available yet: dglu's SM90 kernels schedule "
-            "tiles statically; pass False"
+            "use_dynamic_sched: True is not available yet: dglu's runtime launches only "
+            "statically scheduled kernels; pass False"
         )
     if _pair("cluster_shape_mn", cluster_shape_mn) not in (None, SINGLE_CTA_CLUSTER):
         raise NotImplementedError(
-            f"cluster_shape_mn: {cluster_shape_mn!r} is not available yet: dglu's SM90 kernels "
-            f"run one CTA per cluster; pass None or {SINGLE_CTA_CLUSTER}"
+            f"cluster_shape_mn: {cluster_shape_mn!r} is not available yet: dglu's runtime "
+            f"launches one CTA per cluster; pass None or {SINGLE_CTA_CLUSTER}"
         )
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
