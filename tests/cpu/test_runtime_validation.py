@@ -59,6 +59,15 @@ def test_valid_layouts_reach_the_device_check() -> None:
         describe(seed_tensors())
 
 
+@pytest.mark.parametrize("c_dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("d_dtype", [torch.float16, torch.float32])
+def test_fp16_and_fp32_c_and_d_are_accepted(c_dtype, d_dtype) -> None:
+    tensors = seed_tensors()
+    tensors["c"], tensors["d_row"] = tensors["c"].to(c_dtype), tensors["d_row"].to(d_dtype)
+    with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
+        describe(tensors)
+
+
 def test_rank_two_a_and_c_are_accepted() -> None:
     tensors = seed_tensors()
     tensors["a"], tensors["c"] = tensors["a"][:, :, 0], tensors["c"][:, :, 0]
@@ -115,6 +124,20 @@ BAD = {
         lambda: torch.zeros(M, K, 1, dtype=torch.float16),
         ValueError,
         "b_tensor: dtype torch.bfloat16 differs from a_tensor's torch.float16",
+    ),
+    "c float64": (
+        "c",
+        lambda: torch.zeros(M, 2 * N, 1, dtype=torch.float64),
+        ValueError,
+        "c_tensor: dtype torch.float64 is not accepted; expected one of torch.bfloat16, "
+        "torch.float16, torch.float32",
+    ),
+    "d_row int8": (
+        "d_row",
+        lambda: torch.zeros(M, 2 * N, 1, dtype=torch.int8),
+        ValueError,
+        "d_row_tensor: dtype torch.int8 is not accepted; expected one of torch.bfloat16, "
+        "torch.float16, torch.float32",
     ),
     "c too wide": (
         "c",
