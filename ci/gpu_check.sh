@@ -3,7 +3,8 @@
 # cuda-bindings already installed):
 #   1. install the dglu wheel with --no-deps into a temporary target directory;
 #   2. check that `dglu` imports from there, runs one real call, and never imports cutlass;
-#   3. run the GPU tests against the installed wheel (DGLU_USE_INSTALLED=1);
+#   3. run the GPU tests against the installed wheel (DGLU_USE_INSTALLED=1) and its variants
+#      only (DGLU_CUBIN_PATH unset, an empty user variant directory);
 #   4. print ONE summary line: GPU CHECK: N passed, M failed, S skipped (device: ..., wheel: ...)
 # pytest's log and junit XML (and the summary) go to $OUT/ when $OUT is set. Without pytest
 # on the machine, it is installed from the wheelhouse $DGLU_WHEELHOUSE (default .whl/).
@@ -57,6 +58,9 @@ if ! "$python" -c "import pytest" 2> /dev/null; then
     fi
 fi
 export DGLU_USE_INSTALLED=1 PYTHONPATH="$target"
+# only the wheel's variants: no DGLU_CUBIN_PATH, an empty user variant directory
+unset DGLU_CUBIN_PATH
+export XDG_CACHE_HOME="$(dirname "$target")/cache"
 
 # One real call through the installed package; prints the device name on its last line.
 if ! "$python" - "$target" > "$logs/gpu-smoke.log" 2>&1 <<'PY'
