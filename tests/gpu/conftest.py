@@ -1,7 +1,8 @@
 """GPU test session: fresh random inputs each run, from one seed shown in the report header.
 
 Set DGLU_TEST_SEED to rerun with the seed of an earlier run; each test derives its own
-seed from it and its node id (shown in any failure message).
+seed from it and its node id (shown in any failure message). The randomized sweep
+(test_sweep.py) draws from a fixed base seed instead (sweep.py; DGLU_SWEEP_SEED overrides).
 """
 
 from __future__ import annotations
