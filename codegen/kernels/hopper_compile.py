@@ -135,6 +135,19 @@ def _compile(host, args: list, dump_dir: Path) -> tuple[bytes, str]:
     return cubin, ptx
 
 
+def _elementwise_kernel(role: str, symbol: str, threads: int, count: str, params: list[dict]) -> dict:
+    """Manifest entry of a small helper kernel: one thread per element of ``count``."""
+    return {
+        "role": role,
+        "symbol": symbol,
+        "block": [threads, 1, 1],
+        "cluster": [1, 1, 1],
+        "dynamic_smem_bytes": 0,
+        "grid": {"rule": "elementwise", "count": count},
+        "params": params,
+    }
+
+
 def _entry_named(entries: list[str], prefix: str) -> str | None:
     """The PTX entry whose name is ``prefix`` plus the DSL's numeric suffix."""
     found = [e for e in entries if re.fullmatch(re.escape(prefix) + r"(_\d+)?", e)]
@@ -144,7 +157,8 @@ def _entry_named(entries: list[str], prefix: str) -> str | None:
 
 
 def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[dict], dict]:
-    """Compile the fused kernel (and the dbias finisher) of one Hopper variant."""
+    """Compile the kernels of one Hopper variant into one cubin: the fused kernel, plus the
+    per-expert descriptor writer (discrete weights) and the dbias finisher (dbias)."""
     tile_mn = (key["tile_m"], key["tile_n"])
     discrete = key["weight_mode"] == "discrete"
     kernel = HopperDgluKernel(
@@ -159,11 +173,21 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     def ptr(dtype, align=16):
         return make_ptr(dtype, 16 * 1024, gmem, assumed_align=align)
 
+    # placeholders for HopperDgluKernel.host's arguments, in its order: extents are
+    # dynamic (one cubin serves every shape), nothing is dereferenced at compile time
     args = [
-        ptr(bf16), ptr(bf16), ptr(DTYPES[key["c_dtype"]]), ptr(DTYPES[key["d_dtype"]]),
-        ptr(i32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(f32, 4), ptr(bf16, 4),
-        ptr(cutlass.Int64, 8), ptr(cutlass.Int64, 128), ptr(i32, 4),
-        i32(1024), i32(256), i32(256), i32(4), make_fake_stream(),
+        ptr(bf16),  # a
+        ptr(bf16),  # b (discrete weights: one expert's matrix)
+        ptr(DTYPES[key["c_dtype"]]),  # c
+        ptr(DTYPES[key["d_dtype"]]),  # d_row
+        ptr(i32, 4),  # padded_offsets
+        *(ptr(f32, 4) for _ in range(5)),  # alpha, beta, prob, dprob, dbias_ws
+        ptr(bf16, 4),  # dbias
+        ptr(cutlass.Int64, 8),  # b_ptrs
+        ptr(cutlass.Int64, 128),  # b_desc_ws
+        ptr(i32, 4),  # tile_counter
+        i32(1024), i32(256), i32(256), i32(4),  # m, n, k, l
+        make_fake_stream(),
     ]
     main_symbol = f"{symbol_prefix}_main"
     finish_symbol = f"{symbol_prefix}_dbias_finish"
@@ -181,40 +205,20 @@ def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[d
     main_symbol, finish_symbol, descriptor_symbol = (
         _entry_named(entries, s) for s in (main_symbol, finish_symbol, descriptor_symbol)
     )
-    kernels = []
-    if discrete:
-        kernels.append(
-            {
-                "role": "b_descriptors",
-                "symbol": descriptor_symbol,
-                "block": [DESCRIPTOR_THREADS, 1, 1],
-                "cluster": [1, 1, 1],
-                "dynamic_smem_bytes": 0,
-                "grid": {"rule": "elementwise", "count": "l"},
-                "params": DESCRIPTOR_PARAMS,
-            }
-        )
-    kernels += [
-        {
-            "role": "main",
-            "symbol": main_symbol,
-            "block": [THREADS_PER_CTA, 1, 1],
-            "cluster": [key["cluster_m"], key["cluster_n"], 1],
-            "dynamic_smem_bytes": kernel.smem_bytes,
-            "grid": {"rule": "persistent_tiles", "tile_m": tile_mn[0], "tile_n": tile_mn[1]},
-            "params": _main_params(discrete, key["scheduler"] == "dynamic"),
-        }
+    main = {
+        "role": "main",
+        "symbol": main_symbol,
+        "block": [THREADS_PER_CTA, 1, 1],
+        "cluster": [key["cluster_m"], key["cluster_n"], 1],
+        "dynamic_smem_bytes": kernel.smem_bytes,
+        "grid": {"rule": "persistent_tiles", "tile_m": tile_mn[0], "tile_n": tile_mn[1]},
+        "params": _main_params(discrete, key["scheduler"] == "dynamic"),
+    }
+    kernels = [
+        *([_elementwise_kernel("b_descriptors", descriptor_symbol, DESCRIPTOR_THREADS, "l", DESCRIPTOR_PARAMS)]
+          if discrete else []),
+        main,
+        *([_elementwise_kernel("dbias_finish", finish_symbol, FINISH_THREADS, "l_n2", FINISH_PARAMS)]
+          if key["dbias"] else []),
     ]
-    if key["dbias"]:
-        kernels.append(
-            {
-                "role": "dbias_finish",
-                "symbol": finish_symbol,
-                "block": [FINISH_THREADS, 1, 1],
-                "cluster": [1, 1, 1],
-                "dynamic_smem_bytes": 0,
-                "grid": {"rule": "elementwise", "count": "l_n2"},
-                "params": FINISH_PARAMS,
-            }
-        )
     return cubin, kernels, _tma_rules(kernel, key["c_dtype"], key["d_dtype"])
