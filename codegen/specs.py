@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from codegen.kernels import SUPPORTED
+from codegen.kernels import SUPPORTED, check_variant
 from codegen.yaml_strict import StrictLoader
 
 # Field -> required type, in the canonical order of a variant's key.
@@ -246,7 +246,12 @@ def _normalise(fields: dict, where: str) -> Variant:
             allowed_text = ", ".join(_format_value(item) for item in allowed)
             raise SpecError(f"{where}: {label}: got {_format_value(value)}, allowed: {allowed_text}")
     params = _normalise_act_params(fields["act_func"], fields.get("act_params", {}), where)
-    return Variant(**{**fields, "act_params": params})
+    variant = Variant(**{**fields, "act_params": params})
+    try:
+        check_variant(variant.key)
+    except ValueError as err:
+        raise SpecError(f"{where}: {variant.name}: {err}") from None
+    return variant
 
 
 def _normalise_act_params(act_func: str, given: dict, where: str) -> tuple[tuple[str, float], ...]:

@@ -156,17 +156,28 @@ def _entry_named(entries: list[str], prefix: str) -> str | None:
     return found[0] if found else None
 
 
+def hopper_kernel(key: dict) -> HopperDgluKernel:
+    """The kernel builder of a variant; raises ValueError (without compiling) for a
+    combination of fields it cannot build, e.g. a tile too wide for its dtypes."""
+    return HopperDgluKernel(
+        (key["tile_m"], key["tile_n"]),
+        _activation(key),
+        key["dbias"],
+        DTYPES[key["c_dtype"]],
+        DTYPES[key["d_dtype"]],
+        discrete_weights=key["weight_mode"] == "discrete",
+        b_n_major=key["b_major"] == "n",
+        dynamic_schedule=key["scheduler"] == "dynamic",
+        cluster_m=key["cluster_m"],
+    )
+
+
 def compile_hopper_variant(key: dict, symbol_prefix: str) -> tuple[bytes, list[dict], dict]:
     """Compile the kernels of one Hopper variant into one cubin: the fused kernel, plus the
     per-expert descriptor writer (discrete weights) and the dbias finisher (dbias)."""
     tile_mn = (key["tile_m"], key["tile_n"])
     discrete = key["weight_mode"] == "discrete"
-    kernel = HopperDgluKernel(
-        tile_mn, _activation(key), key["dbias"], DTYPES[key["c_dtype"]], DTYPES[key["d_dtype"]], discrete,
-        b_n_major=key["b_major"] == "n",
-        dynamic_schedule=key["scheduler"] == "dynamic",
-        cluster_m=key["cluster_m"],
-    )
+    kernel = hopper_kernel(key)
     bf16, f32, i32 = cutlass.BFloat16, cutlass.Float32, cutlass.Int32
     gmem = cute.AddressSpace.gmem
 

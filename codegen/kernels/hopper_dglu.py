@@ -46,6 +46,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
+import cutlass.tensor_utils as tensor_utils
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
@@ -66,7 +67,7 @@ FINISH_THREADS = 256
 TMA_DESCRIPTOR_BYTES = 128
 DESCRIPTOR_THREADS = 128
 TILE_QUEUE_DEPTH = 2
-DESCRIPTORS = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
+DESCRIPTORS = tensor_utils.TensorMapManager(tensor_utils.TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
 MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
@@ -99,7 +100,7 @@ class BlockGeometry:
     def smem_layout(self):
         """(rows, box columns, boxes), 128B-swizzled: the boxes are the 'stages'."""
         return sm90_utils.make_smem_layout_a(
-            utils.LayoutEnum.ROW_MAJOR, (self.box[0], 0, self.box_cols), self.dtype, self.boxes
+            tensor_utils.LayoutEnum.ROW_MAJOR, (self.box[0], 0, self.box_cols), self.dtype, self.boxes
         )
 
     def at(self, row, col):
@@ -152,7 +153,7 @@ class HopperDgluKernel:
         # expert: expert bounds are multiples of 256 rows) and share B by TMA multicast.
         self.cluster_m = cluster_m
         # B (N, K): K contiguous, or N contiguous (discrete weights, b_major "n")
-        self.b_layout = utils.LayoutEnum.COL_MAJOR if b_n_major else utils.LayoutEnum.ROW_MAJOR
+        self.b_layout = tensor_utils.LayoutEnum.COL_MAJOR if b_n_major else tensor_utils.LayoutEnum.ROW_MAJOR
         self.ab_dtype = cutlass.BFloat16
         self.acc_dtype = cutlass.Float32
         self.c_dtype = c_dtype
@@ -187,7 +188,7 @@ class HopperDgluKernel:
 
     def _smem_layouts(self):
         """Staged shared-memory layouts of A, B and the C/D block (its boxes as stages)."""
-        row_major = utils.LayoutEnum.ROW_MAJOR
+        row_major = tensor_utils.LayoutEnum.ROW_MAJOR
         a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
         b = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
         return a, b, self.c_block.smem_layout(), self.d_block.smem_layout()

@@ -266,3 +266,36 @@ def test_duplicates_within_one_entry_are_rejected():
     message = spec_error(spec("- {act_func: dswiglu, dbias: [true, true]}\n"))
     assert "duplicate variant sm90a_bf16_bf16_bf16_dswiglu_dbias_" in message
     assert message.count(f"variants[0] (line {DEFAULTS_LINES + 2})") == 2
+
+
+# --- combinations the kernels cannot build (checked before anything compiles) ---
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{act_func: dswiglu, dbias: true, weight_mode: discrete, cluster_m: 2}", "2-CTA clusters are built for dense weights only"),
+        ("{act_func: dswiglu, dbias: true, scheduler: dynamic, cluster_m: 2}", "use scheduler 'static' with cluster_m 2"),
+        ("{act_func: dswiglu, dbias: true, b_major: n}", "b_major 'n' is for discrete weights"),
+    ],
+)
+def test_unbuildable_combination_names_the_entry_variant_and_fix(entry, expected):
+    message = spec_error(spec(f"- {entry}\n"))
+    assert message.startswith(f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): sm90a_")
+    assert expected in message
+
+
+def test_buildable_modes_pass_the_check():
+    variants = parse_specs(
+        spec(
+            "- {act_func: dswiglu, dbias: true, weight_mode: discrete, b_major: [k, n]}\n"
+            "- {act_func: dswiglu, dbias: true, scheduler: dynamic}\n"
+            "- {act_func: dswiglu, dbias: true, cluster_m: 2}\n"
+        )
+    )
+    assert [(v.weight_mode, v.b_major, v.scheduler, v.cluster_m) for v in variants] == [
+        ("discrete", "k", "static", 1),
+        ("discrete", "n", "static", 1),
+        ("dense", "k", "dynamic", 1),
+        ("dense", "k", "static", 2),
+    ]
