@@ -316,7 +316,8 @@ class HopperDgluKernel:
 
     @cute.jit
     def expert_of_row(self, offsets: cute.Tensor, l: cutlass.Int32, row: cutlass.Int32):
-        """Index g of the expert owning ``row``: first g with offsets[g] > row."""
+        """Index g of the expert owning ``row``: first g with offsets[g] > row (at most
+        l - 1, so malformed offsets cannot index past the per-expert arrays)."""
         lo = cutlass.Int32(0)
         hi = l
         while lo < hi:
@@ -325,7 +326,7 @@ class HopperDgluKernel:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo
+        return cutlass.min(lo, l - 1)
 
     @cute.jit
     def tile_coords(self, tile: cutlass.Int32, num_m_tiles: cutlass.Int32, num_n_tiles: cutlass.Int32):
@@ -418,7 +419,9 @@ class HopperDgluKernel:
         sD = sC if self.d_in_place else storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
-        num_m_tiles = offsets[l - 1] // self.tile_m
+        # rows past padded_offsets[-1] belong to no expert; never past A's rows, even
+        # for offsets the host could not check (e.g. under graph capture)
+        num_m_tiles = cutlass.min(offsets[l - 1], mA_mk.shape[0]) // self.tile_m
         num_n_tiles = (n + self.tile_n - 1) // self.tile_n
         # tiles are counted in cluster units: cluster_m adjacent m-tiles each
         num_tiles = num_m_tiles // self.cluster_m * num_n_tiles
