@@ -4,7 +4,14 @@ Argument names, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_
 API, except that ``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and
 torch.bfloat16 (so that importing dglu does not import torch). Every argument is checked
 before anything is allocated or launched. padded_offsets' values are read back to the host
-and checked (a small synchronous copy) unless the stream is capturing a CUDA graph.
+and checked (a small synchronous copy) unless the stream is capturing a CUDA graph; b_ptrs'
+values are never read on the host (dglu.weights).
+
+Weights are dense (b_tensor / sample_b) or discrete (b_ptrs with n and b_dtype / num_experts,
+b_shape and b_dtype), each selecting variants of its weight mode. A call picks the variant
+of its dtypes, activation constants, dbias, weight mode and b_major, its scheduler
+(use_dynamic_sched) and cluster (cluster_shape_mn, None meaning (1, 1)); among those the
+given mma_tiler_mn, or else the largest tile (dglu.selection).
 """
 
 from __future__ import annotations
@@ -15,20 +22,20 @@ from typing import Any
 from .driver import device_info
 from .dtypes import torch_dtype
 from .manifest import Variant, installed_variants, search_path
-from .options import (
-    M_ALIGNED,
-    OpOptions,
-    check_absent,
-    check_dense_weights,
-    check_options,
-    output_dtype_name,
-)
+from .options import M_ALIGNED, OpOptions, check_absent, check_options, output_dtype_name
 from .problem import Problem
 from .runner import LoadedVariant, load_variant, run_variant
 from .selection import VariantRequest, arch_for_capability, select_variant
 from .streams import resolve_stream
 from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, output_view
+from .weights import (
+    DISCRETE,
+    DiscreteWeights,
+    class_discrete,
+    weight_mode,
+    wrapper_discrete,
+)
 
 BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
 # Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
@@ -43,7 +50,11 @@ ARGUMENT_NAMES = {
     "prob": "prob_tensor",
     "dprob": "dprob_tensor",
     "dbias": "dbias_tensor",
+    "b_ptrs": "b_ptrs",
 }
+# The weight arguments of each discrete mode, in the seed's order.
+WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
+CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
 
 
 # Variant key field -> the arguments that choose it (for the no-variant error).
@@ -63,6 +74,7 @@ WRAPPER_SOURCES = {
     "c_dtype": "c_tensor",
     "d_dtype": "d_dtype",
     "dbias": "generate_dbias",
+    "weight_mode": "b_tensor or b_ptrs",
 }
 CLASS_SOURCES = {
     **_FIELD_SOURCES,
@@ -70,6 +82,7 @@ CLASS_SOURCES = {
     "c_dtype": "sample_c",
     "d_dtype": "sample_d_row",
     "dbias": "sample_dbias",
+    "weight_mode": "sample_b or num_experts",
 }
 
 
@@ -82,7 +95,13 @@ def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
 
 
 def _select(
-    problem: Problem, options: OpOptions, *, d_dtype: str, dbias: bool, sources: dict[str, str]
+    problem: Problem,
+    options: OpOptions,
+    *,
+    d_dtype: str,
+    dbias: bool,
+    weights: str,
+    sources: dict[str, str],
 ) -> Variant:
     device = problem.tensors["a"].device
     tile = options.tile or (None, None)
@@ -94,7 +113,7 @@ def _select(
         act_func=options.act_func,
         act_params=options.act_params,
         dbias=dbias,
-        weight_mode="dense",
+        weight_mode=weights,
         b_major=options.b_major,
         tile_m=tile[0],
         tile_n=tile[1],
@@ -161,6 +180,8 @@ def grouped_gemm_dglu_wrapper_sm90(
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on SM90; allocates D_row (and dbias if generate_dbias).
 
+    Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to per-expert (N, K)
+    bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n" orders each).
     C may be bf16, fp16 or fp32; d_dtype (default bf16) picks D_row's, among the same.
     Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
     d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
@@ -177,7 +198,8 @@ def grouped_gemm_dglu_wrapper_sm90(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs, "n": n, "b_dtype": b_dtype})
+    mode = weight_mode("b_tensor", b_tensor, dict(zip(WRAPPER_DISCRETE, (b_ptrs, n, b_dtype))))
+    discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
     options = check_options(
         acc_dtype=acc_dtype,
         mma_tiler_mn=mma_tiler_mn,
@@ -205,7 +227,7 @@ def grouped_gemm_dglu_wrapper_sm90(
         _named(
             False,
             a=a_tensor,
-            b=b_tensor,
+            **({"b_ptrs": b_ptrs} if discrete else {"b": b_tensor}),
             c=c_tensor,
             padded_offsets=padded_offsets,
             alpha=alpha_tensor,
@@ -214,11 +236,17 @@ def grouped_gemm_dglu_wrapper_sm90(
             dprob=dprob_tensor,
         ),
         options.b_major,
+        discrete,
     )
     device = problem.tensors["a"].device
     stream = resolve_stream(current_stream, device)
     variant = _select(
-        problem, options, d_dtype=d_dtype_name, dbias=generate_dbias, sources=WRAPPER_SOURCES
+        problem,
+        options,
+        d_dtype=d_dtype_name,
+        dbias=generate_dbias,
+        weights=mode,
+        sources=WRAPPER_SOURCES,
     )
     _check_offsets(padded_offsets, problem, stream)
     loaded = load_variant(variant, device)
@@ -251,9 +279,11 @@ def grouped_gemm_dglu_wrapper_sm90(
 class GroupedGemmDgluSm90:
     """Class API: describe the op with sample tensors, check_support(), compile(), execute().
 
-    dbias is compiled in only when ``sample_dbias`` is given. compile() loads the prebuilt
-    cubin (nothing is compiled at run time). execute() accepts any M, N, K, L with the
-    samples' dtypes, on the samples' device.
+    dbias is compiled in only when ``sample_dbias`` is given. Weights are dense (sample_b)
+    or discrete (num_experts, b_shape=(N, K), b_dtype=torch.bfloat16; execute() then takes
+    b_ptrs). compile() loads the prebuilt cubin (nothing is compiled at run time).
+    execute() accepts any M with the samples' dtypes, on the samples' device, and any N, K,
+    L for dense weights; discrete weights fix N and K (b_shape) and L (num_experts).
     """
 
     def __init__(
@@ -300,7 +330,6 @@ class GroupedGemmDgluSm90:
         self._samples = _named(
             True,
             a=sample_a,
-            b=sample_b,
             c=sample_c,
             d_row=sample_d_row,
             padded_offsets=sample_padded_offsets,
@@ -319,7 +348,9 @@ class GroupedGemmDgluSm90:
             "sample_amax": sample_amax,
             "sample_norm_const": sample_norm_const,
         }
-        self._discrete = {"num_experts": num_experts, "b_shape": b_shape, "b_dtype": b_dtype}
+        self._sample_b = sample_b
+        self._discrete_args = dict(zip(CLASS_DISCRETE, (num_experts, b_shape, b_dtype)))
+        self._discrete: DiscreteWeights | None = None
         self._config = {
             "acc_dtype": acc_dtype,
             "mma_tiler_mn": mma_tiler_mn,
@@ -351,17 +382,23 @@ class GroupedGemmDgluSm90:
     def check_support(self) -> bool:
         """True when a prebuilt kernel serves the samples and configuration; else raise why."""
         check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled)
-        check_dense_weights("sample_b", self._samples["b"][1], self._discrete)
+        mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
+        discrete = class_discrete(**self._discrete_args) if mode == DISCRETE else None
         options = check_options(**self._config)
-        problem = describe_tensors(self._samples, options.b_major)
+        samples = (
+            self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
+        )
+        problem = describe_tensors(samples, options.b_major, discrete)
         self._variant = _select(
             problem,
             options,
             d_dtype=problem.tensors["d_row"].dtype,
             dbias="dbias" in self._samples,
+            weights=mode,
             sources=CLASS_SOURCES,
         )
         self._options = options
+        self._discrete = discrete
         return True
 
     def compile(self) -> None:
@@ -410,7 +447,7 @@ class GroupedGemmDgluSm90:
             amax_tensor=amax_tensor,
             norm_const_tensor=norm_const_tensor,
         )
-        check_dense_weights("b_tensor", b_tensor, {"b_ptrs": b_ptrs})
+        self._check_weight_mode(weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
         compiled_dbias = "dbias" in self._samples
         if dbias_tensor is not None and not compiled_dbias:
             raise ValueError(
@@ -425,7 +462,7 @@ class GroupedGemmDgluSm90:
             _named(
                 False,
                 a=a_tensor,
-                b=b_tensor,
+                **({"b_ptrs": b_ptrs} if self._discrete else {"b": b_tensor}),
                 c=c_tensor,
                 d_row=d_row_tensor,
                 padded_offsets=padded_offsets,
@@ -436,11 +473,25 @@ class GroupedGemmDgluSm90:
                 **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
             ),
             self._options.b_major,
+            self._discrete,
         )
         self._check_compiled_for(problem)
         stream = resolve_stream(current_stream, self._loaded.device)
         _check_offsets(padded_offsets, problem, stream)
         run_variant(self._loaded, problem, stream)
+
+    def _check_weight_mode(self, mode: str) -> None:
+        """Refuse weights of the other mode than the op was built for."""
+        built = weight_mode("sample_b", self._sample_b, self._discrete_args)
+        if mode != built:
+            given, wanted, built_by = (
+                ("b_tensor", "b_ptrs", "num_experts, b_shape and b_dtype")
+                if built == DISCRETE
+                else ("b_ptrs", "b_tensor", "sample_b")
+            )
+            raise ValueError(
+                f"{given}: this op was built for {built} weights ({built_by}); pass {wanted}"
+            )
 
     def _check_compiled_for(self, problem: Problem) -> None:
         """Refuse tensors whose dtypes or device differ from the compiled samples'."""

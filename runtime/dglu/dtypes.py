@@ -23,6 +23,7 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("fp16", 2, "float16", "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"),
         ElementType("fp32", 4, "float32", "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),
         ElementType("i32", 4, "int32", "CU_TENSOR_MAP_DATA_TYPE_INT32"),
+        ElementType("i64", 8, "int64", "CU_TENSOR_MAP_DATA_TYPE_INT64"),
     )
 }
 

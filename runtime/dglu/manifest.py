@@ -27,13 +27,7 @@ from typing import Any
 from .dtypes import ELEMENT_TYPES
 from .errors import ManifestError
 from .grid import grid_spec_problem
-from .problem import (
-    DERIVED_VIEWS,
-    SCALAR_NAMES,
-    TENSOR_NAMES,
-    UNLAUNCHED_WORKSPACES,
-    WORKSPACES,
-)
+from .problem import DERIVED_VIEWS, SCALAR_NAMES, TENSOR_NAMES, WORKSPACES
 from .tma import TMA_OPTIONS
 
 SCHEMA_VERSION = 1
@@ -288,9 +282,7 @@ def _read_param(data: Any, where: str, tma_tensors: set[str]) -> ParamSpec:
     if kind == "tensormap":
         spec["tensor"] = _choice(entry, "tensor", tma_tensors)
     elif kind == "pointer":
-        spec["tensor"] = _choice(
-            entry, "tensor", {*TENSOR_NAMES, *WORKSPACES, *UNLAUNCHED_WORKSPACES}
-        )
+        spec["tensor"] = _choice(entry, "tensor", {*TENSOR_NAMES, *WORKSPACES})
     elif kind == "i32_tuple":
         values = entry.take("values", list)
         if not values or not all(v in SCALAR_NAMES for v in values):

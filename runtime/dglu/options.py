@@ -2,9 +2,11 @@
 
 Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): block-scaled
 inputs and options, vector_f32, and activation constants given for an activation that does
-not use them. Features the runtime does not launch yet raise NotImplementedError naming the
-argument: discrete (per-expert pointer) weights, the dynamic scheduler, clusters of more
-than one CTA.
+not use them. use_dynamic_sched picks the scheduler (False: "static", True: "dynamic");
+cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
+mma_tiler_mn=None leaves the tile to the selection (dglu.selection). A tile, cluster or
+scheduler that no installed variant has is refused by the selection, with the command that
+builds it.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class OpOptions:
     b_major: str
     tile: tuple[int, int] | None  # None: the selection's default
     cluster: tuple[int, int]
-    scheduler: str
+    scheduler: str  # "static" or "dynamic"
 
 
 def _pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -139,24 +141,14 @@ def check_options(
         raise ValueError(f"b_major: expected one of {list(B_MAJORS)}, got {b_major!r}")
     if not isinstance(use_dynamic_sched, bool):
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
-    if use_dynamic_sched:
-        raise NotImplementedError(
-            "use_dynamic_sched: True is not available yet: dglu's runtime launches only "
-            "statically scheduled kernels; pass False"
-        )
-    if _pair("cluster_shape_mn", cluster_shape_mn) not in (None, SINGLE_CTA_CLUSTER):
-        raise NotImplementedError(
-            f"cluster_shape_mn: {cluster_shape_mn!r} is not available yet: dglu's runtime "
-            f"launches one CTA per cluster; pass None or {SINGLE_CTA_CLUSTER}"
-        )
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
         act_params=_act_params(act_func, constants),
         b_major=b_major,
         tile=_pair("mma_tiler_mn", mma_tiler_mn),
-        cluster=SINGLE_CTA_CLUSTER,
-        scheduler="static",
+        cluster=_pair("cluster_shape_mn", cluster_shape_mn) or SINGLE_CTA_CLUSTER,
+        scheduler="dynamic" if use_dynamic_sched else "static",
     )
 
 
@@ -165,23 +157,6 @@ def check_absent(reason: str, error: type[Exception], **arguments: Any) -> None:
     for name, value in arguments.items():
         if value is not None:
             raise error(f"{name}: {reason}; pass None")
-
-
-def check_dense_weights(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> None:
-    """Require dense (N, K, L) weights; discrete (per-expert pointer) mode is not available."""
-    given = [name for name, value in discrete.items() if value is not None]
-    if dense is not None and given:
-        raise ValueError(
-            f"{dense_name} and {', '.join(given)}: dense and discrete weights "
-            "exclude each other; pass one mode"
-        )
-    if given:
-        raise NotImplementedError(
-            f"{', '.join(given)}: discrete (per-expert pointer) weights are "
-            f"not available in dglu's runtime yet; pass the stacked (N, K, L) {dense_name}"
-        )
-    if dense is None:
-        raise ValueError(f"{dense_name}: required (the stacked (N, K, L) expert weights), got None")
 
 
 def output_dtype_name(name: str, dtype: Any) -> str:

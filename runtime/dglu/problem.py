@@ -26,17 +26,27 @@ DERIVED_VIEWS = ("b_expert",)
 
 @dataclass(frozen=True)
 class Workspace:
-    """A scratch tensor the runtime allocates zeroed before the first kernel of a call."""
+    """A scratch tensor the runtime allocates on the call's stream before the first kernel."""
 
     dtype: str
-    count: str  # the scalar that gives its number of elements
+    elements: int  # per unit
+    units: str | None  # the problem scalar counting the units; None: one unit
+    zeroed: bool  # False: left uninitialised (the kernels write it before reading it)
+    align: int  # bytes its address must be a multiple of
+
+    def count(self, scalars: Mapping[str, int]) -> int:
+        """Number of elements for a problem with these scalars."""
+        return self.elements * (scalars[self.units] if self.units else 1)
 
 
-WORKSPACES: dict[str, Workspace] = {"dbias_ws": Workspace(dtype="fp32", count="l_n2")}
-# Workspaces of variants this runtime does not launch yet: b_desc_ws (discrete weights: one
-# TMA descriptor per expert) and tile_counter (the dynamic scheduler's). Other variants name
-# them only as optional pointers, passed NULL.
-UNLAUNCHED_WORKSPACES = ("b_desc_ws", "tile_counter")
+WORKSPACES: dict[str, Workspace] = {
+    # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish
+    "dbias_ws": Workspace(dtype="fp32", elements=1, units="l_n2", zeroed=True, align=16),
+    # discrete weights: one 128-byte TMA descriptor per expert, written by b_descriptors
+    "b_desc_ws": Workspace(dtype="i64", elements=16, units="l", zeroed=False, align=128),
+    # dynamic scheduler: the int32 count of tiles claimed past the first wave (16 bytes)
+    "tile_counter": Workspace(dtype="i32", elements=4, units=None, zeroed=True, align=16),
+}
 
 
 @dataclass(frozen=True)

@@ -57,29 +57,41 @@ def required_workspaces(variant: Variant) -> list[str]:
 
 
 def _workspaces(loaded: LoadedVariant, problem: Problem, stream: Any) -> dict[str, Any]:
-    """The variant's required workspaces, allocated zeroed on the torch ``stream``."""
+    """The variant's required workspaces, allocated on the torch ``stream``: zeroed there
+    (so before any kernel of the call) where dglu.problem.WORKSPACES says so."""
     import torch
 
+    device = torch.device("cuda", loaded.device)
+    tensors = {}
     with torch.cuda.stream(stream):
-        return {
-            name: torch.zeros(
-                problem.scalars[WORKSPACES[name].count],
-                dtype=torch_dtype(WORKSPACES[name].dtype),
-                device=torch.device("cuda", loaded.device),
+        for name in required_workspaces(loaded.variant):
+            spec = WORKSPACES[name]
+            allocate = torch.zeros if spec.zeroed else torch.empty
+            tensors[name] = allocate(
+                spec.count(problem.scalars), dtype=torch_dtype(spec.dtype), device=device
             )
-            for name in required_workspaces(loaded.variant)
-        }
+            if tensors[name].data_ptr() % spec.align:
+                raise RuntimeError(
+                    f"workspace {name}: torch allocated it at {tensors[name].data_ptr():#x}, "
+                    f"which is not {spec.align}-byte aligned as the kernels need"
+                )
+    return tensors
 
 
 def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
     """Launch every kernel of the variant, in manifest order, on the torch ``stream``.
 
-    Workspaces are allocated zeroed on ``stream``; a launch with an empty grid (M = 0)
-    is skipped.
+    When a kernel's grid is empty (M = 0: no tiles) nothing is allocated or launched: there
+    is nothing to compute and the outputs keep their contents. Otherwise the workspaces are
+    allocated on ``stream`` first (see _workspaces).
     """
-    workspaces = _workspaces(loaded, problem, stream)
+    scalars = problem.scalars
+    sm_count = device_info(loaded.device).sm_count
+    grids = [launch_grid(kernel, scalars, sm_count) for kernel in loaded.variant.kernels]
+    if any(is_empty(grid) for grid in grids):
+        return
     views: dict[str, TensorView] = dict(problem.tensors)
-    for name, tensor in workspaces.items():
+    for name, tensor in _workspaces(loaded, problem, stream).items():
         views[name] = TensorView(
             loaded.device,
             tensor.data_ptr(),
@@ -88,13 +100,10 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: Any) -> None:
             WORKSPACES[name].dtype,
         )
     pointers = {name: view.pointer for name, view in views.items()}
-    scalars = problem.scalars
-    sm_count = device_info(loaded.device).sm_count
     with device_context(loaded.device):
-        for kernel, function in zip(loaded.variant.kernels, loaded.functions, strict=True):
-            grid = launch_grid(kernel, scalars, sm_count)
-            if is_empty(grid):
-                continue
+        for kernel, function, grid in zip(
+            loaded.variant.kernels, loaded.functions, grids, strict=True
+        ):
             tensor_maps = {
                 p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
                 for p in kernel.params

@@ -20,31 +20,44 @@ GEGLU_DEFAULTS = {
     "linear_offset": 1.0,
 }
 
-MAIN_PARAMS = [
-    {"name": "tma_a", "kind": "tensormap", "size": 128, "align": 64, "tensor": "a"},
-    {"name": "a_extents", "kind": "i32_tuple", "size": 8, "align": 4, "values": ["m", "k"]},
-    {"name": "tma_b", "kind": "tensormap", "size": 128, "align": 64, "tensor": "b"},
-    {"name": "b_extents", "kind": "i32_tuple", "size": 12, "align": 4, "values": ["n", "k", "l"]},
-    {"name": "c", "kind": "pointer", "size": 8, "align": 8, "tensor": "c"},
-    {"name": "d_row", "kind": "pointer", "size": 8, "align": 8, "tensor": "d_row"},
-    {"name": "dprob", "kind": "pointer", "size": 8, "align": 8, "tensor": "dprob"},
-    {
-        "name": "dbias_ws",
-        "kind": "pointer",
-        "size": 8,
-        "align": 8,
-        "tensor": "dbias_ws",
-        "optional": True,
-    },
-    {
-        "name": "b_desc_ws",
-        "kind": "pointer",
-        "size": 8,
-        "align": 8,
-        "tensor": "b_desc_ws",
-        "optional": True,
-    },
-    {"name": "m", "kind": "i32", "size": 4, "align": 4, "value": "m"},
+
+def _pointer(tensor: str, optional: bool = False) -> dict[str, Any]:
+    param = {"name": tensor, "kind": "pointer", "size": 8, "align": 8, "tensor": tensor}
+    return {**param, "optional": True} if optional else param
+
+
+def main_params(key: dict[str, Any]) -> list[dict[str, Any]]:
+    """The main kernel's parameters (a shortened version of the real list): B as the
+    b_expert template for discrete weights; b_desc_ws and tile_counter required only by
+    the modes that use them."""
+    discrete = key["weight_mode"] == "discrete"
+    b, b_extents = ("b_expert", ["n", "k"]) if discrete else ("b", ["n", "k", "l"])
+    return [
+        {"name": "tma_a", "kind": "tensormap", "size": 128, "align": 64, "tensor": "a"},
+        {"name": "a_extents", "kind": "i32_tuple", "size": 8, "align": 4, "values": ["m", "k"]},
+        {"name": f"tma_{b}", "kind": "tensormap", "size": 128, "align": 64, "tensor": b},
+        {
+            "name": f"{b}_extents",
+            "kind": "i32_tuple",
+            "size": 4 * len(b_extents),
+            "align": 4,
+            "values": b_extents,
+        },
+        _pointer("c"),
+        _pointer("d_row"),
+        _pointer("dprob"),
+        _pointer("dbias_ws", optional=True),
+        _pointer("b_desc_ws", optional=not discrete),
+        _pointer("tile_counter", optional=key["scheduler"] != "dynamic"),
+        {"name": "m", "kind": "i32", "size": 4, "align": 4, "value": "m"},
+    ]
+
+
+DESCRIPTOR_PARAMS = [
+    {"name": "tma_b_expert", "kind": "tensormap", "size": 128, "align": 64, "tensor": "b_expert"},
+    _pointer("b_ptrs"),
+    _pointer("b_desc_ws"),
+    {"name": "l", "kind": "i32", "size": 4, "align": 4, "value": "l"},
 ]
 FINISH_PARAMS = [
     {"name": "dbias_ws", "kind": "pointer", "size": 8, "align": 8, "tensor": "dbias_ws"},
@@ -89,14 +102,28 @@ def variant_name(key: dict[str, Any]) -> str:
     params = "".join(f"_{name}{value:g}" for name, value in sorted(key["act_params"].items()))
     return (
         f"{key['arch']}_{key['c_dtype']}_{key['d_dtype']}_{key['act_func']}{params}_"
-        f"{'dbias' if key['dbias'] else 'nodbias'}_{key['weight_mode']}_"
+        f"{'dbias' if key['dbias'] else 'nodbias'}_{key['weight_mode']}_{key['b_major']}_"
         f"{key['tile_m']}x{key['tile_n']}_{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}"
     )
 
 
 def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
-    """The kernels of a variant as the contract describes them (dbias adds a finisher)."""
-    kernels = [
+    """The kernels of a variant as the contract describes them (discrete weights start with
+    b_descriptors; dbias adds a finisher)."""
+    kernels = []
+    if key["weight_mode"] == "discrete":
+        kernels.append(
+            {
+                "role": "b_descriptors",
+                "symbol": f"{symbol}_b_descriptors_2",
+                "block": [128, 1, 1],
+                "cluster": [1, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "grid": {"rule": "elementwise", "count": "l"},
+                "params": copy.deepcopy(DESCRIPTOR_PARAMS),
+            }
+        )
+    kernels.append(
         {
             "role": "main",
             "symbol": f"{symbol}_main_0",
@@ -104,9 +131,9 @@ def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
             "cluster": [key["cluster_m"], key["cluster_n"], 1],
             "dynamic_smem_bytes": 200_000,
             "grid": {"rule": "persistent_tiles", "tile_m": key["tile_m"], "tile_n": key["tile_n"]},
-            "params": copy.deepcopy(MAIN_PARAMS),
+            "params": main_params(key),
         }
-    ]
+    )
     if key["dbias"]:
         kernels.append(
             {
@@ -120,6 +147,16 @@ def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
             }
         )
     return kernels
+
+
+def b_tma_rule(key: dict[str, Any]) -> dict[str, Any]:
+    """B's TMA rule: (N, K, L) for dense weights, one expert's (N, K) in b_major order for
+    discrete ones."""
+    if key["weight_mode"] == "dense":
+        return {"b": {**TMA_COMMON, "dims": [1, 0, 2], "box": [64, key["tile_n"], 1]}}
+    if key["b_major"] == "k":
+        return {"b_expert": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_n"]]}}
+    return {"b_expert": {**TMA_COMMON, "dims": [0, 1], "box": [64, 64]}}
 
 
 def write_artifacts(directory: Path, keys: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
@@ -140,7 +177,7 @@ def write_artifacts(directory: Path, keys: list[dict[str, Any]], **top: Any) -> 
                 "kernels": kernel_entries(key, f"dglu_{name}"),
                 "tma": {
                     "a": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_m"]]},
-                    "b": {**TMA_COMMON, "dims": [1, 0, 2], "box": [64, key["tile_n"], 1]},
+                    **b_tma_rule(key),
                 },
             }
         )

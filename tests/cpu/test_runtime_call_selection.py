@@ -2,8 +2,11 @@
 
 The device and the installed variants are stand-ins: an H200 and a hand-written artifact
 directory with the kinds of variants the wheel ships (dtype pairs, tiles, activations and
-their constants). What is checked: the request each call makes, and the missing-variant
-error naming the arguments behind each field.
+their constants, discrete weights of both b_majors, the dynamic scheduler, a 2x1 cluster),
+listed in name order as the build writes them (so "dynamic" before "static"). What is
+checked: the request each call makes (a call that asks for nothing special gets the
+dense, static, 1x1 variant), and the missing-variant error naming the arguments behind
+each field.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from dglu.problem import Problem, TensorView
 DSV4 = {"geglu_alpha": 1.0, "glu_clamp_max": 10.0, "glu_clamp_min": -10.0, "linear_offset": 0.0}
 SITU = {"situ_beta1": 4.0, "situ_beta2": 25.0}
 KEYS = [
+    variant_key(scheduler="dynamic"),
+    variant_key(cluster_m=2),
+    variant_key(weight_mode="discrete", b_major="k"),
+    variant_key(weight_mode="discrete", b_major="n"),
     variant_key(c_dtype="fp32", d_dtype="bf16", tile_n=64),
     variant_key(tile_n=64),
     variant_key(),
@@ -67,24 +74,34 @@ def problem(c_dtype: str) -> Problem:
     return Problem(m=m, n=n, k=k, l=l, tensors=views)
 
 
-def select(c_dtype="bf16", d_dtype="bf16", dbias=True, **arguments):
+def select(c_dtype="bf16", d_dtype="bf16", dbias=True, weights="dense", **arguments):
     options = check_options(**{**DEFAULTS, **arguments})
     return api._select(
-        problem(c_dtype), options, d_dtype=d_dtype, dbias=dbias, sources=api.WRAPPER_SOURCES
+        problem(c_dtype),
+        options,
+        d_dtype=d_dtype,
+        dbias=dbias,
+        weights=weights,
+        sources=api.WRAPPER_SOURCES,
     )
 
 
 @pytest.mark.parametrize(
     ("call", "key"),
     [
-        ({}, KEYS[2]),  # 128x128 over 128x64, whatever their order
-        ({"mma_tiler_mn": (128, 64)}, KEYS[1]),
-        ({"c_dtype": "fp32"}, KEYS[0]),
-        ({"c_dtype": "fp16", "d_dtype": "fp16"}, KEYS[3]),
-        ({"d_dtype": "fp32"}, KEYS[4]),
-        ({"act_func": "dgeglu", "dbias": False}, KEYS[5]),
-        ({"act_func": "dgeglu", "dbias": False, **DSV4}, KEYS[6]),
-        ({"act_func": "dsituglu", "dbias": False}, KEYS[7]),
+        ({}, KEYS[6]),  # 128x128 over 128x64, whatever their order; static, 1x1, dense
+        ({"mma_tiler_mn": (128, 64)}, KEYS[5]),
+        ({"c_dtype": "fp32"}, KEYS[4]),
+        ({"c_dtype": "fp16", "d_dtype": "fp16"}, KEYS[7]),
+        ({"d_dtype": "fp32"}, KEYS[8]),
+        ({"act_func": "dgeglu", "dbias": False}, KEYS[9]),
+        ({"act_func": "dgeglu", "dbias": False, **DSV4}, KEYS[10]),
+        ({"act_func": "dsituglu", "dbias": False}, KEYS[11]),
+        ({"use_dynamic_sched": True}, KEYS[0]),
+        ({"use_dynamic_sched": False, "cluster_shape_mn": (1, 1)}, KEYS[6]),
+        ({"cluster_shape_mn": (2, 1)}, KEYS[1]),
+        ({"weights": "discrete"}, KEYS[2]),
+        ({"weights": "discrete", "b_major": "n"}, KEYS[3]),
     ],
     ids=lambda v: variant_name(v) if isinstance(v, dict) and "arch" in v else str(v),
 )
@@ -115,6 +132,22 @@ def test_a_call_selects_the_variant_of_its_dtypes_and_constants(installed, call,
             ["dbias=True (from generate_dbias)", "(from geglu_alpha, glu_clamp_max,", "--dbias"],
         ),
         ({"dbias": False}, ["act_params={} (from act_func)", "--no-dbias"]),
+        (
+            {"weights": "discrete", "mma_tiler_mn": (128, 64)},
+            ["weight_mode=discrete (from b_tensor or b_ptrs)", "--weight-mode discrete"],
+        ),
+        (
+            {"b_major": "n"},
+            ["weight_mode=dense (from b_tensor or b_ptrs), b_major=n (from b_major)"],
+        ),
+        (
+            {"use_dynamic_sched": True, "cluster_shape_mn": (2, 1)},
+            [
+                "cluster_m=2 (from cluster_shape_mn)",
+                "scheduler=dynamic (from use_dynamic_sched)",
+                "--cluster 2x1 --scheduler dynamic",
+            ],
+        ),
     ],
 )
 def test_a_missing_variant_names_the_arguments_behind_it(installed, call, fragments) -> None:

@@ -1,20 +1,27 @@
-"""dglu.runner over stand-ins for the driver calls and for torch (no GPU needed).
+"""dglu.runner and dglu.launch over stand-ins for the driver calls and for torch (no GPU).
 
 load_variant: the cubin is verified before cuModuleLoadData, a module is loaded once per
 (context, sha256), each kernel's shared-memory attribute is set once, the caller's
 context is restored. run_variant: kernels launch in manifest order on the call's stream
-with the grids, descriptors, workspace and parameters the manifest asks for.
+with the grids, descriptors, workspaces and parameters the manifest asks for: dense or
+discrete weights (b_descriptors first, the b_expert template), static or dynamic
+scheduling (tile_counter), clusters of one or two CTAs; nothing at all when M = 0.
+_workspaces: sizes, zeroing and alignment. launch_kernel: the cluster launch attribute.
 """
 
 from __future__ import annotations
 
+import contextlib
+import struct
+import sys
 from pathlib import Path
 
 import pytest
-from conftest_runtime import DEFAULT_KEYS, write_artifacts
-from dglu import driver, runner
+from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts
+from dglu import driver, launch, runner
 from dglu.errors import CudaDriverError, IntegrityError
 from dglu.manifest import read_manifest
+from dglu.params import KernelArguments
 from dglu.problem import Problem, TensorView
 
 H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
@@ -114,8 +121,8 @@ def test_kernel_needing_more_shared_memory_than_the_device(
     assert recorder.calls == []
 
 
-class FakeWorkspace:
-    """What run_variant reads of a workspace tensor."""
+class FakeTensor:
+    """What run_variant and _workspaces read of a tensor torch allocated."""
 
     def __init__(self, pointer: int, count: int) -> None:
         self.pointer, self.shape = pointer, (count,)
@@ -131,18 +138,30 @@ class FakeStream:
     cuda_stream = 0x5EED
 
 
-def problem_of(m: int, with_dbias: bool) -> Problem:
-    n, k, l = 96, 200, 5
+WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
+B_PTRS = 0xB008  # an int64 array at an 8-byte (not 16-byte) aligned address
+N, K, L = 96, 200, 5
+
+
+def problem_of(m: int, with_dbias: bool, discrete: bool = False) -> Problem:
     views = {
-        "a": TensorView(0, 0xA000, (m, k, 1), (k, 1, m * k), "bf16"),
-        "b": TensorView(0, 0xB000, (n, k, l), (k, 1, n * k), "bf16"),
-        "c": TensorView(0, 0xC000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), "bf16"),
-        "d_row": TensorView(0, 0xD000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), "bf16"),
+        "a": TensorView(0, 0xA000, (m, K, 1), (K, 1, m * K), "bf16"),
+        "c": TensorView(0, 0xC000, (m, 2 * N, 1), (2 * N, 1, 2 * m * N), "bf16"),
+        "d_row": TensorView(0, 0xD000, (m, 2 * N, 1), (2 * N, 1, 2 * m * N), "bf16"),
         "dprob": TensorView(0, 0xE000, (m, 1, 1), (1, 1, 1), "fp32"),
     }
+    if discrete:
+        views["b_ptrs"] = TensorView(0, B_PTRS, (L,), (1,), "i64")
+        views["b_expert"] = TensorView(0, B_PTRS - 8, (N, K, 1), (K, 1, N * K), "bf16")
+    else:
+        views["b"] = TensorView(0, 0xB000, (N, K, L), (K, 1, N * K), "bf16")
     if with_dbias:
-        views["dbias"] = TensorView(0, 0xF000, (l, 2 * n, 1), (2 * n, 1, 1), "bf16")
-    return Problem(m=m, n=n, k=k, l=l, tensors=views)
+        views["dbias"] = TensorView(0, 0xF000, (L, 2 * N, 1), (2 * N, 1, 1), "bf16")
+    return Problem(m=m, n=N, k=K, l=L, tensors=views)
+
+
+def pointer(value: int) -> bytes:
+    return value.to_bytes(8, "little")
 
 
 @pytest.fixture
@@ -150,12 +169,12 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
     """Each launch run_variant makes, with its packed parameters; nothing reaches a GPU."""
     records: list[dict] = []
     encoded: list[tuple] = []
+    allocated: list[str] = []
 
     def workspaces(loaded, problem, stream):
-        return {
-            name: FakeWorkspace(0x9000, problem.scalars["l_n2"])
-            for name in runner.required_workspaces(loaded.variant)
-        }
+        names = runner.required_workspaces(loaded.variant)
+        allocated.extend(names)
+        return {name: FakeTensor(WORKSPACE_POINTERS[name], 16) for name in names}
 
     def encode(rule, view):
         encoded.append((rule, view))
@@ -166,17 +185,29 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
             {
                 "function": function,
                 "symbol": kernel.symbol,
+                "cluster": kernel.cluster,
                 "grid": grid,
                 "stream": stream,
-                "params": [bytes(buffer) for buffer in arguments.buffers],
+                "params": {
+                    param.name: bytes(buffer)
+                    for param, buffer in zip(kernel.params, arguments.buffers, strict=True)
+                },
                 "encoded": list(encoded),
+                "allocated": list(allocated),
             }
         )
+        encoded.clear()
 
     monkeypatch.setattr(runner, "_workspaces", workspaces)
     monkeypatch.setattr(runner, "encode_tensor_map", encode)
     monkeypatch.setattr(runner, "launch_kernel", launch)
     return records
+
+
+def loaded_variant(tmp_path: Path, **key):
+    write_artifacts(tmp_path, [variant_key(**key)])
+    (variant,) = read_manifest(tmp_path).variants
+    return runner.load_variant(variant, 0)
 
 
 def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
@@ -191,9 +222,13 @@ def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
     assert main["stream"] == finish["stream"] == FakeStream.cuda_stream
     assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
     assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
-    assert main["params"][7] == (0x9000).to_bytes(8, "little")  # dbias_ws
-    assert main["params"][8] == bytes(8)  # b_desc_ws: discrete weights only
-    assert finish["params"][:2] == [(0x9000).to_bytes(8, "little"), (0xF000).to_bytes(8, "little")]
+    assert main["allocated"] == ["dbias_ws"]
+    assert main["params"]["dbias_ws"] == pointer(0x9000)
+    assert main["params"]["b_desc_ws"] == main["params"]["tile_counter"] == bytes(8)
+    assert [finish["params"]["dbias_ws"], finish["params"]["dbias"]] == [
+        pointer(0x9000),
+        pointer(0xF000),
+    ]
 
 
 def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> None:
@@ -201,11 +236,137 @@ def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> Non
     loaded = runner.load_variant(variants[1], 0)  # dswiglu without dbias
     runner.run_variant(loaded, problem_of(m=256, with_dbias=False), FakeStream())
     (main,) = launches
-    assert main["params"][7] == bytes(8)
+    assert main["params"]["dbias_ws"] == bytes(8)
 
 
-def test_no_rows_skips_the_main_kernel(launches, variants) -> None:
-    loaded = runner.load_variant(variants[0], 0)
-    runner.run_variant(loaded, problem_of(m=0, with_dbias=True), FakeStream())
-    assert [launch["symbol"] for launch in launches] == [variants[0].kernels[1].symbol]
-    assert launches[0]["encoded"] == []
+@pytest.mark.parametrize(
+    ("key", "discrete"),
+    [({}, False), ({"weight_mode": "discrete"}, True), ({"scheduler": "dynamic"}, False)],
+)
+def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, discrete) -> None:
+    """M = 0: no tiles, so no kernel of the variant runs (dbias and dprob stay untouched)."""
+    loaded = loaded_variant(tmp_path, dbias=True, **key)
+    runner.run_variant(loaded, problem_of(m=0, with_dbias=True, discrete=discrete), FakeStream())
+    assert launches == []
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_discrete_weights_build_the_expert_descriptors_first(
+    launches, tmp_path: Path, b_major: str
+) -> None:
+    loaded = loaded_variant(tmp_path, weight_mode="discrete", b_major=b_major, dbias=True)
+    assert runner.required_workspaces(loaded.variant) == ["b_desc_ws", "dbias_ws"]
+    problem = problem_of(m=1380, with_dbias=True, discrete=True)
+    runner.run_variant(loaded, problem, FakeStream())
+
+    descriptors, main, finish = launches
+    assert [d["symbol"] for d in launches] == [k.symbol for k in loaded.variant.kernels]
+    assert descriptors["grid"] == (1, 1, 1)  # ceil(L / 128)
+    assert descriptors["allocated"] == ["b_desc_ws", "dbias_ws"]  # before the first launch
+    ((rule, template),) = descriptors["encoded"]
+    assert rule == loaded.variant.tma["b_expert"] and template == problem.tensors["b_expert"]
+    assert descriptors["params"]["b_ptrs"] == pointer(B_PTRS)
+    assert descriptors["params"]["b_desc_ws"] == main["params"]["b_desc_ws"] == pointer(0xA800)
+    assert [view.pointer for _, view in main["encoded"]] == [0xA000, B_PTRS - 8]
+    assert main["params"]["b_expert_extents"] == struct.pack("<ii", N, K)
+    assert main["params"]["tile_counter"] == bytes(8)
+    assert finish["params"]["dbias_ws"] == pointer(0x9000)
+
+
+def test_dynamic_scheduling_passes_the_tile_counter(launches, tmp_path: Path) -> None:
+    loaded = loaded_variant(tmp_path, scheduler="dynamic", dbias=False)
+    assert runner.required_workspaces(loaded.variant) == ["tile_counter"]
+    runner.run_variant(loaded, problem_of(m=1380, with_dbias=False), FakeStream())
+    (main,) = launches
+    assert main["params"]["tile_counter"] == pointer(0xAC00)
+    assert main["params"]["b_desc_ws"] == main["params"]["dbias_ws"] == bytes(8)
+    assert main["grid"] == (11, 1, 1)
+
+
+@pytest.mark.parametrize(("m", "grid"), [(1380, (12, 1, 1)), (128 * 300, (132, 1, 1))])
+def test_a_two_cta_cluster_launches_whole_clusters(launches, tmp_path: Path, m, grid) -> None:
+    """11 tiles make 6 clusters of 2 CTAs; many tiles fill the 66 cluster slots of 132 SMs."""
+    loaded = loaded_variant(tmp_path, cluster_m=2, dbias=False)
+    runner.run_variant(loaded, problem_of(m=m, with_dbias=False), FakeStream())
+    (main,) = launches
+    assert (main["grid"], main["cluster"]) == (grid, (2, 1, 1))
+
+
+class FakeTorch:
+    """The part of torch _workspaces uses: allocations recorded, at chosen addresses."""
+
+    def __init__(self, pointers: list[int]) -> None:
+        self.pointers = pointers  # of the allocations, in order
+        self.made: list[tuple] = []
+        self.cuda = self
+        self.streams: list[object] = []
+
+    def device(self, kind: str, index: int) -> str:
+        return f"{kind}:{index}"
+
+    def stream(self, stream: object):
+        self.streams.append(stream)
+        return contextlib.nullcontext()
+
+    def _make(self, how: str, count: int, dtype: str, device: str) -> FakeTensor:
+        self.made.append((how, count, dtype, device))
+        return FakeTensor(self.pointers[len(self.made) - 1], count)
+
+    def zeros(self, count: int, dtype: str, device: str) -> FakeTensor:
+        return self._make("zeros", count, dtype, device)
+
+    def empty(self, count: int, dtype: str, device: str) -> FakeTensor:
+        return self._make("empty", count, dtype, device)
+
+
+def test_workspaces_sizes_zeroing_and_alignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b_desc_ws: L * 128 bytes, uninitialised; dbias_ws: L * 2N fp32 and tile_counter:
+    16 bytes, zeroed; all on the call's stream and device."""
+    fake = FakeTorch([0xA800, 0x9000, 0xAC00])
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(runner, "torch_dtype", lambda name: f"torch.{name}")
+    variant = write_variant(tmp_path, weight_mode="discrete", scheduler="dynamic", dbias=True)
+    loaded = runner.LoadedVariant(variant, 3, ())
+    stream = FakeStream()
+    made = runner._workspaces(loaded, problem_of(m=256, with_dbias=True), stream)
+    assert {name: t.data_ptr() for name, t in made.items()} == {
+        "b_desc_ws": 0xA800,
+        "dbias_ws": 0x9000,
+        "tile_counter": 0xAC00,
+    }
+    assert fake.made == [
+        ("empty", L * 16, "torch.i64", "cuda:3"),
+        ("zeros", L * 2 * N, "torch.fp32", "cuda:3"),
+        ("zeros", 4, "torch.i32", "cuda:3"),
+    ]
+    assert fake.streams == [stream]
+
+    misaligned = FakeTorch([0xA840, 0x9000, 0xAC00])
+    monkeypatch.setitem(sys.modules, "torch", misaligned)
+    with pytest.raises(RuntimeError, match="workspace b_desc_ws: .*0xa840.* not 128-byte"):
+        runner._workspaces(loaded, problem_of(m=256, with_dbias=True), stream)
+
+
+def write_variant(tmp_path: Path, **key):
+    write_artifacts(tmp_path, [variant_key(**key)])
+    (variant,) = read_manifest(tmp_path).variants
+    return variant
+
+
+@pytest.mark.parametrize("cluster", [(1, 1, 1), (2, 1, 1)])
+def test_launch_sets_the_cluster_dimension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster
+) -> None:
+    calls = []
+    monkeypatch.setattr(launch, "checked", lambda name, *args: calls.append((name, args)))
+    kernel = write_variant(tmp_path, cluster_m=cluster[0], dbias=False).kernels[0]
+    arguments = KernelArguments([bytes(8)])
+    launch.launch_kernel(0x2000, kernel, (12, 1, 1), 0x5EED, arguments)
+    ((name, (config, function, params, extra)),) = calls
+    assert (name, function, params, extra) == ("cuLaunchKernelEx", 0x2000, arguments.address, 0)
+    assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (12, 384, 200_000)
+    (attribute,) = config.attrs
+    dims = attribute.value.clusterDim
+    assert (dims.x, dims.y, dims.z) == cluster and config.numAttrs == 1

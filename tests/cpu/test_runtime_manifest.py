@@ -39,12 +39,13 @@ def test_reads_every_field_of_a_good_manifest(tmp_path: Path) -> None:
             t: rule["dims"] for t, rule in entry["tma"].items()
         }
     main = manifest.variants[0].kernels[0]
-    assert [p.optional for p in main.params if p.kind == "pointer"] == [
-        False,
-        False,
-        False,
-        True,
-        True,
+    assert [(p.tensor, p.optional) for p in main.params if p.kind == "pointer"] == [
+        ("c", False),
+        ("d_row", False),
+        ("dprob", False),
+        ("dbias_ws", True),
+        ("b_desc_ws", True),
+        ("tile_counter", True),
     ]
     assert next(p for p in main.params if p.kind == "i32_tuple").values == ("m", "k")
 
@@ -112,7 +113,7 @@ BROKEN = {
     ),
     "unknown param kind": (
         lambda m: _main_param(m, "m").update(kind="i64"),
-        ["kernels[0], params[9]", "field 'kind' is 'i64'", "'tensormap'"],
+        ["kernels[0], params[10]", "field 'kind' is 'i64'", "'tensormap'"],
     ),
     "tensormap without a TMA rule": (
         lambda m: _main_param(m, "tma_a").update(tensor="c"),
@@ -124,11 +125,11 @@ BROKEN = {
     ),
     "unknown scalar": (
         lambda m: _main_param(m, "m").update(value="rows"),
-        ["params[9]", "field 'value' is 'rows'"],
+        ["params[10]", "field 'value' is 'rows'"],
     ),
     "optional on a scalar": (
         lambda m: _main_param(m, "m").update(optional=True),
-        ["params[9]", "unknown field(s) ['optional']"],
+        ["params[10]", "unknown field(s) ['optional']"],
     ),
     "unknown grid rule": (
         lambda m: _variant(m)["kernels"][0]["grid"].update(rule="spiral"),
@@ -186,39 +187,25 @@ def test_refuses_a_malformed_entry_naming_where(tmp_path: Path, case: str) -> No
 
 def test_reads_a_discrete_weight_variant_as_documented(tmp_path: Path) -> None:
     """The b_descriptors kernel, the b_expert template descriptor, b_ptrs and b_desc_ws."""
-    manifest = write_artifacts(tmp_path, [variant_key(weight_mode="discrete", dbias=False)])
-    variant = _variant(manifest)
-    variant["tma"]["b_expert"] = variant["tma"].pop("b")
-    _main_param(manifest, "tma_b").update(name="tma_b_expert", tensor="b_expert")
-    _main_param(manifest, "b_desc_ws").pop("optional")
-    pointer = {"kind": "pointer", "size": 8, "align": 8}
-    descriptors = {
-        "role": "b_descriptors",
-        "symbol": "dglu_discrete_b_descriptors_0",
-        "block": [128, 1, 1],
-        "cluster": [1, 1, 1],
-        "dynamic_smem_bytes": 0,
-        "grid": {"rule": "elementwise", "count": "l"},
-        "params": [
-            {"name": "tma_b_expert", "kind": "tensormap", "size": 128, "align": 64},
-            {"name": "b_ptrs", **pointer},
-            {"name": "b_desc_ws", **pointer},
-        ],
-    }
-    descriptors["params"][0]["tensor"] = "b_expert"
-    for param in descriptors["params"][1:]:
-        param["tensor"] = param["name"]
-    variant["kernels"].insert(0, descriptors)
-    write_manifest(tmp_path, manifest)
-
+    write_artifacts(tmp_path, [variant_key(weight_mode="discrete", b_major="n", dbias=False)])
     (read,) = read_manifest(tmp_path).variants
     assert [k.role for k in read.kernels] == ["b_descriptors", "main"]
-    assert list(read.tma) == ["a", "b_expert"]
-    assert [(p.tensor, p.optional) for p in read.kernels[0].params] == [
+    assert list(read.tma) == ["a", "b_expert"] and read.tma["b_expert"].dims == (0, 1)
+    assert [(p.tensor, p.optional) for p in read.kernels[0].params if p.tensor] == [
         ("b_expert", False),
         ("b_ptrs", False),
         ("b_desc_ws", False),
     ]
+    main_pointers = {p.tensor: p.optional for p in read.kernels[1].params if p.kind == "pointer"}
+    assert (main_pointers["b_desc_ws"], main_pointers["tile_counter"]) == (False, True)
+
+
+def test_reads_a_dynamic_scheduler_variant_as_documented(tmp_path: Path) -> None:
+    """scheduler "dynamic": the main kernel requires the tile_counter workspace."""
+    write_artifacts(tmp_path, [variant_key(scheduler="dynamic")])
+    (read,) = read_manifest(tmp_path).variants
+    main_pointers = {p.tensor: p.optional for p in read.kernels[0].params if p.kind == "pointer"}
+    assert (main_pointers["b_desc_ws"], main_pointers["tile_counter"]) == (True, False)
 
 
 def test_refuses_duplicate_variant_names(tmp_path: Path) -> None:

@@ -5,12 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from dglu.options import (
-    check_absent,
-    check_dense_weights,
-    check_options,
-    output_dtype_name,
-)
+from dglu.options import check_absent, check_options, output_dtype_name
 
 SEED_DEFAULTS = dict(
     acc_dtype=None,
@@ -64,6 +59,10 @@ def test_dsituglu_compiles_in_its_betas() -> None:
 def test_tile_cluster_and_scheduler() -> None:
     chosen = options(mma_tiler_mn=(128, 64), cluster_shape_mn=[1, 1])
     assert (chosen.tile, chosen.cluster, chosen.scheduler) == ((128, 64), (1, 1), "static")
+    chosen = options(cluster_shape_mn=(2, 1), use_dynamic_sched=False)
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, (2, 1), "static")
+    chosen = options(use_dynamic_sched=True)
+    assert (chosen.cluster, chosen.scheduler) == ((1, 1), "dynamic")
 
 
 @pytest.mark.parametrize(
@@ -78,9 +77,9 @@ def test_tile_cluster_and_scheduler() -> None:
         ("act_func", "drelu", ValueError),
         ("b_major", "m", ValueError),
         ("use_dynamic_sched", 1, ValueError),
-        ("use_dynamic_sched", True, NotImplementedError),
-        ("cluster_shape_mn", (2, 1), NotImplementedError),
-        ("cluster_shape_mn", [1, 2], NotImplementedError),
+        ("use_dynamic_sched", None, ValueError),
+        ("cluster_shape_mn", (2, 1, 1), ValueError),
+        ("cluster_shape_mn", (0, 1), ValueError),
         ("acc_dtype", "torch.float16", ValueError),
         ("mma_tiler_mn", (128,), ValueError),
         ("mma_tiler_mn", (128, 0), ValueError),
@@ -120,17 +119,6 @@ def test_absent_block_scaled_arguments() -> None:
     check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=None)
     with pytest.raises(NotImplementedError, match="^sfb_tensor: block-scaled only; pass None$"):
         check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=object())
-
-
-def test_dense_weights_only() -> None:
-    weights = object()
-    check_dense_weights("b_tensor", weights, {"b_ptrs": None, "n": None})
-    with pytest.raises(NotImplementedError, match="^b_ptrs, n: discrete"):
-        check_dense_weights("b_tensor", None, {"b_ptrs": object(), "n": 96})
-    with pytest.raises(ValueError, match="^b_tensor and b_ptrs: dense and discrete"):
-        check_dense_weights("b_tensor", weights, {"b_ptrs": object()})
-    with pytest.raises(ValueError, match="^sample_b: required"):
-        check_dense_weights("sample_b", None, {"num_experts": None})
 
 
 def test_output_dtype_names() -> None:

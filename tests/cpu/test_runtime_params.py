@@ -41,6 +41,7 @@ def test_main_kernel_params_byte_exact(kernels) -> None:
         struct.pack("<Q", POINTERS["dprob"]),
         struct.pack("<Q", POINTERS["dbias_ws"]),
         bytes(8),  # b_desc_ws: optional, absent from a dense call
+        bytes(8),  # tile_counter: optional, absent from a static call
         struct.pack("<i", SCALARS["m"]),
     ]
 

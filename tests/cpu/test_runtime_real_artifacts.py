@@ -1,9 +1,11 @@
-"""The runtime reads what the build writes: smoke.yaml plus one variant with fp32 C and
-dsituglu, compiled for real (needs CuTe DSL).
+"""The runtime reads what the build writes: smoke.yaml plus variants with fp32 C and
+dsituglu, discrete N-major weights, the dynamic scheduler and a 2x1 cluster, compiled for
+real (needs CuTe DSL).
 
 Everything a GPU launch would do short of the driver calls: parse the manifest, verify the
-cubins, select each variant from its own key, and pack every kernel's parameters into
-exactly the sizes the cubin's own parameter table (EIATTR_KPARAM_INFO) declares.
+cubins, select each variant from its own key, pack every kernel's parameters into exactly
+the sizes the cubin's own parameter table (EIATTR_KPARAM_INFO) declares, and find the
+workspaces, descriptors and grids each mode needs.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import pytest
 
 pytest.importorskip("cutlass", reason="compiling the smoke specs needs nvidia-cutlass-dsl")
 
+from dglu.grid import launch_grid  # noqa: E402
 from dglu.integrity import read_verified_cubin  # noqa: E402
 from dglu.manifest import TENSOR_NAMES, read_manifest  # noqa: E402
 from dglu.params import pack_params  # noqa: E402
 from dglu.problem import WORKSPACES  # noqa: E402
 from dglu.problem import TensorView  # noqa: E402
+from dglu.runner import required_workspaces  # noqa: E402
 from dglu.selection import VariantRequest, select_variant  # noqa: E402
 from dglu.tma import global_layout  # noqa: E402
 
@@ -28,11 +32,14 @@ from codegen.specs import load_specs, parse_specs  # noqa: E402
 
 SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
 SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
-FP32_C_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
+EXTRA_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
     "variants:\n"
     "  - {act_func: dsituglu, c_dtype: fp32, d_dtype: bf16, dbias: true, tile_n: 64}\n"
+    "  - {act_func: dgeglu, weight_mode: discrete, b_major: n, dbias: true}\n"
+    "  - {act_func: dswiglu, scheduler: dynamic, dbias: false}\n"
+    "  - {act_func: dswiglu, cluster_m: 2, dbias: true}\n"
 )
-SPECS = load_specs(SMOKE_SPECS) + parse_specs(FP32_C_SPEC, "fp32 C spec")
+SPECS = load_specs(SMOKE_SPECS) + parse_specs(EXTRA_SPEC, "extra spec")
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +80,40 @@ def test_c_and_d_descriptors_of_an_fp32_c_variant(artifacts: Path) -> None:
         assert rule.dtype == dtype and rule.box[0] * size == 128  # one 128-byte swizzle row
         view = TensorView(0, 1 << 20, (m, n2, 1), (n2, 1, m * n2), dtype)
         assert global_layout(rule, view) == ([n2, m], [n2 * size])
+
+
+def _variant(artifacts: Path, **fields):
+    (variant,) = [
+        v
+        for v in read_manifest(artifacts).variants
+        if all(getattr(v.key, name) == value for name, value in fields.items())
+    ]
+    return variant
+
+
+@pytest.mark.slow
+def test_discrete_variant_descriptors_and_workspaces(artifacts: Path) -> None:
+    """b_descriptors, main, dbias_finish; the N-major b_expert template encodes (N, K)."""
+    variant = _variant(artifacts, weight_mode="discrete")
+    assert [k.role for k in variant.kernels] == ["b_descriptors", "main", "dbias_finish"]
+    assert required_workspaces(variant) == ["b_desc_ws", "dbias_ws"]
+    n, k = SCALARS["n"], SCALARS["k"]
+    template = TensorView(0, 1 << 20, (n, k, 1), (1, n, n * k), "bf16")
+    assert global_layout(variant.tma["b_expert"], template) == ([n, k], [n * 2])
+    assert launch_grid(variant.kernels[0], SCALARS, 132) == (1, 1, 1)  # 5 experts, one block
+
+
+@pytest.mark.slow
+def test_dynamic_variant_needs_the_tile_counter(artifacts: Path) -> None:
+    variant = _variant(artifacts, scheduler="dynamic")
+    assert [k.role for k in variant.kernels] == ["main"]
+    assert required_workspaces(variant) == ["tile_counter"]
+
+
+@pytest.mark.slow
+def test_cluster_variant_launches_pairs_of_ctas(artifacts: Path) -> None:
+    variant = _variant(artifacts, cluster_m=2)
+    main = variant.kernels[0]
+    assert main.cluster == (2, 1, 1)
+    assert launch_grid(main, SCALARS, 132) == (12, 1, 1)  # 11 tiles -> 6 clusters
+    assert required_workspaces(variant) == ["dbias_ws"]

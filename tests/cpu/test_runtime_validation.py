@@ -10,8 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
-from dglu import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90  # noqa: E402
+from dglu import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
 from dglu.validation import check_offset_values, describe_tensors  # noqa: E402
+from dglu.weights import class_discrete, wrapper_discrete  # noqa: E402
 
 M, N, K, L = 1100, 96, 200, 5
 NOT_ON_GPU = "a_tensor: expected a CUDA tensor, got one on cpu"
@@ -242,6 +243,10 @@ def wrapper_arguments(**changes) -> dict[str, object]:
 def test_wrapper_checks_layouts_then_device() -> None:
     with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
         grouped_gemm_dglu_wrapper_sm90(**wrapper_arguments(act_func="dgeglu", generate_dbias=True))
+    with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
+        grouped_gemm_dglu_wrapper_sm90(
+            **wrapper_arguments(use_dynamic_sched=True, cluster_shape_mn=(2, 1))
+        )
     with pytest.raises(ValueError, match="^c_tensor: shape"):
         grouped_gemm_dglu_wrapper_sm90(
             **wrapper_arguments(c_tensor=torch.zeros(M, N, dtype=torch.bfloat16))
@@ -258,23 +263,15 @@ def test_wrapper_checks_layouts_then_device() -> None:
             "norm_const_tensor: block-scaled",
         ),
         (
-            {"b_tensor": None, "b_ptrs": torch.zeros(L, dtype=torch.int64), "n": N},
-            NotImplementedError,
-            "b_ptrs, n: discrete",
+            {"b_ptrs": torch.zeros(L, dtype=torch.int64), "n": N, "b_dtype": torch.bfloat16},
+            ValueError,
+            "b_tensor and b_ptrs, n, b_dtype: dense and discrete weights exclude each other",
         ),
         ({"b_tensor": None}, ValueError, "b_tensor: required"),
         ({"d_dtype": torch.int8}, ValueError, "d_dtype: expected"),
         ({"generate_dbias": "yes"}, ValueError, "generate_dbias: expected a bool"),
-        (
-            {"use_dynamic_sched": True},
-            NotImplementedError,
-            "use_dynamic_sched: True is not available yet",
-        ),
-        (
-            {"cluster_shape_mn": (2, 1)},
-            NotImplementedError,
-            "cluster_shape_mn: (2, 1) is not available yet",
-        ),
+        ({"use_dynamic_sched": "yes"}, ValueError, "use_dynamic_sched: expected a bool"),
+        ({"cluster_shape_mn": 2}, ValueError, "cluster_shape_mn: expected None or two"),
         (
             {"act_func": "dsituglu", "situ_beta1": -4.0},
             ValueError,
@@ -348,3 +345,194 @@ def test_class_refuses_block_scaled_samples() -> None:
     )
     with pytest.raises(NotImplementedError, match="^sample_sfa: block-scaled"):
         op.check_support()
+
+
+def discrete_arguments(**changes) -> dict[str, object]:
+    """The wrapper's arguments with discrete weights: L int64 pointers, n and b_dtype."""
+    arguments = wrapper_arguments(
+        b_tensor=None, b_ptrs=torch.zeros(L, dtype=torch.int64), n=N, b_dtype=torch.bfloat16
+    )
+    arguments.update(changes)
+    return arguments
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_discrete_weights_reach_the_device_check(b_major: str) -> None:
+    with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
+        grouped_gemm_dglu_wrapper_sm90(**discrete_arguments(b_major=b_major, generate_dbias=True))
+
+
+# changes to the discrete wrapper call -> the start of its error
+BAD_DISCRETE = {
+    "b_ptrs int32": (
+        {"b_ptrs": torch.zeros(L, dtype=torch.int32)},
+        "b_ptrs: dtype torch.int32 is not accepted; expected one of torch.int64",
+    ),
+    "b_ptrs not contiguous": (
+        {"b_ptrs": torch.zeros(2 * L, dtype=torch.int64)[::2]},
+        "b_ptrs: strides (2,) differ from the required (1,)",
+    ),
+    "b_ptrs of rank 2": (
+        {"b_ptrs": torch.zeros(L, 1, dtype=torch.int64)},
+        "b_ptrs: expected shape (L,), got rank 2",
+    ),
+    "b_ptrs a list": ({"b_ptrs": [0] * L}, "b_ptrs: expected a torch.Tensor of shape (L,)"),
+    "b_ptrs longer than alpha": (
+        {"b_ptrs": torch.zeros(L + 1, dtype=torch.int64)},
+        f"padded_offsets: shape ({L},) does not match (L,) = ({L + 1},) with M={M}, N={N}, "
+        f"K={K}, L={L + 1} (M, K from a_tensor; N from n; L from b_ptrs)",
+    ),
+    "too many experts": (
+        {"b_ptrs": torch.zeros(1025, dtype=torch.int64)},
+        "b_ptrs: L = 1025 experts, expected 1..1024",
+    ),
+    "n not a multiple of 32": ({"n": 80}, "n: N = 80 must be a positive multiple of 32"),
+    "n not an int": ({"n": 96.0}, "n: expected a positive int, got 96.0"),
+    "n missing": ({"n": None}, "n: required with b_ptrs, b_dtype (discrete weights take"),
+    "b_dtype missing": ({"b_dtype": None}, "b_dtype: required with b_ptrs, n"),
+    "b_dtype fp16": ({"b_dtype": torch.float16}, "b_dtype: expected torch.bfloat16"),
+    "a fp16": (
+        {"a_tensor": torch.zeros(M, K, 1, dtype=torch.float16)},
+        "a_tensor: dtype torch.float16 differs from b_dtype torch.bfloat16",
+    ),
+    "c of another N": (
+        {"n": N + 32},
+        f"c_tensor: shape ({M}, {2 * N}, 1) does not match (M, 2N, 1) = ({M}, {2 * N + 64}, 1)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DISCRETE))
+def test_bad_discrete_weights_are_named(case: str) -> None:
+    changes, message = BAD_DISCRETE[case]
+    with pytest.raises((ValueError, TypeError)) as raised:
+        grouped_gemm_dglu_wrapper_sm90(**discrete_arguments(**changes))
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("b_major", "strides"), [("k", (K, 1, N * K)), ("n", (1, N, N * K))], ids=["k", "n"]
+)
+def test_discrete_views_b_ptrs_and_one_experts_matrix(
+    b_major, strides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """b_ptrs (L,) int64 and the b_expert template: (N, K, 1) in b_major order at b_ptrs'
+    address rounded down to 16 bytes (an 8-byte aligned slice here)."""
+    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
+    tensors = seed_tensors()
+    del tensors["b"]
+    b_ptrs = torch.zeros(L + 1, dtype=torch.int64)[1:]
+    tensors["b_ptrs"] = b_ptrs
+    args = {role: (NAMES.get(role, role), t) for role, t in tensors.items()}
+    problem = describe_tensors(args, b_major, wrapper_discrete(N, torch.bfloat16))
+    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
+    assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
+    assert (problem.tensors["b_ptrs"].shape, problem.tensors["b_ptrs"].dtype) == ((L,), "i64")
+    template = problem.tensors["b_expert"]
+    assert template.pointer == b_ptrs.data_ptr() - b_ptrs.data_ptr() % 16
+    assert template.pointer % 16 == 0 and b_ptrs.data_ptr() - template.pointer == 8
+    assert (template.shape, template.strides, template.dtype) == ((N, K, 1), strides, "bf16")
+    assert "b" not in problem.tensors
+
+
+def class_discrete_op(**changes) -> GroupedGemmDgluSm90:
+    t = seed_tensors()
+    arguments = dict(
+        sample_a=t["a"],
+        sample_c=t["c"],
+        sample_d_row=t["d_row"],
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha"],
+        sample_beta=t["beta"],
+        sample_prob=t["prob"],
+        sample_dprob=t["dprob"],
+        num_experts=L,
+        b_shape=(N, K),
+        b_dtype=torch.bfloat16,
+    )
+    arguments.update(changes)
+    return GroupedGemmDgluSm90(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({}, "sample_a: expected a CUDA tensor, got one on cpu"),
+        ({"b_major": "n", "use_dynamic_sched": True}, "sample_a: expected a CUDA tensor"),
+        (
+            {"num_experts": L - 1},
+            f"sample_padded_offsets: shape ({L},) does not match (L,) = ({L - 1},) with "
+            f"M={M}, N={N}, K={K}, L={L - 1} (M, K from sample_a; N from b_shape; L from "
+            "num_experts)",
+        ),
+        ({"b_shape": (N, K + 8)}, f"sample_a: K = {K} differs from b_shape's K = {K + 8}"),
+        ({"b_shape": (80, K)}, "b_shape: N = 80 must be a positive multiple of 32"),
+        ({"num_experts": 2000}, "num_experts: L = 2000 experts, expected 1..1024"),
+        ({"b_shape": None}, "b_shape: required with num_experts, b_dtype"),
+        (
+            {"sample_b": seed_tensors()["b"]},
+            "sample_b and num_experts, b_shape, b_dtype: dense and discrete weights exclude",
+        ),
+        ({"num_experts": None, "b_shape": None, "b_dtype": None}, "sample_b: required"),
+    ],
+)
+def test_class_discrete_weights_are_checked(changes, message) -> None:
+    with pytest.raises(ValueError) as raised:
+        class_discrete_op(**changes).check_support()
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_class_discrete_sizes_reach_describe_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The class API's discrete op checks b_ptrs against num_experts at execute()."""
+    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
+    tensors = seed_tensors()
+    del tensors["b"]
+    tensors["b_ptrs"] = torch.zeros(L - 1, dtype=torch.int64)
+    args = {role: (NAMES.get(role, role), t) for role, t in tensors.items()}
+    with pytest.raises(ValueError, match=rf"^b_ptrs: shape \({L - 1},\) does not match"):
+        describe_tensors(args, "k", class_discrete(L, (N, K), torch.bfloat16))
+
+
+def execute_arguments(**changes) -> dict[str, object]:
+    t = seed_tensors()
+    arguments = dict(
+        a_tensor=t["a"],
+        c_tensor=t["c"],
+        d_row_tensor=t["d_row"],
+        padded_offsets=t["padded_offsets"],
+        alpha_tensor=t["alpha"],
+        beta_tensor=t["beta"],
+        prob_tensor=t["prob"],
+        dprob_tensor=t["dprob"],
+    )
+    arguments.update(changes)
+    return arguments
+
+
+@pytest.mark.parametrize(
+    ("discrete_op", "weights", "message"),
+    [
+        (
+            True,
+            {"b_tensor": seed_tensors()["b"]},
+            "b_tensor: this op was built for discrete weights (num_experts, b_shape and "
+            "b_dtype); pass b_ptrs",
+        ),
+        (
+            False,
+            {"b_ptrs": torch.zeros(L, dtype=torch.int64)},
+            "b_ptrs: this op was built for dense weights (sample_b); pass b_tensor",
+        ),
+        (
+            True,
+            {},
+            "b_tensor: required (the stacked (N, K, L) expert weights), got None; for "
+            "discrete weights pass b_ptrs instead",
+        ),
+    ],
+)
+def test_execute_takes_the_weights_of_the_mode_built(discrete_op, weights, message) -> None:
+    op = class_discrete_op() if discrete_op else class_op(with_dbias=False)
+    with pytest.raises(ValueError) as raised:
+        op.execute(**execute_arguments(**weights))
+    assert str(raised.value).startswith(message), str(raised.value)

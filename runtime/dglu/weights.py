@@ -1,0 +1,95 @@
+"""The op's weights: dense (N, K, L) B, or discrete per-expert (N, K) matrices behind b_ptrs.
+
+As in the seed, the mode follows from the arguments: b_tensor (sample_b in the class API)
+for dense weights; b_ptrs with n and b_dtype (num_experts, b_shape and b_dtype in the class
+API) for discrete ones. Both or neither, or discrete weights missing one of their
+arguments, is a ValueError. Discrete weights are bf16 (the BF16 contract). b_ptrs itself
+is checked with the other tensors (dglu.validation) and never read on the host: the
+b_descriptors kernel reads it on the device, so a captured CUDA graph stays correct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DENSE, DISCRETE = "dense", "discrete"
+DISCRETE_DTYPE = "bf16"
+
+
+@dataclass(frozen=True)
+class DiscreteWeights:
+    """What discrete weights fix that no tensor shows, and the arguments that gave it."""
+
+    n: int
+    n_from: str
+    k: int | None = None  # class API: b_shape's K, which A's K must equal
+    l: int | None = None  # class API: num_experts, which b_ptrs' length must equal
+    l_from: str = "b_ptrs"
+    dtype: str = DISCRETE_DTYPE
+
+
+def weight_mode(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> str:
+    """DENSE or DISCRETE, from which of the weight arguments were given."""
+    given = [name for name, value in discrete.items() if value is not None]
+    if dense is not None and given:
+        raise ValueError(
+            f"{dense_name} and {', '.join(given)}: dense and discrete weights exclude each "
+            "other; pass one mode"
+        )
+    if dense is not None:
+        return DENSE
+    if not given:
+        raise ValueError(
+            f"{dense_name}: required (the stacked (N, K, L) expert weights), got None; "
+            f"for discrete weights pass {', '.join(discrete)} instead"
+        )
+    missing = [name for name, value in discrete.items() if value is None]
+    if missing:
+        raise ValueError(
+            f"{', '.join(missing)}: required with {', '.join(given)} (discrete weights "
+            f"take {', '.join(discrete)}), got None"
+        )
+    return DISCRETE
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
+def _check_dtype(b_dtype: Any) -> None:
+    import torch
+
+    if b_dtype != torch.bfloat16:
+        raise ValueError(
+            f"b_dtype: expected torch.bfloat16 (discrete weights are bf16 matrices), "
+            f"got {b_dtype!r}"
+        )
+
+
+def wrapper_discrete(n: Any, b_dtype: Any) -> DiscreteWeights:
+    """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length."""
+    _check_dtype(b_dtype)
+    return DiscreteWeights(n=_positive_int("n", n), n_from="n")
+
+
+def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any) -> DiscreteWeights:
+    """The class API's discrete weights: (N, K) from ``b_shape``, L from ``num_experts``."""
+    _check_dtype(b_dtype)
+    if (
+        not isinstance(b_shape, tuple | list)
+        or len(b_shape) != 2
+        or not all(type(value) is int and value > 0 for value in b_shape)
+    ):
+        raise ValueError(f"b_shape: expected (N, K), two positive ints, got {b_shape!r}")
+    n, k = b_shape
+    return DiscreteWeights(
+        n=n,
+        n_from="b_shape",
+        k=k,
+        l=_positive_int("num_experts", num_experts),
+        l_from="num_experts",
+    )

@@ -1,0 +1,88 @@
+"""dglu.weights: which weight mode a call's arguments ask for, and the discrete arguments."""
+
+from __future__ import annotations
+
+import pytest
+from dglu.weights import (
+    DENSE,
+    DISCRETE,
+    DiscreteWeights,
+    class_discrete,
+    weight_mode,
+    wrapper_discrete,
+)
+
+WRAPPER = ("b_ptrs", "n", "b_dtype")
+
+
+def discrete_args(*values) -> dict[str, object]:
+    return dict(zip(WRAPPER, values, strict=True))
+
+
+def test_dense_or_discrete_by_what_is_given() -> None:
+    assert weight_mode("b_tensor", object(), discrete_args(None, None, None)) == DENSE
+    assert weight_mode("b_tensor", None, discrete_args(object(), 96, "bf16")) == DISCRETE
+    assert weight_mode("b_tensor", None, {"b_ptrs": object()}) == DISCRETE
+
+
+@pytest.mark.parametrize(
+    ("dense", "discrete", "message"),
+    [
+        (
+            object(),
+            discrete_args(object(), None, None),
+            "b_tensor and b_ptrs: dense and discrete weights exclude each other",
+        ),
+        (
+            object(),
+            discrete_args(None, 96, None),
+            "b_tensor and n: dense and discrete weights exclude each other",
+        ),
+        (
+            None,
+            discrete_args(None, None, None),
+            "b_tensor: required (the stacked (N, K, L) expert weights), got None; "
+            "for discrete weights pass b_ptrs, n, b_dtype instead",
+        ),
+        (
+            None,
+            discrete_args(object(), None, None),
+            "n, b_dtype: required with b_ptrs (discrete weights take b_ptrs, n, b_dtype)",
+        ),
+        (
+            None,
+            discrete_args(None, 96, "bf16"),
+            "b_ptrs: required with n, b_dtype",
+        ),
+    ],
+)
+def test_both_neither_or_part_is_refused(dense, discrete, message) -> None:
+    with pytest.raises(ValueError) as raised:
+        weight_mode("b_tensor", dense, discrete)
+    assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_wrapper_arguments() -> None:
+    torch = pytest.importorskip("torch")
+    assert wrapper_discrete(160, torch.bfloat16) == DiscreteWeights(n=160, n_from="n")
+    for n in (0, -32, 96.0, True, "96"):
+        with pytest.raises(ValueError, match=f"^n: expected a positive int, got {n!r}$"):
+            wrapper_discrete(n, torch.bfloat16)
+    for dtype in (torch.float16, torch.uint8, "bf16"):
+        with pytest.raises(ValueError, match="^b_dtype: expected torch.bfloat16"):
+            wrapper_discrete(96, dtype)
+
+
+def test_class_arguments() -> None:
+    torch = pytest.importorskip("torch")
+    weights = class_discrete(8, (160, 200), torch.bfloat16)
+    assert (weights.n, weights.k, weights.l) == (160, 200, 8)
+    assert (weights.n_from, weights.l_from, weights.dtype) == ("b_shape", "num_experts", "bf16")
+    assert class_discrete(1, [32, 8], torch.bfloat16).k == 8
+    for shape in ((160,), (160, 0), (160, 200, 1), "160x200", (160.0, 200)):
+        with pytest.raises(ValueError, match=r"^b_shape: expected \(N, K\), two positive ints"):
+            class_discrete(8, shape, torch.bfloat16)
+    with pytest.raises(ValueError, match="^num_experts: expected a positive int, got 0$"):
+        class_discrete(0, (160, 200), torch.bfloat16)
+    with pytest.raises(ValueError, match="^b_dtype: expected torch.bfloat16.*got torch.float32"):
+        class_discrete(8, (160, 200), torch.float32)
