@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="the GPU suite's reference needs tor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 
 from checks import check_d, check_dbias, check_dprob, check_untouched  # noqa: E402
-from configs import BF16, FP16, FP32, NARROW, SHIPPED, WIDE, Config  # noqa: E402
+from configs import BF16, FP16, FP32, NARROW, SHIPPED, WIDE, Config, key_fields  # noqa: E402
 from inputs import (  # noqa: E402
     Inputs,
     Shape,
@@ -195,32 +195,38 @@ def test_neighbours_are_adjacent_in_the_dtype(dtype, value) -> None:
 
 def test_shipped_configs_match_the_default_spec() -> None:
     specs = pytest.importorskip("codegen.specs")
-    names = {BF16: "bf16", FP16: "fp16", FP32: "fp32"}
     shipped = specs.load_specs(Path(__file__).resolve().parents[2] / "kernel_specs/default.yaml")
-    assert sorted(
-        (v.act_func, v.act_params, v.c_dtype, v.d_dtype, v.dbias, (v.tile_m, v.tile_n))
-        for v in shipped
-    ) == sorted(
+    assert len(SHIPPED) == len(set(SHIPPED)) == len(shipped)
+    assert {
         (
-            c.act_func,
-            tuple(c.act_params.items()),
-            names[c.c_dtype],
-            names[c.d_dtype],
-            c.dbias,
-            c.tile,
+            v.act_func,
+            tuple(sorted(v.act_params)),
+            v.c_dtype,
+            v.d_dtype,
+            v.dbias,
+            (v.tile_m, v.tile_n),
+            v.weight_mode,
+            v.b_major,
+            v.scheduler,
+            (v.cluster_m, v.cluster_n),
         )
-        for c in SHIPPED
-    )
+        for v in shipped
+    } == {key_fields(config) for config in SHIPPED}
 
 
 class EmulatedDglu:
-    """Stands in for the dglu module in tests/gpu/harness.py: both APIs run emulate()."""
+    """Stands in for the dglu module in tests/gpu/harness.py: both APIs run emulate().
+
+    Discrete weights are read through b_ptrs as the device would: each pointer must be the
+    address of one of the expert matrices inputs.expert_weights made (``matrices``).
+    """
 
     def __init__(self, bug: str | None = None) -> None:
         self.bug = bug
+        self.matrices: dict[int, torch.Tensor] = {}
 
     def grouped_gemm_dglu_wrapper_sm90(self, **arguments):
-        x = _inputs_of(arguments)
+        x = self._inputs_of(arguments)
         m, n = x.a.shape[0], x.b.shape[0]
         d_row = torch.empty(m, 2 * n, 1, dtype=arguments["d_dtype"])
         dbias = (
@@ -233,7 +239,7 @@ class EmulatedDglu:
         return {"d_row_tensor": d_row, "dprob_tensor": dprob, "dbias_tensor": dbias}
 
     def GroupedGemmDgluSm90(self, **samples):  # noqa: N802 (the class it stands in for)
-        bug = self.bug
+        fake = self
 
         class Op:
             def check_support(self) -> bool:
@@ -245,19 +251,29 @@ class EmulatedDglu:
             def execute(self, **arguments) -> None:
                 d_row, dbias = arguments["d_row_tensor"], arguments["dbias_tensor"]
                 activation = _activation_of(samples, d_row.dtype)
-                x = _inputs_of(arguments)
-                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, bug)
+                x = fake._inputs_of(arguments)
+                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, fake.bug)
 
         return Op()
 
-
-def _inputs_of(arguments) -> Inputs:
-    return Inputs(
-        **{
-            field: arguments["padded_offsets" if field == "padded_offsets" else f"{field}_tensor"]
-            for field in ("a", "b", "c", "padded_offsets", "alpha", "beta", "prob")
-        }
-    )
+    def _inputs_of(self, arguments) -> Inputs:
+        """The call's tensors; B is b_tensor, or the matrices b_ptrs points at."""
+        b = arguments.get("b_tensor")
+        if b is None:
+            pointers = arguments["b_ptrs"].tolist()
+            if self.bug == "rotated-b_ptrs":  # expert g reads expert g + 1's matrix
+                pointers = pointers[1:] + pointers[:1]
+            b = torch.stack([self.matrices[p] for p in pointers], dim=2)
+        return Inputs(
+            a=arguments["a_tensor"],
+            b=b,
+            **{
+                field: arguments[
+                    "padded_offsets" if field == "padded_offsets" else f"{field}_tensor"
+                ]
+                for field in ("c", "padded_offsets", "alpha", "beta", "prob")
+            },
+        )
 
 
 def _activation_of(arguments, d_dtype):
@@ -272,8 +288,17 @@ ALL_CONSTANTS = {name for config in SHIPPED for name in config.act_params}
 def emulated_harness(monkeypatch: pytest.MonkeyPatch):
     """tests/gpu/harness.py on the CPU over EmulatedDglu (set .bug to seed one)."""
     import harness
+    import inputs
 
     fake = EmulatedDglu()
+    make_experts = inputs.expert_weights
+
+    def registered_experts(*args, **kwargs):
+        experts = make_experts(*args, **kwargs)
+        fake.matrices.update({m.data_ptr(): m for m in experts.matrices})
+        return experts
+
+    monkeypatch.setattr(inputs, "expert_weights", registered_experts)
     monkeypatch.setattr(harness, "dglu", fake)
     monkeypatch.setattr(harness, "DEVICE", "cpu")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
@@ -296,5 +321,27 @@ def test_the_harness_fails_a_seeded_bug(emulated_harness, api: str) -> None:
     harness, fake = emulated_harness
     fake.bug = "swapped"
     case = harness.Case(Config("dswiglu", BF16, FP16, True, WIDE), UNEVEN, 3, api=api)
+    with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API"):
+        harness.run_case(case)
+
+
+@pytest.mark.parametrize("b_major", ["k", "n"])
+@pytest.mark.parametrize("api", ["class", "wrapper"])
+def test_the_harness_passes_discrete_weights_through_b_ptrs(
+    emulated_harness, api: str, b_major: str
+) -> None:
+    """A discrete case reaches the op as b_ptrs to separate matrices of the right layout;
+    an op that reads the wrong expert fails a check."""
+    harness, fake = emulated_harness
+    config = Config("dgeglu", BF16, BF16, True, WIDE, weight_mode="discrete", b_major=b_major)
+    case = harness.Case(config, UNEVEN, 4, api=api)
+    harness.run_case(case)
+    x = harness.case_inputs(case)
+    strides = {"k": (UNEVEN.k, 1), "n": (1, UNEVEN.n)}[b_major]
+    assert {m.stride() for m in x.experts.matrices} == {strides}
+    assert len({m.data_ptr() for m in x.experts.matrices + x.experts.decoys}) == 2 * UNEVEN.l
+    assert all(d.isnan().all() for d in x.experts.decoys)
+    assert torch.equal(x.b, x.experts.stacked())
+    fake.bug = "rotated-b_ptrs"
     with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API"):
         harness.run_case(case)

@@ -1,8 +1,9 @@
 """The variant matrix the GPU suite covers: what kernel_specs/default.yaml ships.
 
 A Config is one shipped variant as a caller reaches it: the activation and its compiled
-constants, C's and D's dtypes, dbias on or off, and the tile. SHIPPED lists them; a test
-checks it against the installed manifest, so the matrix and the wheel cannot drift apart.
+constants, C's and D's dtypes, dbias on or off, the tile, dense or discrete weights (and
+b_major), the scheduler and the cluster. SHIPPED lists them; a test checks it against the
+installed manifest, so the matrix and the wheel cannot drift apart.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ class Config:
     d_dtype: torch.dtype
     dbias: bool
     tile: tuple[int, int]
+    weight_mode: str = "dense"  # or "discrete": per-expert matrices behind b_ptrs
+    b_major: str = "k"  # of discrete weights' (N, K) matrices
+    scheduler: str = "static"  # or "dynamic" (use_dynamic_sched=True)
+    cluster: tuple[int, int] = (1, 1)
+
+    @property
+    def discrete(self) -> bool:
+        return self.weight_mode == "discrete"
 
     @property
     def act_func(self) -> str:
@@ -60,15 +69,28 @@ class Config:
         """The activation arguments of the wrapper and the class API."""
         return {"act_func": self.act_func, **self.act_params}
 
+    def launch_kwargs(self) -> dict[str, object]:
+        """The scheduler, cluster and b_major arguments (the 1x1 cluster left to its default)."""
+        return {
+            "use_dynamic_sched": self.scheduler == "dynamic",
+            "cluster_shape_mn": None if self.cluster == (1, 1) else self.cluster,
+            "b_major": self.b_major,
+        }
+
     def __str__(self) -> str:
         dtypes = f"{DTYPE_NAMES[self.c_dtype]}-{DTYPE_NAMES[self.d_dtype]}"
         dbias = "dbias" if self.dbias else "nodbias"
-        return f"{self.activation}-{dtypes}-{dbias}-{self.tile[0]}x{self.tile[1]}"
+        text = f"{self.activation}-{dtypes}-{dbias}-{self.tile[0]}x{self.tile[1]}"
+        if self.discrete:
+            text += f"-discrete-{self.b_major}"
+        if self.cluster != (1, 1):
+            text += f"-cluster{self.cluster[0]}x{self.cluster[1]}"
+        return text + ("-dynamic" if self.scheduler == "dynamic" else "")
 
 
-def _configs(activations, c_dtype, d_dtype, tile) -> list[Config]:
+def _configs(activations, c_dtype, d_dtype, tile, **launch) -> list[Config]:
     return [
-        Config(activation, c_dtype, d_dtype, dbias, tile)
+        Config(activation, c_dtype, d_dtype, dbias, tile, **launch)
         for activation, dbias in product(activations, (True, False))
     ]
 
@@ -81,6 +103,10 @@ SHIPPED: list[Config] = [
     *_configs(["dswiglu", "dgeglu"], FP32, FP32, NARROW),
     *_configs(["dswiglu", "dgeglu"], FP32, BF16, NARROW),
     *_configs(["dswiglu", "dgeglu"], BF16, FP32, NARROW),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k"),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="n"),
+    *_configs(["dswiglu"], BF16, BF16, WIDE, scheduler="dynamic"),
+    Config("dswiglu", BF16, BF16, True, WIDE, cluster=(2, 1)),
 ]
 
 
@@ -93,14 +119,17 @@ def key_fields(config: Config) -> tuple:
         DTYPE_NAMES[config.d_dtype],
         config.dbias,
         config.tile,
+        config.weight_mode,
+        config.b_major,
+        config.scheduler,
+        config.cluster,
     )
 
 
 def installed_key_fields(key) -> tuple | None:
     """key_fields of an installed variant's key (dglu.manifest.VariantKey); None when the
-    variant is outside what this suite calls (another weight mode, cluster or scheduler)."""
-    launch = (key.ab_dtype, key.weight_mode, key.b_major, key.cluster_m, key.cluster_n)
-    if launch != ("bf16", "dense", "k", 1, 1) or key.scheduler != "static":
+    variant is outside what this suite calls (A and B of another dtype than bf16)."""
+    if key.ab_dtype != "bf16":
         return None
     return (
         key.act_func,
@@ -109,4 +138,8 @@ def installed_key_fields(key) -> tuple | None:
         key.d_dtype,
         key.dbias,
         (key.tile_m, key.tile_n),
+        key.weight_mode,
+        key.b_major,
+        key.scheduler,
+        (key.cluster_m, key.cluster_n),
     )

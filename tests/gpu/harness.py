@@ -2,7 +2,9 @@
 
 The class API writes into caller buffers: D_row poisoned with NaN (rows past valid_m must
 keep it), dprob and dbias with non-zero contents to accumulate onto. The wrapper allocates
-D_row (d_dtype) and a zeroed dbias; its dprob is the caller's, non-zero.
+D_row (d_dtype) and a zeroed dbias; its dprob is the caller's, non-zero. A Config's weight
+mode, b_major, scheduler and cluster become the call's arguments (discrete weights: b_ptrs
+with n and b_dtype, or num_experts, b_shape and b_dtype).
 Tensors are made on DEVICE (the CPU tests run this harness over an emulated op).
 """
 
@@ -38,6 +40,19 @@ class Case:
         )
 
 
+def weight_arguments(x: Inputs, call: str) -> dict[str, object]:
+    """The weight arguments of ``call`` ("samples": the class constructor, "execute", or
+    "wrapper"): dense B, or the discrete weights of ``x.experts``."""
+    if x.experts is None:
+        return {"sample_b" if call == "samples" else "b_tensor": x.b}
+    n, k, l = x.b.shape
+    if call == "samples":
+        return {"num_experts": l, "b_shape": (n, k), "b_dtype": torch.bfloat16}
+    if call == "execute":
+        return {"b_ptrs": x.experts.b_ptrs}
+    return {"b_ptrs": x.experts.b_ptrs, "n": n, "b_dtype": torch.bfloat16}
+
+
 def class_op(config: Config, samples: Inputs, d_row, dprob, dbias, tile=None, **options):
     """A compiled GroupedGemmDgluSm90 for ``config`` described by ``samples``."""
     op = dglu.GroupedGemmDgluSm90(
@@ -50,10 +65,9 @@ def class_op(config: Config, samples: Inputs, d_row, dprob, dbias, tile=None, **
         sample_prob=samples.prob,
         sample_dprob=dprob,
         sample_dbias=dbias,
-        sample_b=samples.b,
+        **weight_arguments(samples, "samples"),
         mma_tiler_mn=tile,
-        **config.act_kwargs(),
-        **options,
+        **{**config.act_kwargs(), **config.launch_kwargs(), **options},
     )
     assert op.check_support() is True
     op.compile()
@@ -71,7 +85,7 @@ def execute(op, x: Inputs, d_row, dprob, dbias, stream=None) -> None:
         prob_tensor=x.prob,
         dprob_tensor=dprob,
         dbias_tensor=dbias,
-        b_tensor=x.b,
+        **weight_arguments(x, "execute"),
         current_stream=stream,
     )
 
@@ -86,13 +100,12 @@ def run_wrapper(config: Config, x: Inputs, dprob, tile=None, stream=None, **opti
         beta_tensor=x.beta,
         prob_tensor=x.prob,
         dprob_tensor=dprob,
-        b_tensor=x.b,
+        **weight_arguments(x, "wrapper"),
         d_dtype=config.d_dtype,
         generate_dbias=config.dbias,
         mma_tiler_mn=tile,
         current_stream=stream,
-        **config.act_kwargs(),
-        **options,
+        **{**config.act_kwargs(), **config.launch_kwargs(), **options},
     )
 
 
@@ -105,6 +118,7 @@ def case_inputs(case: Case) -> Inputs:
         case.seed,
         c_dtype=config.c_dtype,
         exact_gemm=case.exact_gemm,
+        discrete_b_major=config.b_major if config.discrete else None,
         device=DEVICE,
     )
 

@@ -5,11 +5,15 @@ A fraction of C holds each activation's special values, in C's own dtype: dgeglu
 bounds and their neighbours, dsituglu's tanh branch points and saturation, zeros, large
 values. ``exact_gemm`` draws A and B from a few powers of two (A in {-1, 0, 1}, B in
 {-1, 0, 1} / 2^q) so that the GEMM's fp32 accumulation is exact even for very large K.
+Discrete weights (ExpertWeights) put each expert's matrix in its own allocation, in a
+shuffled order, each right after a NaN-filled decoy, so that a kernel reading any other
+address than b_ptrs' (another expert's, a neighbour's) gets wrong values or NaN.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
@@ -53,14 +57,30 @@ class Shape:
 
 
 @dataclass(frozen=True)
+class ExpertWeights:
+    """Discrete weights: each expert's (N, K) bf16 matrix in its own allocation (K-major,
+    strides (K, 1), or N-major, strides (1, N)), and b_ptrs, their (L,) int64 addresses on
+    the device."""
+
+    matrices: tuple[torch.Tensor, ...]
+    decoys: tuple[torch.Tensor, ...]  # NaN-filled, each allocated just before a matrix
+    b_ptrs: torch.Tensor
+
+    def stacked(self) -> torch.Tensor:
+        """The matrices as one (N, K, L) tensor, for the reference."""
+        return torch.stack(self.matrices, dim=2)
+
+
+@dataclass(frozen=True)
 class Inputs:
     a: torch.Tensor  # (M, K, 1) bf16
-    b: torch.Tensor  # (N, K, L) bf16, stride (K, 1, N*K)
+    b: torch.Tensor  # (N, K, L) bf16, stride (K, 1, N*K); discrete: experts.stacked()
     c: torch.Tensor  # (M, 2N, 1) in C's dtype
     padded_offsets: torch.Tensor  # (L,) int32
     alpha: torch.Tensor  # (L,) fp32
     beta: torch.Tensor  # (L,) fp32
     prob: torch.Tensor  # (M, 1, 1) fp32
+    experts: ExpertWeights | None = None  # discrete weights (the op then never sees b)
 
 
 def neighbours(value: float, dtype: torch.dtype) -> list[float]:
@@ -113,6 +133,31 @@ def _operands(shape: Shape, gen: torch.Generator, exact_gemm: bool):
     return a.to(torch.bfloat16).reshape(m, k, 1), b.to(torch.bfloat16).permute(1, 2, 0)
 
 
+def _own_copy(matrix: torch.Tensor, b_major: str) -> torch.Tensor:
+    """A copy of an (N, K) matrix in a new allocation, K-major or N-major."""
+    if b_major == "k":
+        return matrix.clone(memory_format=torch.contiguous_format)
+    return matrix.t().contiguous().t()
+
+
+def expert_weights(b: torch.Tensor, b_major: str, seed: int) -> ExpertWeights:
+    """B's (N, K, L) values as discrete weights (see ExpertWeights and the module docstring)."""
+    l = b.shape[2]
+    order = list(range(l))
+    random.Random(seed).shuffle(order)
+    matrices: dict[int, torch.Tensor] = {}
+    decoys = []
+    for g in order:
+        decoys.append(torch.full(b.shape[:2], float("nan"), dtype=b.dtype, device=b.device))
+        matrices[g] = _own_copy(b[:, :, g], b_major)
+    pointers = [matrices[g].data_ptr() for g in range(l)]
+    return ExpertWeights(
+        matrices=tuple(matrices[g] for g in range(l)),
+        decoys=tuple(decoys),
+        b_ptrs=torch.tensor(pointers, dtype=torch.int64, device=b.device),
+    )
+
+
 def make_inputs(
     shape: Shape,
     act_func: str,
@@ -121,9 +166,11 @@ def make_inputs(
     *,
     c_dtype: torch.dtype = torch.bfloat16,
     exact_gemm: bool = False,
+    discrete_b_major: str | None = None,
     device: str = "cuda",
 ) -> Inputs:
-    """Fresh random inputs for ``shape`` on ``device``."""
+    """Fresh random inputs for ``shape`` on ``device``; discrete weights in ``discrete_b_major``
+    order when it is given (then ``b`` stacks the experts' own matrices)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     m, n, l = shape.m, shape.n, shape.l
     a, b = _operands(shape, gen, exact_gemm)
@@ -134,14 +181,16 @@ def make_inputs(
     c[chosen] = special[pick][chosen].to(c_dtype)
     prob = torch.randn(m, generator=gen, device=device)
     prob[::7] = 0.0
+    experts = expert_weights(b, discrete_b_major, seed) if discrete_b_major else None
     return Inputs(
         a=a,
-        b=b,
+        b=experts.stacked() if experts else b,
         c=c.reshape(m, 2 * n, 1),
         padded_offsets=torch.tensor(shape.ends, dtype=torch.int32, device=device),
         alpha=_far_from_one(l, gen, signed=True),
         beta=_far_from_one(l, gen, signed=False),
         prob=prob.reshape(m, 1, 1),
+        experts=experts,
     )
 
 

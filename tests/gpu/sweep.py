@@ -1,7 +1,8 @@
 """The randomized sweep's cases: SWEEP_CASES calls of random shape and shipped variant.
 
 Case i draws everything from random.Random(base seed + i): the variant (activation and
-constants, C/D dtypes, dbias, tile) from the shipped matrix, the class API or the wrapper,
+constants, C/D dtypes, dbias, tile, dense or discrete weights and their b_major, the
+scheduler, the cluster) from the shipped matrix, the class API or the wrapper,
 L, which experts hold rows (256 to 768 each, others empty), rows past valid_m, N (a
 multiple of 32 up to 512) and K (a multiple of 8 up to 512). The base seed is fixed
 (SWEEP_BASE_SEED, or DGLU_SWEEP_SEED to explore others).

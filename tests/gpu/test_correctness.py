@@ -3,10 +3,14 @@
 Every case: fresh random inputs (seed in the report header), uneven experts (multiples of
 256, some empty), rows past valid_m, alpha/beta/prob far from 1, C on the activations'
 branch points, dprob and dbias accumulating onto non-zero contents, D poisoned with NaN,
-and every output element checked (checks.py gives the tolerances).
+and every output element checked (checks.py gives the tolerances). Discrete weights: each
+expert's matrix its own allocation next to a NaN decoy (inputs.py), the reference computed
+from those matrices.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -60,6 +64,10 @@ EDGE_SHAPES = {
     "large-K": (Shape(n=96, k=16384, expert_rows=(256, 0, 256), extra_rows=3), True),
     "large-N": (Shape(n=16384, k=200, expert_rows=(256,), extra_rows=7), False),
 }
+DISCRETE_K = Config("dswiglu", BF16, BF16, True, WIDE, weight_mode="discrete", b_major="k")
+DISCRETE_N = Config("dgeglu", BF16, BF16, True, WIDE, weight_mode="discrete", b_major="n")
+DYNAMIC = Config("dswiglu", BF16, BF16, True, WIDE, scheduler="dynamic")
+CLUSTER = Config("dswiglu", BF16, BF16, True, WIDE, cluster=(2, 1))
 EDGE_CONFIGS = [
     Config("dswiglu", BF16, BF16, True, WIDE),
     Config("dgeglu_dsv4", BF16, BF16, True, WIDE),
@@ -67,19 +75,32 @@ EDGE_CONFIGS = [
     Config("dgeglu", FP16, FP16, True, WIDE),
     Config("dswiglu", FP32, FP32, True, NARROW),
     Config("dgeglu", BF16, FP32, False, NARROW),
+    DISCRETE_K,
+    DISCRETE_N,
+    DYNAMIC,
+    CLUSTER,
 ]
-# One shipped config per (activation, dtypes, dbias): what a caller reaches without a tile.
-BY_CALL: dict[tuple, Config] = {}
+# One shipped config per call that leaves the tile open: the one such a call reaches.
+BY_CALL: dict[Config, Config] = {}
 for _config in SHIPPED:
-    BY_CALL.setdefault(
-        (_config.activation, _config.c_dtype, _config.d_dtype, _config.dbias), _config
-    )
+    BY_CALL.setdefault(replace(_config, tile=None), _config)
 
 
 def test_shipped_variants_are_the_tested_matrix() -> None:
     arch = arch_for_capability(torch.cuda.get_device_capability())
     installed = {installed_key_fields(v.key) for v in installed_variants() if v.key.arch == arch}
     assert installed - {None} == {key_fields(config) for config in SHIPPED}
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=str)
+def test_each_config_selects_its_variant(config: Config, seed: int) -> None:
+    """The arguments of a config (its tile given) select exactly its shipped variant."""
+    x = case_inputs(Case(config, UNEVEN_96, seed))
+    samples = (poisoned_d(UNEVEN_96.m, UNEVEN_96.n, config.d_dtype), initial_dprob(UNEVEN_96.m, 1))
+    dbias = initial_dbias(UNEVEN_96.l, UNEVEN_96.n, 1) if config.dbias else None
+    op = class_op(config, x, *samples, dbias, config.tile)
+    (variant,) = [v for v in installed_variants() if v.name == op.variant_name]
+    assert installed_key_fields(variant.key) == key_fields(config)
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=str)
@@ -110,16 +131,18 @@ def test_an_open_tile_selects_the_wider_one() -> None:
 
 
 @pytest.mark.parametrize(
-    "config", [SHIPPED[0], Config("dgeglu", FP32, FP32, True, NARROW)], ids=str
+    "config", [SHIPPED[0], Config("dgeglu", FP32, FP32, True, NARROW), DISCRETE_N, DYNAMIC], ids=str
 )
 @pytest.mark.parametrize("api", ["class", "wrapper"])
 def test_no_rows_at_all(api: str, config: Config, seed: int) -> None:
-    """M = 0: nothing to launch for the main kernel; dprob and dbias keep their contents."""
+    """M = 0: nothing to launch; dprob and dbias keep their contents."""
     run_case(Case(config, Shape(n=96, k=64, expert_rows=(0, 0, 0)), seed, api=api))
 
 
 @pytest.mark.parametrize(
-    "config", [SHIPPED[0], Config("dswiglu", FP32, BF16, True, NARROW)], ids=str
+    "config",
+    [SHIPPED[0], Config("dswiglu", FP32, BF16, True, NARROW), DISCRETE_K, DYNAMIC, CLUSTER],
+    ids=str,
 )
 def test_rows_owned_by_no_expert_are_untouched(config: Config, seed: int) -> None:
     """valid_m = 0 < M: every expert empty, so D, dprob and dbias keep their contents."""
@@ -149,12 +172,15 @@ def test_execute_serves_other_sizes_than_the_samples(seed: int) -> None:
     check_dbias(dbias, torch.zeros_like(dbias), d_row, UNEVEN.ends, case.describe())
 
 
-def test_repeated_calls_accumulate(seed: int) -> None:
-    """Two executions add twice into dprob and dbias and rewrite the same D."""
-    config = Config("dgeglu", FP16, FP16, True, WIDE)
+@pytest.mark.parametrize(
+    "config", [Config("dgeglu", FP16, FP16, True, WIDE), DISCRETE_N, DYNAMIC, CLUSTER], ids=str
+)
+def test_repeated_calls_accumulate(config: Config, seed: int) -> None:
+    """Two executions add twice into dprob and dbias and rewrite the same D (each call
+    builds its own expert descriptors and starts its own tile counter from zero)."""
     case = Case(config, UNEVEN_96, seed)
     x = case_inputs(case)
-    d_row = poisoned_d(UNEVEN_96.m, UNEVEN_96.n, FP16)
+    d_row = poisoned_d(UNEVEN_96.m, UNEVEN_96.n, config.d_dtype)
     dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
     dbias = torch.zeros(UNEVEN_96.l, 2 * UNEVEN_96.n, 1, dtype=torch.bfloat16, device="cuda")
     op = class_op(config, x, d_row, dprob, dbias)
@@ -168,12 +194,15 @@ def test_repeated_calls_accumulate(seed: int) -> None:
     check_dbias(dbias, once_dbias, d_row, UNEVEN_96.ends, case.describe())
 
 
+@pytest.mark.parametrize(
+    "config", [Config("dswiglu", BF16, FP32, True, NARROW), DISCRETE_K, DYNAMIC], ids=str
+)
 @pytest.mark.parametrize("kind", ["torch", "int", "CUstream"])
-def test_current_stream_kinds(kind: str, seed: int) -> None:
-    """The op runs on the given stream: results are complete once that stream is synced."""
+def test_current_stream_kinds(kind: str, config: Config, seed: int) -> None:
+    """The op runs on the given stream, its workspaces zeroed there: results are complete
+    once that stream is synced."""
     from cuda.bindings import driver
 
-    config = Config("dswiglu", BF16, FP32, True, NARROW)
     case = Case(config, UNEVEN, seed, api="wrapper")
     x = case_inputs(case)
     dprob = torch.zeros(UNEVEN.m, 1, 1, device="cuda")
@@ -193,32 +222,84 @@ def test_current_stream_kinds(kind: str, seed: int) -> None:
     check_dbias(dbias, torch.zeros_like(dbias), d_row, UNEVEN.ends, case.describe())
 
 
-def test_cuda_graph_capture_and_replay(seed: int) -> None:
-    """execute() can be captured (padded_offsets is not read back then) and replayed."""
-    config = Config("dgeglu_dsv4", BF16, BF16, True, WIDE)
-    case = Case(config, UNEVEN_96, seed)
-    x = case_inputs(case)
-    d_row = poisoned_d(UNEVEN_96.m, UNEVEN_96.n, BF16)
-    dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
-    dbias = torch.zeros(UNEVEN_96.l, 2 * UNEVEN_96.n, 1, dtype=torch.bfloat16, device="cuda")
-    op = class_op(config, x, d_row, dprob, dbias)
+def _zeroed_outputs(config: Config, shape: Shape):
+    """D_row poisoned with NaN, dprob and dbias zeroed, for ``config`` on ``shape``."""
+    d_row = poisoned_d(shape.m, shape.n, config.d_dtype)
+    dprob = torch.zeros(shape.m, 1, 1, device="cuda")
+    dbias = torch.zeros(shape.l, 2 * shape.n, 1, dtype=torch.bfloat16, device="cuda")
+    return d_row, dprob, dbias
+
+
+def _captured(op, x, d_row, dprob, dbias) -> torch.cuda.CUDAGraph:
+    """A graph of one execute(), after a warm-up outside it (loads, encodes); the outputs
+    are reset to NaN / zero afterwards."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        execute(op, x, d_row, dprob, dbias)  # warm-up outside the graph: loads, encodes
+        execute(op, x, d_row, dprob, dbias)
     torch.cuda.current_stream().wait_stream(side)
-    dprob.zero_()
-    dbias.zero_()
-    d_row.fill_(float("nan"))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         execute(op, x, d_row, dprob, dbias)
+    _reset(d_row, dprob, dbias)
+    return graph
+
+
+def _reset(d_row, dprob, dbias) -> None:
+    d_row.fill_(float("nan"))
+    dprob.zero_()
+    dbias.zero_()
+
+
+def _check_all(config: Config, case: Case, x, d_row, dprob, dbias) -> None:
+    """D_row, dprob and dbias (accumulated from zero) against the reference of ``x``."""
+    shape = case.shape
+    expected = expected_for(config, shape, x)
+    check_d(d_row, expected, case.describe())
+    check_dprob(dprob, torch.zeros_like(dprob), expected, shape.n, case.describe())
+    check_dbias(dbias, torch.zeros_like(dbias), d_row, shape.ends, case.describe())
+
+
+@pytest.mark.parametrize(
+    "config", [Config("dgeglu_dsv4", BF16, BF16, True, WIDE), DYNAMIC, CLUSTER], ids=str
+)
+def test_cuda_graph_capture_and_replay(config: Config, seed: int) -> None:
+    """execute() can be captured (padded_offsets is not read back then) and replayed twice
+    (the tile counter is zeroed inside the graph)."""
+    case = Case(config, UNEVEN_96, seed)
+    x = case_inputs(case)
+    outputs = _zeroed_outputs(config, UNEVEN_96)
+    graph = _captured(class_op(config, x, *outputs), x, *outputs)
+    for _ in range(2):
+        _reset(*outputs)
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_all(config, case, x, *outputs)
+
+
+@pytest.mark.parametrize("config", [DISCRETE_K, DISCRETE_N], ids=str)
+def test_cuda_graph_replay_reads_new_values_of_the_same_experts(config: Config, seed: int) -> None:
+    """A captured discrete call, replayed after new values were written into the same
+    expert matrices, computes with the new values: b_ptrs and the matrices are read on the
+    device at each replay, nothing of them is baked in at capture."""
+    case = Case(config, UNEVEN_96, seed)
+    x = case_inputs(case)
+    outputs = _zeroed_outputs(config, UNEVEN_96)
+    graph = _captured(class_op(config, x, *outputs), x, *outputs)
     graph.replay()
     torch.cuda.synchronize()
-    expected = expected_for(config, UNEVEN_96, x)
-    check_d(d_row, expected, case.describe())
-    check_dprob(dprob, torch.zeros_like(dprob), expected, UNEVEN_96.n, case.describe())
-    check_dbias(dbias, torch.zeros_like(dbias), d_row, UNEVEN_96.ends, case.describe())
+    _check_all(config, case, x, *outputs)
+
+    gen = torch.Generator(device="cuda").manual_seed(seed + 1)
+    for matrix in x.experts.matrices:
+        values = torch.randn(matrix.shape, generator=gen, device="cuda") / UNEVEN_96.k**0.5
+        matrix.copy_(values)
+    renewed = replace(x, b=x.experts.stacked())
+    assert not torch.equal(renewed.b, x.b)
+    _reset(*outputs)
+    graph.replay()
+    torch.cuda.synchronize()
+    _check_all(config, case, renewed, *outputs)
 
 
 def test_execute_refuses_a_d_row_of_another_dtype(seed: int) -> None:
@@ -265,8 +346,22 @@ MISSING = {
     ),
     "fp32-at-128x128": (
         Config("dswiglu", FP32, FP32, True, WIDE),
-        {"mma_tiler_mn": WIDE},
+        {"tile": WIDE},
         ["c_dtype=fp32 (from c_tensor)", "tile_n=128 (from mma_tiler_mn)", "--tile 128x128"],
+    ),
+    "discrete-dsituglu": (
+        Config("dsituglu", BF16, BF16, True, WIDE, weight_mode="discrete"),
+        {},
+        [
+            "weight_mode=discrete (from b_tensor or b_ptrs)",
+            "--act dsituglu",
+            "--weight-mode discrete",
+        ],
+    ),
+    "dynamic-2x1-cluster": (
+        Config("dswiglu", BF16, BF16, True, WIDE, scheduler="dynamic", cluster=(2, 1)),
+        {},
+        ["cluster_m=2 (from cluster_shape_mn)", "scheduler=dynamic (from use_dynamic_sched)"],
     ),
 }
 
@@ -276,21 +371,8 @@ def test_missing_variant_says_how_to_build_it(name: str, seed: int) -> None:
     config, changes, fragments = MISSING[name]
     x = case_inputs(Case(config, UNEVEN_96, seed))
     dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
-    arguments = {**config.act_kwargs(), **changes}
     with pytest.raises(dglu.VariantNotFoundError) as error:
-        dglu.grouped_gemm_dglu_wrapper_sm90(
-            a_tensor=x.a,
-            c_tensor=x.c,
-            padded_offsets=x.padded_offsets,
-            alpha_tensor=x.alpha,
-            beta_tensor=x.beta,
-            prob_tensor=x.prob,
-            dprob_tensor=dprob,
-            b_tensor=x.b,
-            d_dtype=config.d_dtype,
-            generate_dbias=config.dbias,
-            **arguments,
-        )
+        run_wrapper(config, x, dprob, **changes)
     message = str(error.value)
     assert "nearest available variants" in message and "dglu-build add" in message
     for fragment in fragments:
@@ -298,31 +380,37 @@ def test_missing_variant_says_how_to_build_it(name: str, seed: int) -> None:
     assert not dprob.any()
 
 
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        ({"use_dynamic_sched": True}, "^use_dynamic_sched: True is not available yet"),
-        ({"cluster_shape_mn": (2, 1)}, r"^cluster_shape_mn: \(2, 1\) is not available yet"),
-        (
-            {"b_tensor": None, "b_ptrs": "pointers", "n": UNEVEN_96.n},
-            "^b_ptrs, n: discrete",
-        ),
-    ],
-    ids=["dynamic-scheduler", "cluster-2x1", "discrete-weights"],
-)
-def test_features_not_available_yet_are_refused_by_name(changes, message, seed: int) -> None:
-    x = case_inputs(Case(SHIPPED[0], UNEVEN_96, seed))
-    arguments = dict(
+def test_b_ptrs_off_the_device_is_refused_before_launch(seed: int) -> None:
+    x = case_inputs(Case(DISCRETE_K, UNEVEN_96, seed))
+    dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
+    on_host = replace(x, experts=replace(x.experts, b_ptrs=x.experts.b_ptrs.cpu()))
+    with pytest.raises(ValueError, match="^b_ptrs: on cpu, but a_tensor is on cuda:0"):
+        run_wrapper(DISCRETE_K, on_host, dprob)
+    assert not dprob.any()
+
+
+def test_execute_takes_b_ptrs_of_the_experts_given_at_construction(seed: int) -> None:
+    """A discrete op refuses dense weights and b_ptrs of another number of experts."""
+    x = case_inputs(Case(DISCRETE_N, UNEVEN_96, seed))
+    outputs = _zeroed_outputs(DISCRETE_N, UNEVEN_96)
+    op = class_op(DISCRETE_N, x, *outputs)
+    with pytest.raises(ValueError, match="^b_tensor: this op was built for discrete weights"):
+        op.execute(**_execute_arguments(x, *outputs), b_tensor=x.b)
+    with pytest.raises(ValueError, match=r"^b_ptrs: shape \(4,\) does not match \(L,\) = \(5,\)"):
+        op.execute(**_execute_arguments(x, *outputs), b_ptrs=x.experts.b_ptrs[:4])
+    check_untouched("d_row", outputs[0], poisoned_d(UNEVEN_96.m, UNEVEN_96.n, BF16), "refused")
+    assert not outputs[1].any() and not outputs[2].any()
+
+
+def _execute_arguments(x, d_row, dprob, dbias) -> dict[str, object]:
+    return dict(
         a_tensor=x.a,
         c_tensor=x.c,
+        d_row_tensor=d_row,
         padded_offsets=x.padded_offsets,
         alpha_tensor=x.alpha,
         beta_tensor=x.beta,
         prob_tensor=x.prob,
-        dprob_tensor=torch.zeros(UNEVEN_96.m, 1, 1, device="cuda"),
-        b_tensor=x.b,
+        dprob_tensor=dprob,
+        dbias_tensor=dbias,
     )
-    if "b_ptrs" in changes:
-        changes = {**changes, "b_ptrs": torch.zeros(UNEVEN_96.l, dtype=torch.int64, device="cuda")}
-    with pytest.raises(NotImplementedError, match=message):
-        dglu.grouped_gemm_dglu_wrapper_sm90(**{**arguments, **changes})
