@@ -1,0 +1,145 @@
+"""From the public API to run_variant, on CPU tensors (needs torch): what each call hands
+the runner for discrete weights, the dynamic scheduler and a 2x1 cluster.
+
+Stand-ins: an H200, a hand-written artifact directory, no device check (the tensors live
+on the CPU), and load_variant / run_variant recording their arguments instead of loading
+and launching.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
+
+from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
+from dglu import api, driver, validation  # noqa: E402
+from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
+from dglu.runner import LoadedVariant  # noqa: E402
+
+M, N, K, L = 1024, 96, 200, 4
+KEYS = [
+    variant_key(),
+    variant_key(scheduler="dynamic"),
+    variant_key(cluster_m=2),
+    variant_key(weight_mode="discrete", b_major="k"),
+    variant_key(weight_mode="discrete", b_major="n", dbias=False),
+]
+
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """(variant name, problem) of each run_variant call the API makes."""
+    write_artifacts(tmp_path, KEYS)
+    variants = read_manifest(tmp_path).variants
+    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
+    records: list[tuple] = []
+    monkeypatch.setattr(api, "device_info", lambda device: h200)
+    monkeypatch.setattr(api, "installed_variants", lambda: variants)
+    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
+    monkeypatch.setattr(api, "resolve_stream", lambda stream, device: None)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
+    monkeypatch.setattr(
+        api,
+        "run_variant",
+        lambda loaded, problem, stream: records.append((loaded.variant.name, problem)),
+    )
+    return records
+
+
+def tensors() -> dict[str, object]:
+    return dict(
+        a_tensor=torch.zeros(M, K, 1, dtype=torch.bfloat16),
+        c_tensor=torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16),
+        padded_offsets=torch.tensor([256, 256, 768, 1024], dtype=torch.int32),
+        alpha_tensor=torch.ones(L),
+        beta_tensor=torch.ones(L),
+        prob_tensor=torch.ones(M, 1, 1),
+        dprob_tensor=torch.zeros(M, 1, 1),
+    )
+
+
+def test_a_plain_call_runs_the_dense_static_one_cta_variant(runs) -> None:
+    b = torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0)
+    api.grouped_gemm_dglu_wrapper_sm90(**tensors(), b_tensor=b, generate_dbias=True)
+    ((name, problem),) = runs
+    assert name == variant_name(KEYS[0])
+    assert problem.tensors["b"].pointer == b.data_ptr()
+    assert "b_ptrs" not in problem.tensors and "b_expert" not in problem.tensors
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [({"use_dynamic_sched": True}, KEYS[1]), ({"cluster_shape_mn": (2, 1)}, KEYS[2])],
+    ids=["dynamic", "cluster"],
+)
+def test_scheduler_and_cluster_arguments_pick_their_variant(runs, options, key) -> None:
+    b = torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0)
+    api.grouped_gemm_dglu_wrapper_sm90(**tensors(), b_tensor=b, generate_dbias=True, **options)
+    assert [name for name, _ in runs] == [variant_name(key)]
+
+
+@pytest.mark.parametrize(
+    ("b_major", "dbias", "strides", "key"),
+    [("k", True, (K, 1, N * K), KEYS[3]), ("n", False, (1, N, N * K), KEYS[4])],
+    ids=["k", "n"],
+)
+def test_wrapper_hands_the_runner_b_ptrs_and_the_expert_template(
+    runs, b_major, dbias, strides, key
+) -> None:
+    b_ptrs = torch.arange(1, L + 1, dtype=torch.int64) << 20
+    out = api.grouped_gemm_dglu_wrapper_sm90(
+        **tensors(),
+        b_ptrs=b_ptrs,
+        n=N,
+        b_dtype=torch.bfloat16,
+        b_major=b_major,
+        generate_dbias=dbias,
+    )
+    ((name, problem),) = runs
+    assert name == variant_name(key)
+    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
+    assert "b" not in problem.tensors
+    assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
+    template = problem.tensors["b_expert"]
+    assert (template.shape, template.strides) == ((N, K, 1), strides)
+    assert problem.tensors["d_row"].pointer == out["d_row_tensor"].data_ptr()
+    assert out["d_row_tensor"].shape == (M, 2 * N, 1)
+    assert (out["dbias_tensor"] is not None) == dbias
+    if dbias:
+        assert out["dbias_tensor"].shape == (L, 2 * N, 1)
+    assert b_ptrs.tolist() == [(g + 1) << 20 for g in range(L)]  # never written
+
+
+def test_class_api_builds_and_executes_a_discrete_op(runs) -> None:
+    t = tensors()
+    d_row = torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)
+    dbias = torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16)
+    op = api.GroupedGemmDgluSm90(
+        sample_a=t["a_tensor"],
+        sample_c=t["c_tensor"],
+        sample_d_row=d_row,
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha_tensor"],
+        sample_beta=t["beta_tensor"],
+        sample_prob=t["prob_tensor"],
+        sample_dprob=t["dprob_tensor"],
+        sample_dbias=dbias,
+        num_experts=L,
+        b_shape=(N, K),
+        b_dtype=torch.bfloat16,
+    )
+    assert op.check_support() and op.variant_name == variant_name(KEYS[3])
+    b_ptrs = torch.zeros(L, dtype=torch.int64)
+    op.execute(**t, d_row_tensor=d_row, dbias_tensor=dbias, b_ptrs=b_ptrs)
+    ((name, problem),) = runs
+    assert name == variant_name(KEYS[3])
+    assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
+    assert problem.tensors["dbias"].pointer == dbias.data_ptr()
+    assert problem.tensors["b_expert"].shape == (N, K, 1)
