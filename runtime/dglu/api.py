@@ -32,6 +32,7 @@ from .validation import check_offset_values, describe_tensors, output_view
 from .weights import (
     DISCRETE,
     DiscreteWeights,
+    check_b_major,
     class_discrete,
     weight_mode,
     wrapper_discrete,
@@ -220,6 +221,7 @@ def grouped_gemm_dglu_wrapper_sm90(
         use_dynamic_sched=use_dynamic_sched,
         cd_major=cd_major,
     )
+    check_b_major(mode, options.b_major)
     d_dtype_name = output_dtype_name("d_dtype", d_dtype)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
@@ -385,6 +387,7 @@ class GroupedGemmDgluSm90:
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
         discrete = class_discrete(**self._discrete_args) if mode == DISCRETE else None
         options = check_options(**self._config)
+        check_b_major(mode, options.b_major)
         samples = (
             self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
         )

@@ -54,6 +54,15 @@ def weight_mode(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> str
     return DISCRETE
 
 
+def check_b_major(mode: str, b_major: str) -> None:
+    """b_major orders discrete weights' matrices; dense B is K-major (the BF16 contract)."""
+    if mode == DENSE and b_major != "k":
+        raise ValueError(
+            f"b_major: {b_major!r} applies to discrete weights (b_ptrs) only; dense B is "
+            "K-major, stride (K, 1, N*K): pass b_major='k'"
+        )
+
+
 def _positive_int(name: str, value: Any) -> int:
     if type(value) is not int or value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

@@ -137,8 +137,11 @@ def test_a_call_selects_the_variant_of_its_dtypes_and_constants(installed, call,
             ["weight_mode=discrete (from b_tensor or b_ptrs)", "--weight-mode discrete"],
         ),
         (
-            {"b_major": "n"},
-            ["weight_mode=dense (from b_tensor or b_ptrs), b_major=n (from b_major)"],
+            {"weights": "discrete", "b_major": "n", "dbias": False},
+            [
+                "weight_mode=discrete (from b_tensor or b_ptrs), b_major=n (from b_major)",
+                "--no-dbias --weight-mode discrete --b-major n",
+            ],
         ),
         (
             {"use_dynamic_sched": True, "cluster_shape_mn": (2, 1)},

@@ -271,6 +271,7 @@ def test_wrapper_checks_layouts_then_device() -> None:
         ({"d_dtype": torch.int8}, ValueError, "d_dtype: expected"),
         ({"generate_dbias": "yes"}, ValueError, "generate_dbias: expected a bool"),
         ({"use_dynamic_sched": "yes"}, ValueError, "use_dynamic_sched: expected a bool"),
+        ({"b_major": "n"}, ValueError, "b_major: 'n' applies to discrete weights (b_ptrs) only"),
         ({"cluster_shape_mn": 2}, ValueError, "cluster_shape_mn: expected None or two"),
         (
             {"act_func": "dsituglu", "situ_beta1": -4.0},
@@ -301,6 +302,24 @@ def class_op(with_dbias: bool) -> GroupedGemmDgluSm90:
         sample_dbias=t["dbias"] if with_dbias else None,
         sample_b=t["b"],
     )
+
+
+def test_class_refuses_n_major_dense_weights() -> None:
+    t = seed_tensors(b_major="n")
+    op = GroupedGemmDgluSm90(
+        sample_a=t["a"],
+        sample_c=t["c"],
+        sample_d_row=t["d_row"],
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha"],
+        sample_beta=t["beta"],
+        sample_prob=t["prob"],
+        sample_dprob=t["dprob"],
+        sample_b=t["b"],
+        b_major="n",
+    )
+    with pytest.raises(ValueError, match="^b_major: 'n' applies to discrete weights"):
+        op.check_support()
 
 
 def test_class_check_support_names_the_sample() -> None:

@@ -7,6 +7,7 @@ from dglu.weights import (
     DENSE,
     DISCRETE,
     DiscreteWeights,
+    check_b_major,
     class_discrete,
     weight_mode,
     wrapper_discrete,
@@ -86,3 +87,11 @@ def test_class_arguments() -> None:
         class_discrete(0, (160, 200), torch.bfloat16)
     with pytest.raises(ValueError, match="^b_dtype: expected torch.bfloat16.*got torch.float32"):
         class_discrete(8, (160, 200), torch.float32)
+
+
+def test_b_major_n_is_for_discrete_weights() -> None:
+    check_b_major(DENSE, "k")
+    check_b_major(DISCRETE, "k")
+    check_b_major(DISCRETE, "n")
+    with pytest.raises(ValueError, match="^b_major: 'n' applies to discrete weights"):
+        check_b_major(DENSE, "n")
