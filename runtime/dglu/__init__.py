@@ -6,7 +6,14 @@ and cuda.bindings are imported on first use, and nothing is ever compiled at run
 Run ``python -m dglu`` to list the installed variants and the device found.
 """
 
-from .api import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90
+from .api import (
+    GroupedGemmDglu,
+    GroupedGemmDgluSm90,
+    GroupedGemmDgluSm100,
+    grouped_gemm_dglu,
+    grouped_gemm_dglu_wrapper_sm90,
+    grouped_gemm_dglu_wrapper_sm100,
+)
 from .errors import (
     CudaDriverError,
     DgluError,
@@ -22,11 +29,15 @@ __version__ = "0.1.0"
 __all__ = [
     "CudaDriverError",
     "DgluError",
+    "GroupedGemmDglu",
     "GroupedGemmDgluSm90",
+    "GroupedGemmDgluSm100",
     "IntegrityError",
     "ManifestError",
     "ParamPackingError",
     "TupleDict",
     "VariantNotFoundError",
+    "grouped_gemm_dglu",
     "grouped_gemm_dglu_wrapper_sm90",
+    "grouped_gemm_dglu_wrapper_sm100",
 ]

@@ -3,9 +3,17 @@
 Argument names, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
 API, except that ``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and
 torch.bfloat16 (so that importing dglu does not import torch). Every argument is checked
-before anything is allocated or launched. padded_offsets' values are read back to the host
-and checked (a small synchronous copy) unless the stream is capturing a CUDA graph; b_ptrs'
-values are never read on the host (dglu.weights).
+before anything is allocated or launched. The seed's names (``*_sm90``, ``*_sm100``) and the
+arch-neutral ``grouped_gemm_dglu`` / ``GroupedGemmDglu`` are one implementation: each call
+runs the installed cubins of the tensors' device's architecture.
+
+Fast path: a call whose tensors have the addresses, shapes, strides and dtypes of an
+earlier call (with the same configuration) reuses that call's checks, variant and launch
+parameters (dglu.cache, dglu.runner). padded_offsets' values are not read on the host by
+default: the kernels clamp their walk to A's rows and experts, so malformed offsets give
+wrong numbers but never out-of-bounds accesses. Set ``DGLU_CHECK_OFFSETS=1`` to have every
+call read them back (a small synchronous copy; skipped while the stream captures a CUDA
+graph) and check them. b_ptrs' values are never read on the host (dglu.weights).
 
 Weights are dense (b_tensor / sample_b) or discrete (b_ptrs with n and b_dtype / num_experts,
 b_shape and b_dtype), each selecting variants of its weight mode. A call picks the variant
@@ -16,19 +24,26 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 
 from __future__ import annotations
 
-from dataclasses import replace
+import contextlib
+import functools
+import os
+from dataclasses import dataclass
 from typing import Any
 
+from . import runner
+from .cache import BoundedCache, tensors_key
 from .driver import device_info
 from .dtypes import torch_dtype
+from .errors import VariantNotFoundError
 from .manifest import Variant, installed_variants, search_path
 from .options import M_ALIGNED, OpOptions, check_absent, check_options, output_dtype_name
 from .problem import Problem
 from .runner import LoadedVariant, load_variant, run_variant
 from .selection import VariantRequest, arch_for_capability, select_variant
-from .streams import resolve_stream
+from .streams import resolve_stream, torch_stream
 from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, output_view
+from .workspaces import is_capturing
 from .weights import (
     DISCRETE,
     DiscreteWeights,
@@ -53,6 +68,9 @@ ARGUMENT_NAMES = {
     "dbias": "dbias_tensor",
     "b_ptrs": "b_ptrs",
 }
+CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
+_NO_CONTEXT = contextlib.nullcontext()
+CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
 # The weight arguments of each discrete mode, in the seed's order.
 WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
 CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
@@ -107,7 +125,7 @@ def _select(
     device = problem.tensors["a"].device
     tile = options.tile or (None, None)
     request = VariantRequest(
-        arch=arch_for_capability(device_info(device).capability),
+        arch=device_arch(device),
         ab_dtype=problem.tensors["a"].dtype,
         c_dtype=problem.tensors["c"].dtype,
         d_dtype=d_dtype,
@@ -129,18 +147,138 @@ def _select(
     )
 
 
-def _check_offsets(padded_offsets: Any, problem: Problem, stream: Any) -> None:
+def device_arch(device: int) -> str:
+    """The cubin architecture of ``device``, if the installed cubins cover it; else raise
+    naming the device, its compute capability and the architectures they cover."""
+    info = device_info(device)
+    covered = sorted({variant.key.arch for variant in installed_variants()})
+    try:
+        arch = arch_for_capability(info.capability)
+    except VariantNotFoundError:
+        arch = None
+    if arch not in covered:
+        major, minor = info.capability
+        raise VariantNotFoundError(
+            f"cuda:{device} ({info.name}, compute capability {major}.{minor}): no installed "
+            f"cubins for it; they cover {', '.join(covered) or 'no architecture'} "
+            f"(searched {', '.join(str(entry.directory) for entry in search_path())})"
+        )
+    return arch
+
+
+def offsets_check_enabled() -> bool:
+    """True when DGLU_CHECK_OFFSETS asks every call to check padded_offsets on the host."""
+    return os.environ.get(CHECK_OFFSETS_ENV, "") not in ("", "0")
+
+
+def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
     """Check padded_offsets' values on the host, unless ``stream`` is capturing a graph."""
     import torch
 
-    with torch.cuda.stream(stream):
-        if torch.cuda.is_current_stream_capturing():
-            return
+    if is_capturing(stream):
+        return
+    with torch.cuda.stream(torch_stream(stream, problem.tensors["a"].device)):
         values = padded_offsets.tolist()
     check_offset_values("padded_offsets", values, problem.m, M_ALIGNED)
 
 
-def grouped_gemm_dglu_wrapper_sm90(
+def clear_caches() -> None:
+    """Forget every cached call, launch plan, loaded variant and pooled workspace."""
+    _wrapper_calls.clear()
+    _wrapper_config.cache_clear()
+    runner.clear_caches()
+
+
+@dataclass(frozen=True)
+class WrapperConfig:
+    """The wrapper's checked non-tensor arguments: weight mode, options, outputs."""
+
+    mode: str
+    discrete: DiscreteWeights | None
+    options: OpOptions
+    d_dtype_name: str
+    dbias: bool
+
+    def __hash__(self) -> int:  # hashed on every call: computed once
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.mode, self.discrete, self.options, self.d_dtype_name, self.dbias))
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """What a call's tensors and configuration resolve to, cached by their keys."""
+
+    problem: Problem
+    loaded: LoadedVariant
+    d_dtype: Any = None  # the wrapper's D_row torch dtype
+
+
+def _configure_wrapper(**arguments: Any) -> WrapperConfig:
+    """WrapperConfig of the arguments, cached when they are hashable."""
+    try:
+        return _wrapper_config(**arguments)
+    except TypeError:  # an unhashable argument: check it uncached (and raise if bad)
+        return _wrapper_config.__wrapped__(**arguments)
+
+
+@functools.lru_cache(maxsize=CALL_CACHE_CAPACITY, typed=True)  # 96 and 96.0 differ
+def _wrapper_config(
+    *,
+    has_b_tensor: bool,
+    has_b_ptrs: bool,
+    n: Any,
+    b_dtype: Any,
+    d_dtype: Any,
+    generate_dbias: Any,
+    **options: Any,
+) -> WrapperConfig:
+    discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
+    mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
+    discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
+    checked = check_options(**options)
+    check_b_major(mode, checked.b_major)
+    d_dtype_name = output_dtype_name("d_dtype", d_dtype)
+    if not isinstance(generate_dbias, bool):
+        raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
+    return WrapperConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
+
+
+_wrapper_calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
+
+
+def _cached(
+    cache: BoundedCache[PreparedCall],
+    config: Any,
+    tensors: dict[str, tuple[str, Any]],
+    prepare: Any,
+) -> PreparedCall:
+    """``prepare()``'s PreparedCall, cached by ``config`` and the tensors' keys (uncached
+    when an argument is not a torch tensor: the full checks then run and explain it)."""
+    key = tensors_key(tensor for _, tensor in tensors.values())
+    if key is None:
+        return prepare()
+    return cache.get_or_make((config, tuple(tensors), key), prepare)
+
+
+def _prepare_wrapper(config: WrapperConfig, tensors: dict[str, tuple[str, Any]]) -> PreparedCall:
+    """Check the wrapper's tensors, pick and load its variant."""
+    problem = describe_tensors(tensors, config.options.b_major, config.discrete)
+    variant = _select(
+        problem,
+        config.options,
+        d_dtype=config.d_dtype_name,
+        dbias=config.dbias,
+        weights=config.mode,
+        sources=WRAPPER_SOURCES,
+    )
+    loaded = load_variant(variant, problem.tensors["a"].device)
+    return PreparedCall(problem, loaded, torch_dtype(config.d_dtype_name))
+
+
+def grouped_gemm_dglu(
     a_tensor: Any,
     c_tensor: Any,
     sfa_tensor: Any = None,
@@ -179,7 +317,7 @@ def grouped_gemm_dglu_wrapper_sm90(
     use_dynamic_sched: bool = False,
     current_stream: Any = None,
 ) -> TupleDict:
-    """Grouped GEMM + dGLU backward on SM90; allocates D_row (and dbias if generate_dbias).
+    """Grouped GEMM + dGLU backward on the current device; allocates D_row (and dbias if generate_dbias).
 
     Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to per-expert (N, K)
     bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n" orders each).
@@ -199,9 +337,11 @@ def grouped_gemm_dglu_wrapper_sm90(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    mode = weight_mode("b_tensor", b_tensor, dict(zip(WRAPPER_DISCRETE, (b_ptrs, n, b_dtype))))
-    discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
-    options = check_options(
+    config = _configure_wrapper(
+        has_b_tensor=b_tensor is not None,
+        has_b_ptrs=b_ptrs is not None,
+        n=n,
+        b_dtype=b_dtype,
         acc_dtype=acc_dtype,
         mma_tiler_mn=mma_tiler_mn,
         cluster_shape_mn=cluster_shape_mn,
@@ -220,53 +360,42 @@ def grouped_gemm_dglu_wrapper_sm90(
         epilogue_op=epilogue_op,
         use_dynamic_sched=use_dynamic_sched,
         cd_major=cd_major,
+        d_dtype=d_dtype,
+        generate_dbias=generate_dbias,
     )
-    check_b_major(mode, options.b_major)
-    d_dtype_name = output_dtype_name("d_dtype", d_dtype)
-    if not isinstance(generate_dbias, bool):
-        raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
-    problem = describe_tensors(
-        _named(
-            False,
-            a=a_tensor,
-            **({"b_ptrs": b_ptrs} if discrete else {"b": b_tensor}),
-            c=c_tensor,
-            padded_offsets=padded_offsets,
-            alpha=alpha_tensor,
-            beta=beta_tensor,
-            prob=prob_tensor,
-            dprob=dprob_tensor,
-        ),
-        options.b_major,
-        discrete,
+    tensors = _named(
+        False,
+        a=a_tensor,
+        **({"b_ptrs": b_ptrs} if config.discrete else {"b": b_tensor}),
+        c=c_tensor,
+        padded_offsets=padded_offsets,
+        alpha=alpha_tensor,
+        beta=beta_tensor,
+        prob=prob_tensor,
+        dprob=dprob_tensor,
     )
-    device = problem.tensors["a"].device
+    call = _cached(_wrapper_calls, config, tensors, lambda: _prepare_wrapper(config, tensors))
+    problem = call.problem
+    device = call.loaded.device
     stream = resolve_stream(current_stream, device)
-    variant = _select(
-        problem,
-        options,
-        d_dtype=d_dtype_name,
-        dbias=generate_dbias,
-        weights=mode,
-        sources=WRAPPER_SOURCES,
-    )
-    _check_offsets(padded_offsets, problem, stream)
-    loaded = load_variant(variant, device)
-
-    rows = (problem.m, 2 * problem.n, 1)
-    with torch.cuda.stream(stream):
-        d_row = torch.empty(rows, dtype=torch_dtype(d_dtype_name), device=a_tensor.device)
+    if offsets_check_enabled():
+        _check_offsets(padded_offsets, problem, stream)
+    with torch.cuda.stream(torch_stream(stream, device)) if current_stream is not None else (
+        _NO_CONTEXT
+    ):
+        d_row = torch.empty(
+            (problem.m, 2 * problem.n, 1), dtype=call.d_dtype, device=a_tensor.device
+        )
         dbias = (
             torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=a_tensor.device)
-            if generate_dbias
+            if config.dbias
             else None
         )
-    outputs = {"d_row": d_row, "dbias": dbias}
-    views = {
-        **problem.tensors,
-        **{role: output_view(role, t, problem) for role, t in outputs.items() if t is not None},
-    }
-    run_variant(loaded, replace(problem, tensors=views), stream)
+    views = dict(problem.tensors)
+    views["d_row"] = output_view("d_row", d_row, problem)
+    if dbias is not None:
+        views["dbias"] = output_view("dbias", dbias, problem)
+    run_variant(call.loaded, Problem(problem.m, problem.n, problem.k, problem.l, views), stream)
     return TupleDict(
         d_row_tensor=d_row,
         d_col_tensor=None,
@@ -278,7 +407,11 @@ def grouped_gemm_dglu_wrapper_sm90(
     )
 
 
-class GroupedGemmDgluSm90:
+grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu
+grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu
+
+
+class GroupedGemmDglu:
     """Class API: describe the op with sample tensors, check_support(), compile(), execute().
 
     dbias is compiled in only when ``sample_dbias`` is given. Weights are dense (sample_b)
@@ -373,8 +506,10 @@ class GroupedGemmDgluSm90:
             "use_dynamic_sched": use_dynamic_sched,
         }
         self._options: OpOptions | None = None
+        self._mode: str | None = None
         self._variant: Variant | None = None
         self._loaded: LoadedVariant | None = None
+        self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
 
     @property
     def variant_name(self) -> str | None:
@@ -401,6 +536,7 @@ class GroupedGemmDgluSm90:
             sources=CLASS_SOURCES,
         )
         self._options = options
+        self._mode = mode
         self._discrete = discrete
         return True
 
@@ -461,31 +597,34 @@ class GroupedGemmDgluSm90:
             raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
         if self._loaded is None:
             self.compile()
-        problem = describe_tensors(
-            _named(
-                False,
-                a=a_tensor,
-                **({"b_ptrs": b_ptrs} if self._discrete else {"b": b_tensor}),
-                c=c_tensor,
-                d_row=d_row_tensor,
-                padded_offsets=padded_offsets,
-                alpha=alpha_tensor,
-                beta=beta_tensor,
-                prob=prob_tensor,
-                dprob=dprob_tensor,
-                **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
-            ),
-            self._options.b_major,
-            self._discrete,
+        tensors = _named(
+            False,
+            a=a_tensor,
+            **({"b_ptrs": b_ptrs} if self._discrete else {"b": b_tensor}),
+            c=c_tensor,
+            d_row=d_row_tensor,
+            padded_offsets=padded_offsets,
+            alpha=alpha_tensor,
+            beta=beta_tensor,
+            prob=prob_tensor,
+            dprob=dprob_tensor,
+            **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
         )
-        self._check_compiled_for(problem)
+        call = _cached(self._calls, None, tensors, lambda: self._prepare(tensors))
         stream = resolve_stream(current_stream, self._loaded.device)
-        _check_offsets(padded_offsets, problem, stream)
-        run_variant(self._loaded, problem, stream)
+        if offsets_check_enabled():
+            _check_offsets(padded_offsets, call.problem, stream)
+        run_variant(self._loaded, call.problem, stream)
+
+    def _prepare(self, tensors: dict[str, tuple[str, Any]]) -> PreparedCall:
+        """Check execute()'s tensors against the contract and the compiled samples."""
+        problem = describe_tensors(tensors, self._options.b_major, self._discrete)
+        self._check_compiled_for(problem)
+        return PreparedCall(problem, self._loaded)
 
     def _check_weight_mode(self, mode: str) -> None:
         """Refuse weights of the other mode than the op was built for."""
-        built = weight_mode("sample_b", self._sample_b, self._discrete_args)
+        built = self._mode or weight_mode("sample_b", self._sample_b, self._discrete_args)
         if mode != built:
             given, wanted, built_by = (
                 ("b_tensor", "b_ptrs", "num_experts, b_shape and b_dtype")
@@ -512,3 +651,11 @@ class GroupedGemmDgluSm90:
                 f"a_tensor: on cuda:{device}, but the op was compiled for "
                 f"cuda:{self._loaded.device} (its samples' device)"
             )
+
+
+class GroupedGemmDgluSm90(GroupedGemmDglu):
+    """The seed's class name (GroupedGemmDglu: runs on the current device's architecture)."""
+
+
+class GroupedGemmDgluSm100(GroupedGemmDglu):
+    """The seed's class name (GroupedGemmDglu: runs on the current device's architecture)."""

@@ -1,7 +1,13 @@
-"""Launch one kernel with cuLaunchKernelEx on a stream, its cluster shape set as an attribute."""
+"""Launch one kernel with cuLaunchKernelEx on a stream, its cluster shape set as an attribute.
+
+A Launch holds everything cuLaunchKernelEx reads (the launch configuration and the packed
+parameters), built once and reused by every call with the same problem on the same stream:
+the driver copies both when the launch is enqueued, so sharing them across threads is safe.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .driver import checked
@@ -10,10 +16,22 @@ from .manifest import KernelSpec
 from .params import KernelArguments
 
 
-def launch_kernel(
+@dataclass(frozen=True)
+class Launch:
+    """One prepared kernel launch."""
+
+    function: Any
+    kernel: KernelSpec
+    grid: Grid
+    stream: int
+    arguments: KernelArguments
+    config: Any  # cuda.bindings.driver.CUlaunchConfig
+
+
+def prepare_launch(
     function: Any, kernel: KernelSpec, grid: Grid, stream: int, arguments: KernelArguments
-) -> None:
-    """Enqueue ``function`` with the manifest's block, cluster and dynamic shared memory."""
+) -> Launch:
+    """The launch of ``function`` with the manifest's block, cluster and dynamic shared memory."""
     from cuda.bindings import driver
 
     cluster = driver.CUlaunchAttribute()
@@ -29,4 +47,9 @@ def launch_kernel(
     config.hStream = driver.CUstream(stream)
     config.attrs = [cluster]
     config.numAttrs = 1
-    checked("cuLaunchKernelEx", config, function, arguments.address, 0)
+    return Launch(function, kernel, grid, stream, arguments, config)
+
+
+def launch_kernel(launch: Launch) -> None:
+    """Enqueue a prepared launch."""
+    checked("cuLaunchKernelEx", launch.config, launch.function, launch.arguments.address, 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -70,7 +71,12 @@ class Problem:
     l: int
     tensors: Mapping[str, TensorView]
 
-    @property
+    @functools.cached_property
+    def pointers_key(self) -> tuple[tuple[str, int], ...]:
+        """(role, address) of every tensor: with the sizes, what a launch plan depends on."""
+        return tuple((role, view.pointer) for role, view in self.tensors.items())
+
+    @functools.cached_property
     def scalars(self) -> dict[str, int]:
         """Every problem scalar a manifest parameter or grid rule may name."""
         return {

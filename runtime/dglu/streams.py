@@ -1,33 +1,41 @@
-"""Turn the ``current_stream`` argument into the torch stream a call runs on."""
+"""Turn the ``current_stream`` argument into the stream handle a call runs on."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def resolve_stream(current_stream: Any, device: int) -> Any:
-    """A torch.cuda.Stream for ``current_stream`` on ``device``.
+def resolve_stream(current_stream: Any, device: int) -> int:
+    """The CUstream handle (an int) of ``current_stream`` on ``device``.
 
-    Accepts None (torch's current stream on the device), a torch.cuda.Stream, a
-    cuda.bindings.driver.CUstream or an int stream handle (wrapped as an ExternalStream).
+    Accepts None (torch's current stream on the device), a torch.cuda.Stream (of that
+    device), a cuda.bindings.driver.CUstream or an int stream handle.
     """
     import torch
-    from cuda.bindings import driver
 
     if current_stream is None:
-        return torch.cuda.current_stream(device)
+        return torch._C._cuda_getCurrentRawStream(device)
     if isinstance(current_stream, torch.cuda.Stream):
         if current_stream.device.index != device:
             raise ValueError(
                 f"current_stream: belongs to cuda:{current_stream.device.index}, but the "
                 f"tensors are on cuda:{device}"
             )
+        return current_stream.cuda_stream
+    if isinstance(current_stream, int) and not isinstance(current_stream, bool):
         return current_stream
-    if isinstance(current_stream, driver.CUstream) or (
-        isinstance(current_stream, int) and not isinstance(current_stream, bool)
-    ):
-        return torch.cuda.ExternalStream(int(current_stream), device=torch.device("cuda", device))
+    from cuda.bindings import driver
+
+    if isinstance(current_stream, driver.CUstream):
+        return int(current_stream)
     raise TypeError(
         "current_stream: expected None, a torch.cuda.Stream, a cuda.bindings CUstream or an "
         f"int handle, got {type(current_stream).__name__}"
     )
+
+
+def torch_stream(stream: int, device: int) -> Any:
+    """A torch stream object for the handle ``stream`` (to allocate or read on it)."""
+    import torch
+
+    return torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))

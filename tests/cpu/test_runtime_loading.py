@@ -6,7 +6,9 @@ context is restored. run_variant: kernels launch in manifest order on the call's
 with the grids, descriptors, workspaces and parameters the manifest asks for: dense or
 discrete weights (b_descriptors first, the b_expert template), static or dynamic
 scheduling (tile_counter), clusters of one or two CTAs; nothing at all when M = 0.
-_workspaces: sizes, zeroing and alignment. launch_kernel: the cluster launch attribute.
+Repeated calls reuse their launch plan and their stream's workspaces. dglu.workspaces:
+sizes, reuse per stream, fresh allocations under graph capture, zeroing by memset, and
+alignment. prepare_launch / launch_kernel: the cluster launch attribute.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts
-from dglu import driver, launch, runner
+from dglu import driver, launch, runner, workspaces
 from dglu.errors import CudaDriverError, IntegrityError
 from dglu.manifest import read_manifest
 from dglu.params import KernelArguments
@@ -57,6 +59,7 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> RecordingDriver:
     monkeypatch.setattr(driver, "_modules", {})
     monkeypatch.setattr(driver, "_functions", {})
     monkeypatch.setattr(runner, "device_info", lambda ordinal: H200)
+    runner.clear_caches()
     driver.initialize.cache_clear()
     driver._primary_context.cache_clear()
     yield fake
@@ -134,8 +137,7 @@ class FakeTensor:
         return (1,)
 
 
-class FakeStream:
-    cuda_stream = 0x5EED
+STREAM = 0x5EED
 
 
 WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
@@ -170,35 +172,46 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
     records: list[dict] = []
     encoded: list[tuple] = []
     allocated: list[str] = []
+    zeroed: list[str] = []
 
-    def workspaces(loaded, problem, stream):
-        names = runner.required_workspaces(loaded.variant)
+    def acquire(names, scalars, device, stream, pool):
         allocated.extend(names)
-        return {name: FakeTensor(WORKSPACE_POINTERS[name], 16) for name in names}
+        return {
+            name: workspaces.Workspace(name, WORKSPACE_POINTERS[name], 16, None)
+            for name in names
+        }
+
+    def zero(made, stream):
+        zeroed.extend(name for name in made if workspaces.WORKSPACES[name].zeroed)
 
     def encode(rule, view):
         encoded.append((rule, view))
         return view.pointer.to_bytes(8, "little") * 16
 
-    def launch(function, kernel, grid, stream, arguments):
+    def launch(prepared):
+        kernel = prepared.kernel
         records.append(
             {
-                "function": function,
+                "function": prepared.function,
                 "symbol": kernel.symbol,
                 "cluster": kernel.cluster,
-                "grid": grid,
-                "stream": stream,
+                "grid": prepared.grid,
+                "stream": prepared.stream,
                 "params": {
                     param.name: bytes(buffer)
-                    for param, buffer in zip(kernel.params, arguments.buffers, strict=True)
+                    for param, buffer in zip(
+                        kernel.params, prepared.arguments.buffers, strict=True
+                    )
                 },
                 "encoded": list(encoded),
                 "allocated": list(allocated),
+                "zeroed": list(zeroed),
             }
         )
         encoded.clear()
 
-    monkeypatch.setattr(runner, "_workspaces", workspaces)
+    monkeypatch.setattr(runner.workspace_pool, "acquire", acquire)
+    monkeypatch.setattr(runner.workspace_pool, "zero", zero)
     monkeypatch.setattr(runner, "encode_tensor_map", encode)
     monkeypatch.setattr(runner, "launch_kernel", launch)
     return records
@@ -213,16 +226,16 @@ def loaded_variant(tmp_path: Path, **key):
 def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
     loaded = runner.load_variant(variants[0], 0)  # dswiglu with dbias
     problem = problem_of(m=1380, with_dbias=True)
-    runner.run_variant(loaded, problem, FakeStream())
+    runner.run_variant(loaded, problem, STREAM)
 
     main, finish = launches
     assert [main["symbol"], finish["symbol"]] == [k.symbol for k in variants[0].kernels]
     assert (main["function"], finish["function"]) == loaded.functions
     assert main["grid"] == (11, 1, 1) and finish["grid"] == (4, 1, 1)  # ceil(1380/128); 960/256
-    assert main["stream"] == finish["stream"] == FakeStream.cuda_stream
+    assert main["stream"] == finish["stream"] == STREAM
     assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
     assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
-    assert main["allocated"] == ["dbias_ws"]
+    assert main["allocated"] == main["zeroed"] == ["dbias_ws"]
     assert main["params"]["dbias_ws"] == pointer(0x9000)
     assert main["params"]["b_desc_ws"] == main["params"]["tile_counter"] == bytes(8)
     assert [finish["params"]["dbias_ws"], finish["params"]["dbias"]] == [
@@ -234,7 +247,7 @@ def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
 def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> None:
     assert runner.required_workspaces(variants[1]) == []
     loaded = runner.load_variant(variants[1], 0)  # dswiglu without dbias
-    runner.run_variant(loaded, problem_of(m=256, with_dbias=False), FakeStream())
+    runner.run_variant(loaded, problem_of(m=256, with_dbias=False), STREAM)
     (main,) = launches
     assert main["params"]["dbias_ws"] == bytes(8)
 
@@ -246,7 +259,7 @@ def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> Non
 def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, discrete) -> None:
     """M = 0: no tiles, so no kernel of the variant runs (dbias and dprob stay untouched)."""
     loaded = loaded_variant(tmp_path, dbias=True, **key)
-    runner.run_variant(loaded, problem_of(m=0, with_dbias=True, discrete=discrete), FakeStream())
+    runner.run_variant(loaded, problem_of(m=0, with_dbias=True, discrete=discrete), STREAM)
     assert launches == []
 
 
@@ -257,17 +270,18 @@ def test_discrete_weights_build_the_expert_descriptors_first(
     loaded = loaded_variant(tmp_path, weight_mode="discrete", b_major=b_major, dbias=True)
     assert runner.required_workspaces(loaded.variant) == ["b_desc_ws", "dbias_ws"]
     problem = problem_of(m=1380, with_dbias=True, discrete=True)
-    runner.run_variant(loaded, problem, FakeStream())
+    runner.run_variant(loaded, problem, STREAM)
 
     descriptors, main, finish = launches
     assert [d["symbol"] for d in launches] == [k.symbol for k in loaded.variant.kernels]
     assert descriptors["grid"] == (1, 1, 1)  # ceil(L / 128)
     assert descriptors["allocated"] == ["b_desc_ws", "dbias_ws"]  # before the first launch
-    ((rule, template),) = descriptors["encoded"]
+    # every descriptor of the call is encoded before its first launch, in kernel order
+    (rule, template), *main_encoded = descriptors["encoded"]
     assert rule == loaded.variant.tma["b_expert"] and template == problem.tensors["b_expert"]
     assert descriptors["params"]["b_ptrs"] == pointer(B_PTRS)
     assert descriptors["params"]["b_desc_ws"] == main["params"]["b_desc_ws"] == pointer(0xA800)
-    assert [view.pointer for _, view in main["encoded"]] == [0xA000, B_PTRS - 8]
+    assert [view.pointer for _, view in main_encoded] == [0xA000, B_PTRS - 8]
     assert main["params"]["b_expert_extents"] == struct.pack("<ii", N, K)
     assert main["params"]["tile_counter"] == bytes(8)
     assert finish["params"]["dbias_ws"] == pointer(0x9000)
@@ -276,7 +290,7 @@ def test_discrete_weights_build_the_expert_descriptors_first(
 def test_dynamic_scheduling_passes_the_tile_counter(launches, tmp_path: Path) -> None:
     loaded = loaded_variant(tmp_path, scheduler="dynamic", dbias=False)
     assert runner.required_workspaces(loaded.variant) == ["tile_counter"]
-    runner.run_variant(loaded, problem_of(m=1380, with_dbias=False), FakeStream())
+    runner.run_variant(loaded, problem_of(m=1380, with_dbias=False), STREAM)
     (main,) = launches
     assert main["params"]["tile_counter"] == pointer(0xAC00)
     assert main["params"]["b_desc_ws"] == main["params"]["dbias_ws"] == bytes(8)
@@ -287,13 +301,41 @@ def test_dynamic_scheduling_passes_the_tile_counter(launches, tmp_path: Path) ->
 def test_a_two_cta_cluster_launches_whole_clusters(launches, tmp_path: Path, m, grid) -> None:
     """11 tiles make 6 clusters of 2 CTAs; many tiles fill the 66 cluster slots of 132 SMs."""
     loaded = loaded_variant(tmp_path, cluster_m=2, dbias=False)
-    runner.run_variant(loaded, problem_of(m=m, with_dbias=False), FakeStream())
+    runner.run_variant(loaded, problem_of(m=m, with_dbias=False), STREAM)
     (main,) = launches
     assert (main["grid"], main["cluster"]) == (grid, (2, 1, 1))
 
 
+def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
+    """The second identical call encodes nothing and packs nothing; it launches the same
+    prepared arguments and zeroes its workspace again."""
+    loaded = runner.load_variant(variants[0], 0)
+    problem = problem_of(m=1380, with_dbias=True)
+    runner.run_variant(loaded, problem, STREAM)
+    runner.run_variant(loaded, problem, STREAM)
+    first_main, first_finish, main, finish = launches
+    assert main["encoded"] == [] and finish["encoded"] == []
+    assert main["params"] == first_main["params"] and finish["params"] == first_finish["params"]
+    assert main["zeroed"] == ["dbias_ws", "dbias_ws"]
+    runner.run_variant(loaded, problem_of(m=2048, with_dbias=True), STREAM)
+    assert launches[4]["encoded"] and launches[4]["grid"] == (16, 1, 1)
+
+
+class FakeTensor:
+    """What dglu.workspaces reads of a tensor torch allocated."""
+
+    def __init__(self, pointer: int, count: int) -> None:
+        self.pointer, self.count = pointer, count
+
+    def data_ptr(self) -> int:
+        return self.pointer
+
+    def numel(self) -> int:
+        return self.count
+
+
 class FakeTorch:
-    """The part of torch _workspaces uses: allocations recorded, at chosen addresses."""
+    """The part of torch dglu.workspaces uses: allocations recorded, at chosen addresses."""
 
     def __init__(self, pointers: list[int]) -> None:
         self.pointers = pointers  # of the allocations, in order
@@ -304,49 +346,86 @@ class FakeTorch:
     def device(self, kind: str, index: int) -> str:
         return f"{kind}:{index}"
 
+    def ExternalStream(self, handle: int, device: str) -> tuple:  # noqa: N802 (torch's name)
+        return (handle, device)
+
     def stream(self, stream: object):
         self.streams.append(stream)
         return contextlib.nullcontext()
 
-    def _make(self, how: str, count: int, dtype: str, device: str) -> FakeTensor:
-        self.made.append((how, count, dtype, device))
+    def empty(self, count: int, dtype: str, device: str) -> FakeTensor:
+        self.made.append((count, dtype, device))
         return FakeTensor(self.pointers[len(self.made) - 1], count)
 
-    def zeros(self, count: int, dtype: str, device: str) -> FakeTensor:
-        return self._make("zeros", count, dtype, device)
 
-    def empty(self, count: int, dtype: str, device: str) -> FakeTensor:
-        return self._make("empty", count, dtype, device)
+SCALARS = {"l": L, "l_n2": L * 2 * N}
+NAMES = ["b_desc_ws", "dbias_ws", "tile_counter"]
 
 
-def test_workspaces_sizes_zeroing_and_alignment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """b_desc_ws: L * 128 bytes, uninitialised; dbias_ws: L * 2N fp32 and tile_counter:
-    16 bytes, zeroed; all on the call's stream and device."""
-    fake = FakeTorch([0xA800, 0x9000, 0xAC00])
-    monkeypatch.setitem(sys.modules, "torch", fake)
-    monkeypatch.setattr(runner, "torch_dtype", lambda name: f"torch.{name}")
-    variant = write_variant(tmp_path, weight_mode="discrete", scheduler="dynamic", dbias=True)
-    loaded = runner.LoadedVariant(variant, 3, ())
-    stream = FakeStream()
-    made = runner._workspaces(loaded, problem_of(m=256, with_dbias=True), stream)
-    assert {name: t.data_ptr() for name, t in made.items()} == {
-        "b_desc_ws": 0xA800,
-        "dbias_ws": 0x9000,
-        "tile_counter": 0xAC00,
-    }
+@pytest.fixture
+def fake_torch(monkeypatch: pytest.MonkeyPatch):
+    """Install FakeTorch (pointers given later) and a capture flag the test can set."""
+    state = {"capturing": False}
+    monkeypatch.setattr(workspaces, "torch_dtype", lambda name: f"torch.{name}")
+    monkeypatch.setattr(workspaces, "is_capturing", lambda stream: state["capturing"])
+
+    def install(pointers: list[int]) -> FakeTorch:
+        fake = FakeTorch(pointers)
+        monkeypatch.setitem(sys.modules, "torch", fake)
+        return fake
+
+    return install, state
+
+
+def test_workspaces_sizes_reuse_and_alignment(fake_torch) -> None:
+    """b_desc_ws: L * 128 bytes; dbias_ws: L * 2N fp32; tile_counter: 16 bytes; allocated
+    on the call's stream and device once, then reused by the next call on that stream."""
+    install, _ = fake_torch
+    fake = install([0xA800, 0x9000, 0xAC00, 0x7000])
+    pool = workspaces.StreamWorkspaces()
+    made = workspaces.acquire(NAMES, SCALARS, 3, STREAM, pool)
+    assert {name: w.pointer for name, w in made.items()} == dict(zip(NAMES, [0xA800, 0x9000, 0xAC00]))
     assert fake.made == [
-        ("empty", L * 16, "torch.i64", "cuda:3"),
-        ("zeros", L * 2 * N, "torch.fp32", "cuda:3"),
-        ("zeros", 4, "torch.i32", "cuda:3"),
+        (L * 16, "torch.i64", "cuda:3"),
+        (L * 2 * N, "torch.fp32", "cuda:3"),
+        (4, "torch.i32", "cuda:3"),
     ]
-    assert fake.streams == [stream]
+    assert fake.streams == [(STREAM, "cuda:3")] * 3
+    again = workspaces.acquire(NAMES, SCALARS, 3, STREAM, pool)
+    assert again == made and len(fake.made) == 3
+    bigger = workspaces.acquire(["dbias_ws"], {"l_n2": 4 * L * 2 * N}, 3, STREAM, pool)
+    assert bigger["dbias_ws"].pointer == 0x7000 and fake.made[-1][0] == 4 * L * 2 * N
 
-    misaligned = FakeTorch([0xA840, 0x9000, 0xAC00])
-    monkeypatch.setitem(sys.modules, "torch", misaligned)
+    misaligned = install([0xA840])
     with pytest.raises(RuntimeError, match="workspace b_desc_ws: .*0xa840.* not 128-byte"):
-        runner._workspaces(loaded, problem_of(m=256, with_dbias=True), stream)
+        workspaces.acquire(["b_desc_ws"], SCALARS, 3, STREAM, workspaces.StreamWorkspaces())
+    assert len(misaligned.made) == 1
+
+
+def test_workspaces_under_graph_capture_are_fresh_and_not_pooled(fake_torch) -> None:
+    install, state = fake_torch
+    install([0x1000, 0x2000, 0x3000])
+    pool = workspaces.StreamWorkspaces()
+    eager = workspaces.acquire(["dbias_ws"], SCALARS, 0, STREAM, pool)
+    state["capturing"] = True
+    captured = workspaces.acquire(["dbias_ws"], SCALARS, 0, STREAM, pool)
+    state["capturing"] = False
+    later = workspaces.acquire(["dbias_ws"], SCALARS, 0, STREAM, pool)
+    assert [w["dbias_ws"].pointer for w in (eager, captured, later)] == [0x1000, 0x2000, 0x1000]
+
+
+def test_zeroing_memsets_the_zeroed_workspaces_on_the_stream(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(workspaces, "checked", lambda name, *args: calls.append((name, args)))
+    made = {
+        name: workspaces.Workspace(name, pointer, workspaces.WORKSPACES[name].count(SCALARS), None)
+        for name, pointer in zip(NAMES, [0xA800, 0x9000, 0xAC00])
+    }
+    workspaces.zero(made, STREAM)
+    assert [(name, args[:3], int(args[3])) for name, args in calls] == [
+        ("cuMemsetD32Async", (0x9000, 0, L * 2 * N), STREAM),
+        ("cuMemsetD32Async", (0xAC00, 0, 4), STREAM),
+    ]
 
 
 def write_variant(tmp_path: Path, **key):
@@ -363,8 +442,9 @@ def test_launch_sets_the_cluster_dimension(
     monkeypatch.setattr(launch, "checked", lambda name, *args: calls.append((name, args)))
     kernel = write_variant(tmp_path, cluster_m=cluster[0], dbias=False).kernels[0]
     arguments = KernelArguments([bytes(8)])
-    launch.launch_kernel(0x2000, kernel, (12, 1, 1), 0x5EED, arguments)
+    launch.launch_kernel(launch.prepare_launch(0x2000, kernel, (12, 1, 1), STREAM, arguments))
     ((name, (config, function, params, extra)),) = calls
+    assert int(config.hStream) == STREAM
     assert (name, function, params, extra) == ("cuLaunchKernelEx", 0x2000, arguments.address, 0)
     assert (config.gridDimX, config.blockDimX, config.sharedMemBytes) == (12, 384, 200_000)
     (attribute,) = config.attrs
