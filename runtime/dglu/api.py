@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import runner
+from .arrays import as_torch
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
 from .dtypes import torch_dtype
@@ -106,9 +107,11 @@ CLASS_SOURCES = {
 
 
 def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
-    """Role -> (argument name, tensor); the class constructor's names are sample_<role>."""
+    """Role -> (argument name, tensor); the class constructor's names are sample_<role>.
+    Foreign CUDA arrays (DLPack, __cuda_array_interface__) become torch tensors over the
+    same memory (dglu.arrays)."""
     return {
-        role: (f"sample_{role}" if samples else ARGUMENT_NAMES[role], tensor)
+        role: (f"sample_{role}" if samples else ARGUMENT_NAMES[role], as_torch(tensor))
         for role, tensor in tensors.items()
     }
 
@@ -159,7 +162,7 @@ def device_arch(device: int) -> str:
     if arch not in covered:
         major, minor = info.capability
         raise VariantNotFoundError(
-            f"cuda:{device} ({info.name}, compute capability {major}.{minor}): no installed "
+            f"cuda:{info.ordinal} ({info.name}, compute capability {major}.{minor}): no installed "
             f"cubins for it; they cover {', '.join(covered) or 'no architecture'} "
             f"(searched {', '.join(str(entry.directory) for entry in search_path())})"
         )
@@ -178,7 +181,7 @@ def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
     if is_capturing(stream):
         return
     with torch.cuda.stream(torch_stream(stream, problem.tensors["a"].device)):
-        values = padded_offsets.tolist()
+        values = as_torch(padded_offsets).tolist()
     check_offset_values("padded_offsets", values, problem.m, M_ALIGNED)
 
 
@@ -317,7 +320,7 @@ def grouped_gemm_dglu(
     use_dynamic_sched: bool = False,
     current_stream: Any = None,
 ) -> TupleDict:
-    """Grouped GEMM + dGLU backward on the current device; allocates D_row (and dbias if generate_dbias).
+    """Grouped GEMM + dGLU backward on the tensors' device; allocates D_row (and dbias).
 
     Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to per-expert (N, K)
     bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n" orders each).
@@ -380,14 +383,15 @@ def grouped_gemm_dglu(
     stream = resolve_stream(current_stream, device)
     if offsets_check_enabled():
         _check_offsets(padded_offsets, problem, stream)
+    out_device = tensors["a"][1].device
     with torch.cuda.stream(torch_stream(stream, device)) if current_stream is not None else (
         _NO_CONTEXT
     ):
         d_row = torch.empty(
-            (problem.m, 2 * problem.n, 1), dtype=call.d_dtype, device=a_tensor.device
+            (problem.m, 2 * problem.n, 1), dtype=call.d_dtype, device=out_device
         )
         dbias = (
-            torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=a_tensor.device)
+            torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=out_device)
             if config.dbias
             else None
         )

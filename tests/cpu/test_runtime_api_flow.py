@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
 from dglu import api, driver, validation  # noqa: E402
 from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
+from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 
 M, N, K, L = 1024, 96, 200, 4
@@ -41,7 +42,10 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(api, "installed_variants", lambda: variants)
     monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
     monkeypatch.setattr(validation, "_check_devices", lambda args: None)
-    monkeypatch.setattr(api, "resolve_stream", lambda stream, device: None)
+    api.clear_caches()
+    monkeypatch.setattr(api, "resolve_stream", lambda stream, device: 7)
+    monkeypatch.setattr(api, "is_capturing", lambda stream: False)
+    monkeypatch.setattr(api, "torch_stream", lambda stream, device: None)
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
@@ -143,3 +147,91 @@ def test_class_api_builds_and_executes_a_discrete_op(runs) -> None:
     assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
     assert problem.tensors["dbias"].pointer == dbias.data_ptr()
     assert problem.tensors["b_expert"].shape == (N, K, 1)
+
+
+def dense_call(**changes: object) -> dict[str, object]:
+    b = torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0)
+    return {**tensors(), "b_tensor": b, "generate_dbias": True, **changes}
+
+
+def test_offsets_are_read_back_only_when_asked(runs, monkeypatch) -> None:
+    """Malformed offsets pass by default (the kernels clamp them); DGLU_CHECK_OFFSETS=1
+    reads them back and refuses them before anything runs."""
+    bad = torch.tensor([512, 256, 768, 1024], dtype=torch.int32)
+    monkeypatch.delenv(api.CHECK_OFFSETS_ENV, raising=False)
+    api.grouped_gemm_dglu(**dense_call(padded_offsets=bad))
+    assert len(runs) == 1
+    monkeypatch.setenv(api.CHECK_OFFSETS_ENV, "1")
+    with pytest.raises(ValueError, match=r"padded_offsets: entry 1 = 256 is smaller than entry 0 = 512"):
+        api.grouped_gemm_dglu(**dense_call(padded_offsets=bad))
+    assert len(runs) == 1
+
+
+def test_a_repeated_call_reuses_its_checks_and_new_tensors_are_checked(runs, monkeypatch) -> None:
+    arguments = dense_call()
+    api.grouped_gemm_dglu(**arguments)
+    checked = []
+    original = api.describe_tensors
+    monkeypatch.setattr(api, "describe_tensors", lambda *a: checked.append(1) or original(*a))
+    api.grouped_gemm_dglu(**arguments)
+    assert checked == [] and len(runs) == 2
+    with pytest.raises(ValueError, match=r"prob_tensor: shape \(512, 1, 1\)"):
+        api.grouped_gemm_dglu(**{**arguments, "prob_tensor": torch.ones(512, 1, 1)})
+    assert checked == [1] and len(runs) == 2
+
+
+def test_seed_names_are_the_arch_neutral_implementation() -> None:
+    assert api.grouped_gemm_dglu_wrapper_sm90 is api.grouped_gemm_dglu
+    assert api.grouped_gemm_dglu_wrapper_sm100 is api.grouped_gemm_dglu
+    assert issubclass(api.GroupedGemmDgluSm90, api.GroupedGemmDglu)
+    assert issubclass(api.GroupedGemmDgluSm100, api.GroupedGemmDglu)
+
+
+@pytest.mark.parametrize("capability", [(8, 0), (10, 0)])
+def test_an_uncovered_architecture_names_device_capability_and_cover(
+    runs, monkeypatch, capability
+) -> None:
+    device = driver.DeviceInfo(0, "NVIDIA Test GPU", capability, 100, 232_448)
+    monkeypatch.setattr(api, "device_info", lambda index: device)
+    with pytest.raises(VariantNotFoundError) as raised:
+        api.GroupedGemmDgluSm100(**samples()).check_support()
+    message = str(raised.value)
+    assert "cuda:0 (NVIDIA Test GPU, compute capability %d.%d)" % capability in message
+    assert "they cover sm_90a" in message and runs == []
+
+
+def samples() -> dict[str, object]:
+    t = tensors()
+    return dict(
+        sample_a=t["a_tensor"],
+        sample_c=t["c_tensor"],
+        sample_d_row=torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16),
+        sample_padded_offsets=t["padded_offsets"],
+        sample_alpha=t["alpha_tensor"],
+        sample_beta=t["beta_tensor"],
+        sample_prob=t["prob_tensor"],
+        sample_dprob=t["dprob_tensor"],
+        sample_b=torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0),
+    )
+
+
+class DlpackOnly:
+    """A foreign array: only the DLPack protocol, over a torch tensor's memory."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self._tensor = tensor
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        return self._tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple:
+        return self._tensor.__dlpack_device__()
+
+
+def test_dlpack_arrays_are_used_without_copies(runs) -> None:
+    arguments = dense_call()
+    foreign = {name: DlpackOnly(arguments[name]) for name in ("c_tensor", "prob_tensor")}
+    api.grouped_gemm_dglu(**{**arguments, **foreign})
+    ((_, problem),) = runs
+    assert problem.tensors["c"].pointer == arguments["c_tensor"].data_ptr()
+    assert problem.tensors["prob"].pointer == arguments["prob_tensor"].data_ptr()
