@@ -28,6 +28,7 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from . import runner
@@ -46,6 +47,7 @@ from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, output_view
 from .workspaces import is_capturing
 from .weights import (
+    DENSE,
     DISCRETE,
     DiscreteWeights,
     check_b_major,
@@ -188,7 +190,7 @@ def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
 def clear_caches() -> None:
     """Forget every cached call, launch plan, loaded variant and pooled workspace."""
     _wrapper_calls.clear()
-    _wrapper_config.cache_clear()
+    _wrapper_configs.clear()
     runner.clear_caches()
 
 
@@ -210,24 +212,57 @@ class WrapperConfig:
         return hash((self.mode, self.discrete, self.options, self.d_dtype_name, self.dbias))
 
 
-@dataclass(frozen=True)
 class PreparedCall:
-    """What a call's tensors and configuration resolve to, cached by their keys."""
+    """What a call's tensors and configuration resolve to, cached by their keys; for the
+    wrapper, also the problem with each pair of output addresses it has seen."""
 
-    problem: Problem
-    loaded: LoadedVariant
-    d_dtype: Any = None  # the wrapper's D_row torch dtype
+    def __init__(self, problem: Problem, loaded: LoadedVariant, outputs: Any = None) -> None:
+        self.problem = problem
+        self.loaded = loaded
+        self.outputs = outputs  # the wrapper's OutputSpec
+        self._with_outputs: BoundedCache[Problem] = BoundedCache(CALL_CACHE_CAPACITY)
+
+    def with_outputs(self, d_row: Any, dbias: Any) -> Problem:
+        """The problem with the wrapper's freshly allocated D_row (and dbias) added."""
+        key = (d_row.data_ptr(), None if dbias is None else dbias.data_ptr())
+        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(d_row, dbias))
+
+    def _add_outputs(self, d_row: Any, dbias: Any) -> Problem:
+        problem = self.problem
+        views = dict(problem.tensors)
+        views["d_row"] = output_view("d_row", d_row, problem)
+        if dbias is not None:
+            views["dbias"] = output_view("dbias", dbias, problem)
+        return Problem(problem.m, problem.n, problem.k, problem.l, views)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How the wrapper allocates its outputs: D_row's torch dtype, the torch device."""
+
+    d_dtype: Any
+    device: Any
 
 
 def _configure_wrapper(**arguments: Any) -> WrapperConfig:
-    """WrapperConfig of the arguments, cached when they are hashable."""
+    """WrapperConfig of the arguments, cached by their values and types (96 and 96.0, or
+    True and 1, are different arguments) when they are hashable."""
+    values = tuple(arguments.values())
+    key = (values, tuple(map(type, values)), _element_types(arguments))
     try:
-        return _wrapper_config(**arguments)
+        return _wrapper_configs.get_or_make(key, lambda: _wrapper_config(**arguments))
     except TypeError:  # an unhashable argument: check it uncached (and raise if bad)
-        return _wrapper_config.__wrapped__(**arguments)
+        return _wrapper_config(**arguments)
 
 
-@functools.lru_cache(maxsize=CALL_CACHE_CAPACITY, typed=True)  # 96 and 96.0 differ
+def _element_types(arguments: dict[str, Any]) -> tuple[Any, ...]:
+    """The element types of the pair arguments (so (128, 128.0) differs from (128, 128))."""
+    return tuple(
+        tuple(map(type, value)) if isinstance(value, tuple) else None
+        for value in (arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
+    )
+
+
 def _wrapper_config(
     *,
     has_b_tensor: bool,
@@ -250,20 +285,21 @@ def _wrapper_config(
 
 
 _wrapper_calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
+_wrapper_configs: BoundedCache[WrapperConfig] = BoundedCache(CALL_CACHE_CAPACITY)
 
 
 def _cached(
     cache: BoundedCache[PreparedCall],
     config: Any,
-    tensors: dict[str, tuple[str, Any]],
-    prepare: Any,
+    tensors: tuple[Any, ...],
+    prepare: Callable[[], PreparedCall],
 ) -> PreparedCall:
-    """``prepare()``'s PreparedCall, cached by ``config`` and the tensors' keys (uncached
-    when an argument is not a torch tensor: the full checks then run and explain it)."""
-    key = tensors_key(tensor for _, tensor in tensors.values())
+    """``prepare()``'s PreparedCall, cached by ``config`` and the keys of ``tensors`` (the
+    call's tensor arguments in a fixed order); uncached when one is not a torch tensor."""
+    key = tensors_key(tensors)
     if key is None:
         return prepare()
-    return cache.get_or_make((config, tuple(tensors), key), prepare)
+    return cache.get_or_make((config, key), prepare)
 
 
 def _prepare_wrapper(config: WrapperConfig, tensors: dict[str, tuple[str, Any]]) -> PreparedCall:
@@ -278,7 +314,8 @@ def _prepare_wrapper(config: WrapperConfig, tensors: dict[str, tuple[str, Any]])
         sources=WRAPPER_SOURCES,
     )
     loaded = load_variant(variant, problem.tensors["a"].device)
-    return PreparedCall(problem, loaded, torch_dtype(config.d_dtype_name))
+    outputs = OutputSpec(torch_dtype(config.d_dtype_name), tensors["a"][1].device)
+    return PreparedCall(problem, loaded, outputs)
 
 
 def grouped_gemm_dglu(
@@ -366,40 +403,45 @@ def grouped_gemm_dglu(
         d_dtype=d_dtype,
         generate_dbias=generate_dbias,
     )
-    tensors = _named(
-        False,
-        a=a_tensor,
-        **({"b_ptrs": b_ptrs} if config.discrete else {"b": b_tensor}),
-        c=c_tensor,
-        padded_offsets=padded_offsets,
-        alpha=alpha_tensor,
-        beta=beta_tensor,
-        prob=prob_tensor,
-        dprob=dprob_tensor,
+    weights = b_ptrs if config.discrete else b_tensor
+    call = _cached(
+        _wrapper_calls,
+        config,
+        (a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
+         dprob_tensor),
+        lambda: _prepare_wrapper(
+            config,
+            _named(
+                False,
+                a=a_tensor,
+                **({"b_ptrs": weights} if config.discrete else {"b": weights}),
+                c=c_tensor,
+                padded_offsets=padded_offsets,
+                alpha=alpha_tensor,
+                beta=beta_tensor,
+                prob=prob_tensor,
+                dprob=dprob_tensor,
+            ),
+        ),
     )
-    call = _cached(_wrapper_calls, config, tensors, lambda: _prepare_wrapper(config, tensors))
     problem = call.problem
     device = call.loaded.device
     stream = resolve_stream(current_stream, device)
     if offsets_check_enabled():
         _check_offsets(padded_offsets, problem, stream)
-    out_device = tensors["a"][1].device
-    with torch.cuda.stream(torch_stream(stream, device)) if current_stream is not None else (
-        _NO_CONTEXT
-    ):
+    on_stream = current_stream is not None  # else torch's current stream, already current
+    with torch.cuda.stream(torch_stream(stream, device)) if on_stream else _NO_CONTEXT:
         d_row = torch.empty(
-            (problem.m, 2 * problem.n, 1), dtype=call.d_dtype, device=out_device
+            (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
         )
         dbias = (
-            torch.zeros((problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=out_device)
+            torch.zeros(
+                (problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=call.outputs.device
+            )
             if config.dbias
             else None
         )
-    views = dict(problem.tensors)
-    views["d_row"] = output_view("d_row", d_row, problem)
-    if dbias is not None:
-        views["dbias"] = output_view("dbias", dbias, problem)
-    run_variant(call.loaded, Problem(problem.m, problem.n, problem.k, problem.l, views), stream)
+    run_variant(call.loaded, call.with_outputs(d_row, dbias), stream)
     return TupleDict(
         d_row_tensor=d_row,
         d_col_tensor=None,
@@ -413,6 +455,13 @@ def grouped_gemm_dglu(
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu
 grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu
+
+
+def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
+    """DENSE or DISCRETE when exactly one of the weight arguments is given, else None."""
+    if (b_tensor is None) == (b_ptrs is None):
+        return None
+    return DENSE if b_ptrs is None else DISCRETE
 
 
 class GroupedGemmDglu:
@@ -590,7 +639,9 @@ class GroupedGemmDglu:
             amax_tensor=amax_tensor,
             norm_const_tensor=norm_const_tensor,
         )
-        self._check_weight_mode(weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
+        given = _given_weight_mode(b_tensor, b_ptrs)
+        if given is None or given != self._mode:
+            self._check_weight_mode(weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
         compiled_dbias = "dbias" in self._samples
         if dbias_tensor is not None and not compiled_dbias:
             raise ValueError(
@@ -601,20 +652,28 @@ class GroupedGemmDglu:
             raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
         if self._loaded is None:
             self.compile()
-        tensors = _named(
-            False,
-            a=a_tensor,
-            **({"b_ptrs": b_ptrs} if self._discrete else {"b": b_tensor}),
-            c=c_tensor,
-            d_row=d_row_tensor,
-            padded_offsets=padded_offsets,
-            alpha=alpha_tensor,
-            beta=beta_tensor,
-            prob=prob_tensor,
-            dprob=dprob_tensor,
-            **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
+        weights = b_ptrs if self._discrete else b_tensor
+        call = _cached(
+            self._calls,
+            None,
+            (a_tensor, weights, c_tensor, d_row_tensor, padded_offsets, alpha_tensor,
+             beta_tensor, prob_tensor, dprob_tensor, dbias_tensor),
+            lambda: self._prepare(
+                _named(
+                    False,
+                    a=a_tensor,
+                    **({"b_ptrs": weights} if self._discrete else {"b": weights}),
+                    c=c_tensor,
+                    d_row=d_row_tensor,
+                    padded_offsets=padded_offsets,
+                    alpha=alpha_tensor,
+                    beta=beta_tensor,
+                    prob=prob_tensor,
+                    dprob=dprob_tensor,
+                    **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
+                )
+            ),
         )
-        call = _cached(self._calls, None, tensors, lambda: self._prepare(tensors))
         stream = resolve_stream(current_stream, self._loaded.device)
         if offsets_check_enabled():
             _check_offsets(padded_offsets, call.problem, stream)

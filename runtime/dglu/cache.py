@@ -11,7 +11,6 @@ other.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -19,27 +18,31 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[V]):
-    """A least-recently-used mapping of at most ``capacity`` entries, safe across threads."""
+    """A mapping of at most ``capacity`` entries that evicts the oldest one, safe across
+    threads: a hit is one dictionary read (no lock); a miss makes the value outside the
+    lock (two threads may both make it; one is kept) and stores it under the lock."""
 
     def __init__(self, capacity: int) -> None:
         if capacity <= 0:
             raise ValueError(f"capacity: expected a positive int, got {capacity!r}")
         self._capacity = capacity
-        self._entries: OrderedDict[Hashable, V] = OrderedDict()
+        self._entries: dict[Hashable, V] = {}
         self._lock = threading.Lock()
 
+    def get(self, key: Hashable) -> V | None:
+        """The entry of ``key``, or None."""
+        return self._entries.get(key)
+
     def get_or_make(self, key: Hashable, make: Callable[[], V]) -> V:
-        """The entry of ``key``, made (outside the lock) and stored on a miss."""
-        with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return self._entries[key]
+        """The entry of ``key``, made and stored on a miss (an exception stores nothing)."""
+        value = self._entries.get(key)
+        if value is not None:
+            return value
         value = make()
         with self._lock:
             self._entries[key] = value
-            self._entries.move_to_end(key)
             while len(self._entries) > self._capacity:
-                self._entries.popitem(last=False)
+                del self._entries[next(iter(self._entries))]
         return value
 
     def clear(self) -> None:
@@ -51,17 +54,17 @@ class BoundedCache(Generic[V]):
         return len(self._entries)
 
 
-def tensors_key(tensors: Any) -> tuple[Any, ...] | None:
+def tensors_key(tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """(address, shape, strides, dtype) of each torch tensor (None stays None); None when
     one of them is neither a torch tensor nor None (the full checks then explain it)."""
-    import torch
+    from torch import Tensor
 
-    keys = []
     for tensor in tensors:
-        if tensor is None:
-            keys.append(None)
-        elif isinstance(tensor, torch.Tensor):
-            keys.append((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype))
-        else:
+        if tensor is not None and not isinstance(tensor, Tensor):
             return None
-    return tuple(keys)
+    return tuple(
+        [
+            None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
+            for t in tensors
+        ]
+    )

@@ -9,10 +9,9 @@ shared memory attribute once per loaded function.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,18 +105,25 @@ def _primary_context(ordinal: int) -> Any:
     return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
 
 
-@contextlib.contextmanager
-def device_context(ordinal: int) -> Iterator[Any]:
-    """The device's primary context, current inside the block; the previous one after it."""
-    context = _primary_context(ordinal)
-    if int(checked("cuCtxGetCurrent")) == int(context):
-        yield context
-        return
-    checked("cuCtxPushCurrent", context)
-    try:
-        yield context
-    finally:
-        checked("cuCtxPopCurrent")
+class device_context:  # noqa: N801 (used like a function: ``with device_context(0):``)
+    """The device's primary context, current inside the block; the previous one after it.
+
+    A class rather than a generator: it runs on every call's fast path.
+    """
+
+    def __init__(self, ordinal: int) -> None:
+        self.context = _primary_context(ordinal)
+        self.pushed = False
+
+    def __enter__(self) -> Any:
+        if int(checked("cuCtxGetCurrent")) != int(self.context):
+            checked("cuCtxPushCurrent", self.context)
+            self.pushed = True
+        return self.context
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pushed:
+            checked("cuCtxPopCurrent")
 
 
 def module_for(context: Any, sha256: str, read_image: Callable[[], bytes]) -> Any:

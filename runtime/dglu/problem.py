@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 SCALAR_NAMES = ("m", "n", "k", "l", "n2", "l_n2")
 TENSOR_NAMES = (
@@ -72,9 +73,9 @@ class Problem:
     tensors: Mapping[str, TensorView]
 
     @functools.cached_property
-    def pointers_key(self) -> tuple[tuple[str, int], ...]:
-        """(role, address) of every tensor: with the sizes, what a launch plan depends on."""
-        return tuple((role, view.pointer) for role, view in self.tensors.items())
+    def launch_cache(self) -> dict[Any, Any]:
+        """Launch facts the runner derived for this problem (grids, plans), kept with it."""
+        return {}
 
     @functools.cached_property
     def scalars(self) -> dict[str, int]:

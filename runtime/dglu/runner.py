@@ -1,15 +1,16 @@
 """Load a variant's kernels into the device's context and run them for one problem.
 
 Loaded variants are cached per (variant, device). A call's launches (grids, launch
-configurations, packed parameters with their TMA descriptors) are cached per variant,
-device, stream, problem sizes, tensor addresses and workspace addresses (dglu.cache), so a
-repeated call only clears its workspaces and enqueues its kernels.
+configurations, packed parameters with their TMA descriptors) are kept with its Problem,
+which the API caches per call signature (dglu.cache), per loaded variant, stream and
+workspace addresses; so a repeated call only clears its workspaces and enqueues its kernels.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from . import workspaces as workspace_pool
@@ -24,11 +25,9 @@ from .params import KernelArguments, pack_params
 from .problem import WORKSPACES, Problem, TensorView
 from .tma import encode_tensor_map
 
-PLAN_CAPACITY = 256  # cached launch plans (each a few kilobytes)
+LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
 
-_loaded: BoundedCache[LoadedVariant] = BoundedCache(PLAN_CAPACITY)
-_plans: BoundedCache[tuple[Launch, ...]] = BoundedCache(PLAN_CAPACITY)
-_grids: BoundedCache[tuple[Grid, ...]] = BoundedCache(PLAN_CAPACITY)
+_loaded: BoundedCache[LoadedVariant] = BoundedCache(LOADED_CAPACITY)
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class LoadedVariant:
     device: int
     functions: tuple[Any, ...]
 
-    @property
+    @functools.cached_property
     def identity(self) -> tuple[str, str, int]:
         """(variant name, cubin sha256, device): a cheap cache key for this loaded variant."""
         return (self.variant.name, self.variant.sha256, self.device)
@@ -74,10 +73,8 @@ def _load(variant: Variant, device: int) -> LoadedVariant:
 
 
 def clear_caches() -> None:
-    """Forget loaded variants, launch plans and pooled workspaces (e.g. between tests)."""
+    """Forget loaded variants and pooled workspaces (e.g. between tests)."""
     _loaded.clear()
-    _plans.clear()
-    _grids.clear()
     workspace_pool.release_all()
 
 
@@ -108,7 +105,7 @@ def _plan(
     problem: Problem,
     stream: int,
     grids: tuple[Grid, ...],
-    workspaces: dict[str, workspace_pool.Workspace],
+    workspaces: Mapping[str, workspace_pool.Workspace],
 ) -> tuple[Launch, ...]:
     """Every kernel's launch for the problem: TMA descriptors encoded, parameters packed."""
     scalars = problem.scalars
@@ -137,37 +134,29 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: int) -> None:
     is nothing to compute and the outputs keep their contents. Otherwise the stream's
     workspaces are acquired and the zeroed ones cleared on ``stream`` first
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
+    Grids and launch plans are kept with the problem (Problem.launch_cache), per loaded
+    variant, stream and workspace addresses.
     """
-    sizes = (problem.m, problem.n, problem.k, problem.l)
-    grids = _grids.get_or_make((*loaded.identity, *sizes), lambda: _launch_grids(loaded, problem))
+    memo = problem.launch_cache
+    grids = memo.get(loaded.identity)
+    if grids is None:
+        grids = memo[loaded.identity] = _launch_grids(loaded, problem)
     if any(is_empty(grid) for grid in grids):
         return
     pool = workspace_pool.stream_pool(loaded.device, stream)
+    scalars = problem.scalars
     with pool.lock:
-        workspaces = _workspaces(loaded, problem, stream, pool)
-        key = (
-            *loaded.identity,
-            stream,
-            *sizes,
-            problem.pointers_key,
-            tuple((name, w.pointer) for name, w in workspaces.items()),
+        workspaces = workspace_pool.acquire(
+            loaded.workspace_names, scalars, loaded.device, pool
         )
-        launches = _plans.get_or_make(
-            key, lambda: _plan(loaded, problem, stream, grids, workspaces)
-        )
+        key = (loaded.identity, stream, tuple(w.pointer for w in workspaces.values()))
+        launches = memo.get(key)
+        if launches is None:
+            launches = memo[key] = _plan(loaded, problem, stream, grids, workspaces)
         with device_context(loaded.device):
-            workspace_pool.zero(workspaces, stream)
+            workspace_pool.zero(workspaces, scalars, pool.cu_stream)
             for launch in launches:
                 launch_kernel(launch)
-
-
-def _workspaces(
-    loaded: LoadedVariant, problem: Problem, stream: int, pool: workspace_pool.StreamWorkspaces
-) -> dict[str, workspace_pool.Workspace]:
-    """The variant's required workspaces for ``problem`` on ``stream``."""
-    return workspace_pool.acquire(
-        loaded.workspace_names, problem.scalars, loaded.device, stream, pool
-    )
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

@@ -11,7 +11,7 @@ during capture), so a replay never shares memory with eager calls or other graph
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 
 @dataclass(frozen=True)
 class Workspace:
-    """One workspace of a call: its address and size, and the tensor that owns it."""
+    """One workspace: its address, its size in elements, and the tensor that owns it."""
 
     name: str
     pointer: int
@@ -34,12 +34,16 @@ class Workspace:
 
 
 class StreamWorkspaces:
-    """The workspaces of one (device, stream), and the lock that keeps a call's memsets
-    and launches together on the stream when several threads share it."""
+    """The workspaces of one (device, stream); the lock keeps a call's memsets and launches
+    together on the stream when several threads share it."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: int) -> None:
+        from cuda.bindings import driver
+
         self.lock = threading.Lock()
-        self.tensors: dict[str, Any] = {}
+        self.stream = stream
+        self.cu_stream = driver.CUstream(stream)
+        self.workspaces: dict[str, Workspace] = {}
 
 
 _pools: dict[tuple[int, int], StreamWorkspaces] = {}
@@ -48,24 +52,24 @@ _pools_lock = threading.Lock()
 
 def stream_pool(device: int, stream: int) -> StreamWorkspaces:
     """The workspaces of ``stream`` on ``device`` (created empty on first use)."""
-    key = (device, stream)
-    pool = _pools.get(key)
+    pool = _pools.get((device, stream))
     if pool is None:
         with _pools_lock:
-            pool = _pools.setdefault(key, StreamWorkspaces())
+            pool = _pools.setdefault((device, stream), StreamWorkspaces(stream))
     return pool
 
 
-def is_capturing(stream: int) -> bool:
-    """True while ``stream`` is capturing a CUDA graph."""
+def is_capturing(stream: Any) -> bool:
+    """True while ``stream`` (a handle or a CUstream) is capturing a CUDA graph."""
     from cuda.bindings import driver
 
-    status = checked("cuStreamIsCapturing", driver.CUstream(stream))
+    handle = stream if isinstance(stream, driver.CUstream) else driver.CUstream(stream)
+    status = checked("cuStreamIsCapturing", handle)
     return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
-def _allocate(name: str, elements: int, device: int, stream: int) -> Any:
-    """A new workspace tensor, allocated on ``stream`` and checked for alignment."""
+def _allocate(name: str, elements: int, device: int, stream: int) -> Workspace:
+    """A new workspace, allocated on ``stream`` and checked for alignment."""
     import torch
 
     spec = WORKSPACES[name]
@@ -77,38 +81,37 @@ def _allocate(name: str, elements: int, device: int, stream: int) -> Any:
             f"workspace {name}: torch allocated it at {tensor.data_ptr():#x}, "
             f"which is not {spec.align}-byte aligned as the kernels need"
         )
-    return tensor
+    return Workspace(name, tensor.data_ptr(), elements, tensor)
 
 
 def acquire(
-    names: list[str], scalars: Mapping[str, int], device: int, stream: int, pool: StreamWorkspaces
+    names: Sequence[str], scalars: Mapping[str, int], device: int, pool: StreamWorkspaces
 ) -> dict[str, Workspace]:
-    """The named workspaces for a problem: the pool's (grown when too small), or fresh
-    ones while ``stream`` captures a graph. Call with ``pool.lock`` held."""
-    capturing = bool(names) and is_capturing(stream)
+    """The named workspaces, at least as large as the problem needs: the pool's (grown
+    when too small), or fresh ones while the stream captures a graph. Hold ``pool.lock``."""
+    if not names:
+        return {}
+    capturing = is_capturing(pool.cu_stream)
     made = {}
     for name in names:
         elements = WORKSPACES[name].count(scalars)
-        tensor = None if capturing else pool.tensors.get(name)
-        if tensor is None or tensor.numel() < elements:
-            tensor = _allocate(name, elements, device, stream)
+        workspace = None if capturing else pool.workspaces.get(name)
+        if workspace is None or workspace.elements < elements:
+            workspace = _allocate(name, elements, device, pool.stream)
             if not capturing:
-                pool.tensors[name] = tensor
-        made[name] = Workspace(name, tensor.data_ptr(), elements, tensor)
+                pool.workspaces[name] = workspace
+        made[name] = workspace
     return made
 
 
-def zero(workspaces: Mapping[str, Workspace], stream: int) -> None:
-    """Clear, on ``stream``, the workspaces that dglu.problem.WORKSPACES marks zeroed."""
-    from cuda.bindings import driver
-
+def zero(workspaces: Mapping[str, Workspace], scalars: Mapping[str, int], stream: Any) -> None:
+    """Clear on ``stream`` (a CUstream) the part a problem uses of each workspace that
+    dglu.problem.WORKSPACES marks zeroed."""
     for workspace in workspaces.values():
         spec = WORKSPACES[workspace.name]
         if spec.zeroed:
-            words = workspace.elements * ELEMENT_TYPES[spec.dtype].size // WORD_BYTES
-            checked(
-                "cuMemsetD32Async", workspace.pointer, 0, words, driver.CUstream(stream)
-            )
+            words = spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size // WORD_BYTES
+            checked("cuMemsetD32Async", workspace.pointer, 0, words, stream)
 
 
 def release_all() -> None:
