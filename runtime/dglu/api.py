@@ -42,7 +42,7 @@ from .options import M_ALIGNED, OpOptions, check_absent, check_options, output_d
 from .problem import Problem
 from .runner import LoadedVariant, load_variant, run_variant
 from .selection import VariantRequest, arch_for_capability, select_variant
-from .streams import resolve_stream, torch_stream
+from .streams import on_stream, resolve_stream
 from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, output_view
 from .workspaces import is_capturing
@@ -182,7 +182,7 @@ def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
 
     if is_capturing(stream):
         return
-    with torch.cuda.stream(torch_stream(stream, problem.tensors["a"].device)):
+    with on_stream(stream, problem.tensors["a"].device):
         values = as_torch(padded_offsets).tolist()
     check_offset_values("padded_offsets", values, problem.m, M_ALIGNED)
 
@@ -429,8 +429,8 @@ def grouped_gemm_dglu(
     stream = resolve_stream(current_stream, device)
     if offsets_check_enabled():
         _check_offsets(padded_offsets, problem, stream)
-    on_stream = current_stream is not None  # else torch's current stream, already current
-    with torch.cuda.stream(torch_stream(stream, device)) if on_stream else _NO_CONTEXT:
+    # torch's current stream is already current when current_stream is None
+    with on_stream(stream, device) if current_stream is not None else _NO_CONTEXT:
         d_row = torch.empty(
             (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
         )

@@ -34,8 +34,15 @@ def resolve_stream(current_stream: Any, device: int) -> int:
     )
 
 
-def torch_stream(stream: int, device: int) -> Any:
-    """A torch stream object for the handle ``stream`` (to allocate or read on it)."""
+def on_stream(stream: int, device: int) -> Any:
+    """A context making ``stream`` torch's current stream on ``device`` (to allocate or read
+    on it); nothing to do when it already is."""
+    import contextlib
+
     import torch
 
-    return torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
+    if stream == torch._C._cuda_getCurrentRawStream(device):
+        return contextlib.nullcontext()
+    return torch.cuda.stream(
+        torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
+    )

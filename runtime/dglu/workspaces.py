@@ -18,7 +18,7 @@ from typing import Any
 from .driver import checked
 from .dtypes import ELEMENT_TYPES, torch_dtype
 from .problem import WORKSPACES
-from .streams import torch_stream
+from .streams import on_stream
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 
@@ -74,7 +74,7 @@ def _allocate(name: str, elements: int, device: int, stream: int) -> Workspace:
 
     spec = WORKSPACES[name]
     cuda_device = torch.device("cuda", device)
-    with torch.cuda.stream(torch_stream(stream, device)):
+    with on_stream(stream, device):
         tensor = torch.empty(elements, dtype=torch_dtype(spec.dtype), device=cuda_device)
     if tensor.data_ptr() % spec.align:
         raise RuntimeError(

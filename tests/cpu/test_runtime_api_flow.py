@@ -45,9 +45,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     api.clear_caches()
     monkeypatch.setattr(api, "resolve_stream", lambda stream, device: 7)
     monkeypatch.setattr(api, "is_capturing", lambda stream: False)
-    monkeypatch.setattr(api, "torch_stream", lambda stream, device: None)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(api, "on_stream", lambda stream, device: contextlib.nullcontext())
     monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
         api,

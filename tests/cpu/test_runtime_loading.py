@@ -355,6 +355,10 @@ class FakeTorch:
     def device(self, kind: str, index: int) -> str:
         return f"{kind}:{index}"
 
+    @property
+    def _C(self) -> object:  # noqa: N802 (torch's name): the current stream is another one
+        return type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda device: 0)})
+
     def ExternalStream(self, handle: int, device: str) -> tuple:  # noqa: N802 (torch's name)
         return (handle, device)
 

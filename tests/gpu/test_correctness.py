@@ -314,7 +314,9 @@ def test_execute_refuses_a_d_row_of_another_dtype(seed: int) -> None:
     assert not dprob.any()
 
 
-def test_bad_offsets_are_refused_before_launch(seed: int) -> None:
+def test_bad_offsets_are_refused_before_launch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With DGLU_CHECK_OFFSETS=1 (off by default: test_concurrency.py)."""
+    monkeypatch.setenv("DGLU_CHECK_OFFSETS", "1")
     x = case_inputs(Case(SHIPPED[0], UNEVEN_96, seed))
     bad = x.padded_offsets.clone()
     bad[1] = bad[1] + 128
