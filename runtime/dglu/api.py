@@ -24,7 +24,6 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -72,7 +71,6 @@ ARGUMENT_NAMES = {
     "b_ptrs": "b_ptrs",
 }
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
-_NO_CONTEXT = contextlib.nullcontext()
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
 # The weight arguments of each discrete mode, in the seed's order.
 WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
@@ -178,8 +176,6 @@ def offsets_check_enabled() -> bool:
 
 def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
     """Check padded_offsets' values on the host, unless ``stream`` is capturing a graph."""
-    import torch
-
     if is_capturing(stream):
         return
     with on_stream(stream, problem.tensors["a"].device):
@@ -429,8 +425,7 @@ def grouped_gemm_dglu(
     stream = resolve_stream(current_stream, device)
     if offsets_check_enabled():
         _check_offsets(padded_offsets, problem, stream)
-    # torch's current stream is already current when current_stream is None
-    with on_stream(stream, device) if current_stream is not None else _NO_CONTEXT:
+    with on_stream(stream, device):
         d_row = torch.empty(
             (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
         )

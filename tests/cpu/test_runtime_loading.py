@@ -124,19 +124,6 @@ def test_kernel_needing_more_shared_memory_than_the_device(
     assert recorder.calls == []
 
 
-class FakeTensor:
-    """What run_variant and _workspaces read of a tensor torch allocated."""
-
-    def __init__(self, pointer: int, count: int) -> None:
-        self.pointer, self.shape = pointer, (count,)
-
-    def data_ptr(self) -> int:
-        return self.pointer
-
-    def stride(self) -> tuple[int, ...]:
-        return (1,)
-
-
 STREAM = 0x5EED
 
 
