@@ -21,5 +21,5 @@ def as_torch(value: Any) -> Any:
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
     if hasattr(value, "__cuda_array_interface__"):
-        return torch.as_tensor(value, device="cuda")
+        return torch.as_tensor(value)  # on the array's own device, over its memory
     return value
