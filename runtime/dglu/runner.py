@@ -141,7 +141,7 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: int) -> None:
     grids = memo.get(loaded.identity)
     if grids is None:
         grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-    if any(is_empty(grid) for grid in grids):
+    if not grids:
         return
     pool = workspace_pool.stream_pool(loaded.device, stream)
     scalars = problem.scalars
@@ -160,5 +160,7 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: int) -> None:
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:
+    """Each kernel's grid; () when one of them is empty (nothing to launch)."""
     sm_count = device_info(loaded.device).sm_count
-    return tuple(launch_grid(k, problem.scalars, sm_count) for k in loaded.variant.kernels)
+    grids = tuple(launch_grid(k, problem.scalars, sm_count) for k in loaded.variant.kernels)
+    return () if any(is_empty(grid) for grid in grids) else grids
