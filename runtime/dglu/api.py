@@ -430,13 +430,15 @@ def grouped_gemm_dglu(
             (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
         )
         dbias = (
-            torch.zeros(
+            torch.empty(
                 (problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=call.outputs.device
             )
             if config.dbias
             else None
         )
-    run_variant(call.loaded, call.with_outputs(d_row, dbias), stream)
+    # the kernels add into dbias: run_variant zeroes it on the stream (a memset, no kernel)
+    clear = ("dbias",) if config.dbias else ()
+    run_variant(call.loaded, call.with_outputs(d_row, dbias), stream, clear)
     return TupleDict(
         d_row_tensor=d_row,
         d_col_tensor=None,

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .dtypes import ELEMENT_TYPES
 
 SCALAR_NAMES = ("m", "n", "k", "l", "n2", "l_n2")
 TENSOR_NAMES = (
@@ -60,6 +63,11 @@ class TensorView:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: str
+
+    @property
+    def size(self) -> int:
+        """Bytes a contiguous tensor of this shape and dtype spans."""
+        return math.prod(self.shape) * ELEMENT_TYPES[self.dtype].size
 
 
 @dataclass(frozen=True)

@@ -127,12 +127,15 @@ def _plan(
     return tuple(launches)
 
 
-def run_variant(loaded: LoadedVariant, problem: Problem, stream: int) -> None:
+def run_variant(
+    loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...] = ()
+) -> None:
     """Launch every kernel of the variant, in manifest order, on the stream handle ``stream``.
 
-    When a kernel's grid is empty (M = 0: no tiles) nothing is allocated or launched: there
-    is nothing to compute and the outputs keep their contents. Otherwise the stream's
-    workspaces are acquired and the zeroed ones cleared on ``stream`` first
+    ``clear`` names tensors of the problem (the wrapper's new dbias) to zero on ``stream``
+    first. When a kernel's grid is empty (M = 0: no tiles) nothing else is allocated or
+    launched: there is nothing to compute and the outputs keep their contents. Otherwise
+    the stream's workspaces are acquired and the zeroed ones cleared on ``stream``
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
     Grids and launch plans are kept with the problem (Problem.launch_cache), per loaded
     variant, stream and workspace addresses.
@@ -141,19 +144,22 @@ def run_variant(loaded: LoadedVariant, problem: Problem, stream: int) -> None:
     grids = memo.get(loaded.identity)
     if grids is None:
         grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-    if not grids:
-        return
     pool = workspace_pool.stream_pool(loaded.device, stream)
     scalars = problem.scalars
     with pool.lock:
-        workspaces = workspace_pool.acquire(
-            loaded.workspace_names, scalars, loaded.device, pool
+        workspaces = (
+            workspace_pool.acquire(loaded.workspace_names, scalars, loaded.device, pool)
+            if grids
+            else {}
         )
         key = (loaded.identity, stream, tuple(w.pointer for w in workspaces.values()))
-        launches = memo.get(key)
+        launches = memo.get(key) if grids else ()
         if launches is None:
             launches = memo[key] = _plan(loaded, problem, stream, grids, workspaces)
         with device_context(loaded.device):
+            for role in clear:
+                view = problem.tensors[role]
+                workspace_pool.clear(view.pointer, view.size, pool.cu_stream)
             workspace_pool.zero(workspaces, scalars, pool.cu_stream)
             for launch in launches:
                 launch_kernel(launch)

@@ -110,8 +110,16 @@ def zero(workspaces: Mapping[str, Workspace], scalars: Mapping[str, int], stream
     for workspace in workspaces.values():
         spec = WORKSPACES[workspace.name]
         if spec.zeroed:
-            words = spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size // WORD_BYTES
-            checked("cuMemsetD32Async", workspace.pointer, 0, words, stream)
+            clear(workspace.pointer, spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size, stream)
+
+
+def clear(pointer: int, size: int, stream: Any) -> None:
+    """Set ``size`` bytes at ``pointer`` to zero on ``stream`` (a CUstream), in 32-bit words
+    when the size allows."""
+    if size % WORD_BYTES:
+        checked("cuMemsetD8Async", pointer, 0, size, stream)
+    else:
+        checked("cuMemsetD32Async", pointer, 0, size // WORD_BYTES, stream)
 
 
 def release_all() -> None:

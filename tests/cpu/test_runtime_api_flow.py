@@ -50,7 +50,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(
         api,
         "run_variant",
-        lambda loaded, problem, stream: records.append((loaded.variant.name, problem)),
+        lambda loaded, problem, stream, clear=(): records.append((loaded.variant.name, problem)),
     )
     return records
 

@@ -179,6 +179,9 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
     def zero(made, scalars, stream):
         zeroed.extend(name for name in made if workspaces.WORKSPACES[name].zeroed)
 
+    def clear(pointer, size, stream):
+        zeroed.append((pointer, size))
+
     def encode(rule, view):
         encoded.append((rule, view))
         return view.pointer.to_bytes(8, "little") * 16
@@ -208,6 +211,7 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
     monkeypatch.setattr(runner.workspace_pool, "acquire", acquire)
     monkeypatch.setattr(runner.workspace_pool, "stream_pool", FakePool)
     monkeypatch.setattr(runner.workspace_pool, "zero", zero)
+    monkeypatch.setattr(runner.workspace_pool, "clear", clear)
     monkeypatch.setattr(runner, "encode_tensor_map", encode)
     monkeypatch.setattr(runner, "launch_kernel", launch)
     return records
@@ -257,6 +261,20 @@ def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, d
     loaded = loaded_variant(tmp_path, dbias=True, **key)
     runner.run_variant(loaded, problem_of(m=0, with_dbias=True, discrete=discrete), STREAM)
     assert launches == []
+
+
+def test_tensors_to_clear_are_zeroed_first_even_without_rows(
+    launches, variants, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper's new dbias (L * 2N bf16) is cleared before the workspaces and the
+    kernels, and also when M = 0 leaves nothing to launch."""
+    cleared = []
+    monkeypatch.setattr(runner.workspace_pool, "clear", lambda *args: cleared.append(args))
+    loaded = runner.load_variant(variants[0], 0)
+    runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
+    runner.run_variant(loaded, problem_of(m=0, with_dbias=True), STREAM, ("dbias",))
+    assert cleared == [(0xF000, L * 2 * N * 2, STREAM)] * 2
+    assert len(launches) == 2 and launches[0]["zeroed"] == ["dbias_ws"]
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
@@ -450,3 +468,14 @@ def test_launch_sets_the_cluster_dimension(
     (attribute,) = config.attrs
     dims = attribute.value.clusterDim
     assert (dims.x, dims.y, dims.z) == cluster and config.numAttrs == 1
+
+
+def test_clear_uses_words_when_the_size_allows(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(workspaces, "checked", lambda name, *args: calls.append((name, args)))
+    workspaces.clear(0x9000, 4 * 96, STREAM)
+    workspaces.clear(0x9000, 6, STREAM)
+    assert calls == [
+        ("cuMemsetD32Async", (0x9000, 0, 96, STREAM)),
+        ("cuMemsetD8Async", (0x9000, 0, 6, STREAM)),
+    ]
