@@ -72,6 +72,9 @@ ARGUMENT_NAMES = {
 }
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
+# Output addresses kept per wrapper call: torch's allocator hands a repeated call's outputs
+# the few addresses the previous results freed.
+OUTPUT_CACHE_CAPACITY = 16
 # The weight arguments of each discrete mode, in the seed's order.
 WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
 CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
@@ -216,7 +219,7 @@ class PreparedCall:
         self.problem = problem
         self.loaded = loaded
         self.outputs = outputs  # the wrapper's OutputSpec
-        self._with_outputs: BoundedCache[Problem] = BoundedCache(CALL_CACHE_CAPACITY)
+        self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
 
     def with_outputs(self, d_row: Any, dbias: Any) -> Problem:
         """The problem with the wrapper's freshly allocated D_row (and dbias) added."""
