@@ -74,8 +74,9 @@ def class_op(config: Config, samples: Inputs, d_row, dprob, dbias, tile=None, **
     return op
 
 
-def execute(op, x: Inputs, d_row, dprob, dbias, stream=None) -> None:
-    op.execute(
+def execute_arguments(x: Inputs, d_row, dprob, dbias) -> dict[str, object]:
+    """execute()'s tensor arguments for ``x``, without the weights."""
+    return dict(
         a_tensor=x.a,
         c_tensor=x.c,
         d_row_tensor=d_row,
@@ -85,9 +86,11 @@ def execute(op, x: Inputs, d_row, dprob, dbias, stream=None) -> None:
         prob_tensor=x.prob,
         dprob_tensor=dprob,
         dbias_tensor=dbias,
-        **weight_arguments(x, "execute"),
-        current_stream=stream,
     )
+
+
+def execute(op, x: Inputs, d_row, dprob, dbias, stream=None) -> None:
+    op.execute(**execute_arguments(x, d_row, dprob, dbias), **weight_arguments(x, "execute"), current_stream=stream)
 
 
 def run_wrapper(config: Config, x: Inputs, dprob, tile=None, stream=None, **options):

@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 import dglu  # noqa: E402
 from checks import check_untouched  # noqa: E402
 from configs import BF16, WIDE, Config  # noqa: E402
-from harness import Case, case_inputs, check_outputs, class_op, execute, run_case  # noqa: E402
+from harness import Case, case_inputs, check_outputs, class_op, execute, execute_arguments, run_case  # noqa: E402
 from inputs import Shape, initial_dbias, initial_dprob, poisoned_d  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -218,21 +218,6 @@ def test_cupy_arrays_are_taken_without_copies(seed: int) -> None:
     check_outputs(case, x, out["d_row_tensor"], dprob, dprob_before, dbias, torch.zeros_like(dbias))
 
 
-def _execute_call(x, d_row, dprob, dbias) -> dict[str, object]:
-    return dict(
-        a_tensor=x.a,
-        b_tensor=x.b,
-        c_tensor=x.c,
-        d_row_tensor=d_row,
-        padded_offsets=x.padded_offsets,
-        alpha_tensor=x.alpha,
-        beta_tensor=x.beta,
-        prob_tensor=x.prob,
-        dprob_tensor=dprob,
-        dbias_tensor=dbias,
-    )
-
-
 def _device_violations() -> dict[str, tuple[Callable, str]]:
     """Case -> (changes to execute()'s arguments, message start)."""
     cases = {
@@ -271,7 +256,7 @@ def test_device_violations_write_nothing(name: str, seed: int) -> None:
     before = dprob.clone(), dbias.clone()
     op = class_op(config, x, d_row, dprob, dbias, config.tile)
     with pytest.raises(ValueError) as raised:
-        op.execute(**{**_execute_call(x, d_row, dprob, dbias), **changes(x=x, dbias=dbias)})
+        op.execute(**{**execute_arguments(x, d_row, dprob, dbias), "b_tensor": x.b, **changes(x=x, dbias=dbias)})
     assert str(raised.value).startswith(message), str(raised.value)
     torch.cuda.synchronize()
     check_untouched("d_row", d_row, poisoned_d(SHAPE.m, SHAPE.n, config.d_dtype), name)

@@ -38,6 +38,7 @@ from harness import (  # noqa: E402
     case_inputs,
     class_op,
     execute,
+    execute_arguments,
     expected_for,
     run_case,
     run_wrapper,
@@ -397,22 +398,8 @@ def test_execute_takes_b_ptrs_of_the_experts_given_at_construction(seed: int) ->
     outputs = _zeroed_outputs(DISCRETE_N, UNEVEN_96)
     op = class_op(DISCRETE_N, x, *outputs)
     with pytest.raises(ValueError, match="^b_tensor: this op was built for discrete weights"):
-        op.execute(**_execute_arguments(x, *outputs), b_tensor=x.b)
+        op.execute(**execute_arguments(x, *outputs), b_tensor=x.b)
     with pytest.raises(ValueError, match=r"^b_ptrs: shape \(4,\) does not match \(L,\) = \(5,\)"):
-        op.execute(**_execute_arguments(x, *outputs), b_ptrs=x.experts.b_ptrs[:4])
+        op.execute(**execute_arguments(x, *outputs), b_ptrs=x.experts.b_ptrs[:4])
     check_untouched("d_row", outputs[0], poisoned_d(UNEVEN_96.m, UNEVEN_96.n, BF16), "refused")
     assert not outputs[1].any() and not outputs[2].any()
-
-
-def _execute_arguments(x, d_row, dprob, dbias) -> dict[str, object]:
-    return dict(
-        a_tensor=x.a,
-        c_tensor=x.c,
-        d_row_tensor=d_row,
-        padded_offsets=x.padded_offsets,
-        alpha_tensor=x.alpha,
-        beta_tensor=x.beta,
-        prob_tensor=x.prob,
-        dprob_tensor=dprob,
-        dbias_tensor=dbias,
-    )
