@@ -16,23 +16,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 
-if [[ ${1:-} == *.whl ]]; then
-    wheel=$1
-    shift
-else
-    shopt -s nullglob
-    wheels=(dist/dglu-*.whl)
-    shopt -u nullglob
-    if [ ${#wheels[@]} -ne 1 ]; then
-        echo "bench/run.sh: expected exactly one dist/dglu-*.whl, found ${#wheels[@]}; pass the wheel's path" >&2
-        exit 2
-    fi
-    wheel=${wheels[0]}
-fi
+source ci/wheel.sh
+wheel=$(dglu_wheel "${1:-}") || exit 2
+[[ ${1:-} == *.whl ]] && shift
 
 target=$(mktemp -d)/site-packages
 trap 'rm -rf "$(dirname "$target")"' EXIT
-if ! install_log=$("$python" -m pip install --quiet --no-deps --no-index --target "$target" "$wheel" 2>&1); then
+if ! install_log=$(install_dglu_wheel "$wheel" "$target" 2>&1); then
     echo "bench/run.sh: pip could not install $wheel:" >&2
     echo "$install_log" >&2
     exit 2

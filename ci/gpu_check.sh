@@ -23,25 +23,16 @@ summary() {  # $1: counts, $2: device, $3: wheel
     echo "$line" | tee "$logs/gpu-summary.txt"
 }
 
-if [[ ${1:-} == *.whl ]]; then
-    wheel=$1
-    shift
-else
-    shopt -s nullglob
-    wheels=(dist/dglu-*.whl)
-    shopt -u nullglob
-    if [ ${#wheels[@]} -ne 1 ]; then
-        echo "gpu_check: expected exactly one dist/dglu-*.whl, found ${#wheels[@]}; pass the wheel's path" >&2
-        summary "0 passed, 0 failed, 0 skipped, setup error: no single wheel in dist/" "unknown" "none"
-        exit 2
-    fi
-    wheel=${wheels[0]}
+source ci/wheel.sh
+if ! wheel=$(dglu_wheel "${1:-}"); then
+    summary "0 passed, 0 failed, 0 skipped, setup error: no single wheel in dist/" "unknown" "none"
+    exit 2
 fi
+[[ ${1:-} == *.whl ]] && shift
 
 target=$(mktemp -d)/site-packages
 trap 'rm -rf "$(dirname "$target")"' EXIT
-if ! "$python" -m pip install --quiet --no-deps --no-index --target "$target" "$wheel" \
-        > "$logs/gpu-install.log" 2>&1; then
+if ! install_dglu_wheel "$wheel" "$target" > "$logs/gpu-install.log" 2>&1; then
     cat "$logs/gpu-install.log" >&2
     summary "0 passed, 0 failed, 0 skipped, setup error: pip could not install the wheel" "unknown" "$wheel"
     exit 2
