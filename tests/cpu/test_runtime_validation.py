@@ -224,9 +224,9 @@ def test_offset_values() -> None:
         assert str(raised.value).startswith(f"padded_offsets: {message}"), str(raised.value)
 
 
-def wrapper_arguments(**changes) -> dict[str, object]:
-    t = seed_tensors()
-    arguments = dict(
+def _common_arguments(t: dict) -> dict[str, object]:
+    """The tensor arguments the wrapper and execute() share, from ``seed_tensors()``."""
+    return dict(
         a_tensor=t["a"],
         c_tensor=t["c"],
         padded_offsets=t["padded_offsets"],
@@ -234,10 +234,12 @@ def wrapper_arguments(**changes) -> dict[str, object]:
         beta_tensor=t["beta"],
         prob_tensor=t["prob"],
         dprob_tensor=t["dprob"],
-        b_tensor=t["b"],
     )
-    arguments.update(changes)
-    return arguments
+
+
+def wrapper_arguments(**changes) -> dict[str, object]:
+    t = seed_tensors()
+    return {**_common_arguments(t), "b_tensor": t["b"], **changes}
 
 
 def test_wrapper_checks_layouts_then_device() -> None:
@@ -514,18 +516,7 @@ def test_class_discrete_sizes_reach_describe_tensors(monkeypatch: pytest.MonkeyP
 
 def execute_arguments(**changes) -> dict[str, object]:
     t = seed_tensors()
-    arguments = dict(
-        a_tensor=t["a"],
-        c_tensor=t["c"],
-        d_row_tensor=t["d_row"],
-        padded_offsets=t["padded_offsets"],
-        alpha_tensor=t["alpha"],
-        beta_tensor=t["beta"],
-        prob_tensor=t["prob"],
-        dprob_tensor=t["dprob"],
-    )
-    arguments.update(changes)
-    return arguments
+    return {**_common_arguments(t), "d_row_tensor": t["d_row"], **changes}
 
 
 @pytest.mark.parametrize(
