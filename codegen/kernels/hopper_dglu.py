@@ -1,18 +1,21 @@
 """Fused grouped GEMM + dGLU backward for Hopper (sm_90a), in CuTe DSL.
 
-One persistent, warp-specialized kernel per variant (384 threads):
+One persistent, warp-specialized kernel per variant (512 threads, four
+warpgroups), in which the dGLU epilogue of one tile runs while the tensor
+cores compute the next:
 
-- warp 0 (the producer) issues every TMA transfer: A and B_g tiles into a
-  multi-stage shared-memory ring, the tile's C block into an epilogue
-  buffer, and the TMA store of the finished D block from that buffer;
+- warp 0 (the producer) loads A and B_g tiles by TMA into a multi-stage
+  shared-memory ring;
 - warpgroups 1 and 2 (cooperative, 64 rows each) issue WGMMA into fp32
-  accumulators, then run the dGLU epilogue: R = alpha_g^2 * acc, read the
-  gate/input pair of C from shared memory, write the pair of D in place,
-  and add row sums into dprob and column sums into an fp32 dbias workspace.
-
-Because the producer loads C for a tile while that tile's mainloop runs and
-stores D of the previous tile itself, the consumers never wait on global
-memory in the epilogue.
+  accumulators and, once a tile's mainloop is done, hand the accumulators
+  over through a staging buffer in shared memory and go on to the next tile;
+- warpgroup 3 (the epilogue) runs the dGLU epilogue from the staging buffer,
+  32 gate/input column pairs (a "group": 64 columns of C and D) at a time:
+  R = alpha_g^2 * acc, the pair of C from shared memory, the pair of D
+  written in place, row sums into dprob and column sums into an fp32 dbias
+  workspace;
+- warp 1 (the block mover) streams each group's C block into a small ring
+  of slots by TMA and stores the D block the epilogue wrote over it.
 
 Tiles walk bands of RASTER_BAND m-tiles: within a band the m-tile varies
 fastest, so the CTAs running together share B_g's n-tiles and a band of A
@@ -25,9 +28,9 @@ Variants also choose:
   kernel (``b_descriptors``) writes one TMA descriptor per expert into a
   workspace, from a template, on the device; the producer loads B through
   the tile's expert descriptor;
-- the scheduler: each CTA's tiles reach the consumers through a small queue
-  in shared memory; static walks the grid stride, dynamic claims tiles past
-  the first wave from a global counter;
+- the scheduler: the producer hands every role the CTA's tiles through a
+  small queue in shared memory; static walks the grid stride, dynamic claims
+  tiles past the first wave from a global counter;
 - 2-CTA clusters: the CTAs of a cluster take adjacent m-tiles of one n-tile
   and share B's tile by TMA multicast.
 
@@ -54,11 +57,21 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 THREADS_PER_WARPGROUP = 128
 NUM_MMA_WARPGROUPS = 2
 NUM_MMA_THREADS = NUM_MMA_WARPGROUPS * THREADS_PER_WARPGROUP
-THREADS_PER_CTA = THREADS_PER_WARPGROUP + NUM_MMA_THREADS
-TILE_K = 64
-BLOCK_COLUMNS = 32  # gate/input interleave width of C and D
+EPILOGUE_WARPGROUP = 1 + NUM_MMA_WARPGROUPS
+EPILOGUE_THREADS = THREADS_PER_WARPGROUP
+THREADS_PER_CTA = (2 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+PRODUCER_WARP = 0
+# registers per thread after setmaxnreg: the load warpgroup gives most of its
+# share to the MMA and epilogue warpgroups (512 threads launch with 128 each)
 LOAD_REGISTERS = 40
-MMA_REGISTERS = 232
+MMA_REGISTERS = 160
+EPILOGUE_REGISTERS = 152
+MOVER_WARP = 1
+WARP_SIZE = 32
+TILE_K = 64
+BLOCK_COLUMNS = 32  # gate/input interleave width of C and D: the pairs of one epilogue group
+GROUP_COLUMNS = 2 * BLOCK_COLUMNS  # columns of C and D per epilogue group
+EPILOGUE_SLOTS = 2  # C/D group buffers between the block mover and the epilogue
 SMEM_CAPACITY = 232448  # sm_90 opt-in maximum per block
 SMEM_RESERVED = 1024  # mbarriers and alignment slack
 SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
@@ -66,7 +79,9 @@ RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
 TMA_DESCRIPTOR_BYTES = 128
 DESCRIPTOR_THREADS = 128
-TILE_QUEUE_DEPTH = 2
+TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role
+# every role of the CTA reads the tile queue: MMA warpgroups, epilogue, block mover
+TILE_QUEUE_READERS = NUM_MMA_THREADS + EPILOGUE_THREADS + WARP_SIZE
 DESCRIPTORS = tensor_utils.TensorMapManager(tensor_utils.TensorMapUpdateMode.GMEM, TMA_DESCRIPTOR_BYTES)
 MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 
@@ -75,7 +90,7 @@ DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Flo
 
 @dataclass
 class TileQueue:
-    """A CTA's tiles, handed from the producer warp to the consumers through
+    """A CTA's tiles, handed from the producer warp to every other role through
     shared memory: bidx first, then every grid-th tile (static) or the next
     tile claimed from a global counter (dynamic)."""
 
@@ -87,8 +102,8 @@ class TileQueue:
 
 
 class BlockGeometry:
-    """A C or D block of the epilogue in shared memory, moved by TMA in boxes
-    one 128-byte swizzle row wide (64 16-bit or 32 fp32 columns)."""
+    """A block of C or D moved by TMA in boxes one 128-byte swizzle row wide
+    (64 16-bit or 32 fp32 columns) and ``rows`` tall."""
 
     def __init__(self, rows: int, cols: int, dtype: type):
         self.dtype = dtype
@@ -97,15 +112,29 @@ class BlockGeometry:
         self.box = (rows, self.box_cols)
         self.bytes = rows * cols * dtype.width // 8
 
-    def smem_layout(self):
-        """(rows, box columns, boxes), 128B-swizzled: the boxes are the 'stages'."""
+    def smem_layout(self, boxes: int):
+        """``boxes`` boxes in shared memory as (rows, box columns, boxes), 128B-swizzled."""
         return sm90_utils.make_smem_layout_a(
-            tensor_utils.LayoutEnum.ROW_MAJOR, (self.box[0], 0, self.box_cols), self.dtype, self.boxes
+            tensor_utils.LayoutEnum.ROW_MAJOR, (self.box[0], 0, self.box_cols), self.dtype, boxes
         )
 
-    def at(self, row, col):
-        """Coordinate of block element (row, col) in ``smem_layout``."""
-        return (row, col % self.box_cols, col // self.box_cols)
+
+class SlotRing:
+    """The epilogue's C/D group buffers. A slot holds one group of C, which the
+    epilogue overwrites with the group's D; C and D view the same bytes, each
+    in its own dtype, as boxes of one 128-byte swizzle row by ``rows``."""
+
+    def __init__(self, rows: int, c_dtype: type, d_dtype: type):
+        self.c = BlockGeometry(rows, GROUP_COLUMNS, c_dtype)
+        self.d = BlockGeometry(rows, GROUP_COLUMNS, d_dtype)
+        self.slot_boxes = max(self.c.boxes, self.d.boxes)
+        self.boxes = EPILOGUE_SLOTS * self.slot_boxes
+        self.bytes = EPILOGUE_SLOTS * max(self.c.bytes, self.d.bytes)
+
+    @staticmethod
+    def at(block: BlockGeometry, slot_boxes: int, slot, row, col):
+        """Coordinate of group element (row, col) of ``slot`` in a ring view of ``block``."""
+        return (row, col % block.box_cols, slot * slot_boxes + col // block.box_cols)
 
 
 @dataclass(frozen=True)
@@ -134,8 +163,8 @@ class HopperDgluKernel:
         self.tile_m, self.tile_n = tile_mn
         if self.tile_m != 64 * NUM_MMA_WARPGROUPS:
             raise ValueError(f"tile_m must be {64 * NUM_MMA_WARPGROUPS}, got {self.tile_m}")
-        if self.tile_n % BLOCK_COLUMNS:
-            raise ValueError(f"tile_n must be a multiple of {BLOCK_COLUMNS}, got {self.tile_n}")
+        if self.tile_n % 64:
+            raise ValueError(f"tile_n must be a multiple of 64, got {self.tile_n}")
         self.activation = activation
         self.with_dbias = with_dbias
         self.discrete_weights = discrete_weights
@@ -159,12 +188,19 @@ class HopperDgluKernel:
         self.c_dtype = c_dtype
         self.d_dtype = d_dtype
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
-        self.epilogue_barrier = pipeline.NamedBarrier(barrier_id=1, num_threads=NUM_MMA_THREADS)
-        # C and D blocks in shared memory; D is written over C when they share a dtype
+        # each epilogue warp owns 32 rows of the tile, one group pair per lane
+        self.rows_per_epilogue_warp = self.tile_m // (EPILOGUE_THREADS // WARP_SIZE)
+        if self.rows_per_epilogue_warp != WARP_SIZE:
+            raise ValueError(f"the epilogue needs {WARP_SIZE} rows per warp, got {self.rows_per_epilogue_warp}")
+        # the butterfly steps of the dprob reduce-scatter: 16, 8, 4, 2, 1
+        self.butterfly_widths = tuple(WARP_SIZE >> step for step in range(1, WARP_SIZE.bit_length()))
+        # C and D of a tile, as TMA moves them (the manifest's box rules)
         self.c_block = BlockGeometry(self.tile_m, 2 * self.tile_n, c_dtype)
         self.d_block = BlockGeometry(self.tile_m, 2 * self.tile_n, d_dtype)
+        self.slots = SlotRing(self.tile_m, c_dtype, d_dtype)
         self.d_in_place = c_dtype is d_dtype
-        epilogue_bytes = self.c_block.bytes + (0 if self.d_in_place else self.d_block.bytes)
+        self.staging_bytes = self.tile_m * self.tile_n * self.acc_dtype.width // 8
+        epilogue_bytes = self.staging_bytes + self.slots.bytes
         self.ab_bytes = (self.tile_m + self.tile_n) * TILE_K * self.ab_dtype.width // 8
         self.num_stages = (SMEM_CAPACITY - SMEM_RESERVED - epilogue_bytes) // self.ab_bytes
         if self.num_stages < MIN_STAGES:
@@ -187,27 +223,30 @@ class HopperDgluKernel:
         )
 
     def _smem_layouts(self):
-        """Staged shared-memory layouts of A, B and the C/D block (its boxes as stages)."""
+        """Staged shared-memory layouts of A, B and the C and D views of the slot ring."""
         row_major = tensor_utils.LayoutEnum.ROW_MAJOR
         a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
         b = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_shape_mnk, self.ab_dtype, self.num_stages)
-        return a, b, self.c_block.smem_layout(), self.d_block.smem_layout()
+        c = self.slots.c.smem_layout(self.slots.boxes)
+        d = self.slots.d.smem_layout(self.slots.boxes)
+        return a, b, c, d
 
     def shared_storage(self):
-        a_layout, b_layout, c_layout, d_layout = self._smem_layouts()
-        d_elems = 0 if self.d_in_place else cute.cosize(d_layout)
+        a_layout, b_layout, c_layout, _ = self._smem_layouts()
 
         @cute.struct
         class SharedStorage:
             mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
             tile_queue_barriers: cute.struct.MemRange[cutlass.Int64, TILE_QUEUE_DEPTH * 2]
+            staging_barriers: cute.struct.MemRange[cutlass.Int64, 2]
+            c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
+            d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
             tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            c_full: cutlass.Int64
-            d_ready: cutlass.Int64
+            slot_targets: cute.struct.MemRange[cutlass.Int32, 2 * EPILOGUE_SLOTS]
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
+            staging: cute.struct.Align[cute.struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024]
-            sD: cute.struct.Align[cute.struct.MemRange[self.d_dtype, d_elems], 1024]
 
         return SharedStorage
 
@@ -379,12 +418,12 @@ class HopperDgluKernel:
 
         a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
         storage = utils.SmemAllocator().allocate(self.shared_storage())
-        c_full = storage.c_full.ptr
-        d_ready = storage.d_ready.ptr
+        c_full = storage.c_full.data_ptr()
+        d_full = storage.d_full.data_ptr()
         if tidx == 0:
-            cute.arch.mbarrier_init(c_full, 1)
-            cute.arch.mbarrier_init(d_ready, NUM_MMA_THREADS)
-        # creating the pipeline fences and syncs every barrier's init
+            for slot in cutlass.range_constexpr(EPILOGUE_SLOTS):
+                cute.arch.mbarrier_init(c_full + slot, 1)
+                cute.arch.mbarrier_init(d_full + slot, EPILOGUE_THREADS)
         mainloop = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.num_stages,
@@ -395,28 +434,43 @@ class HopperDgluKernel:
             cta_layout_vmnk=cute.make_layout((1, self.cluster_m, 1, 1)),
             defer_sync=True,
         )
-        pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
-
+        # the accumulators of one tile, from the MMA warpgroups to the epilogue
+        staging = pipeline.PipelineAsync.create(
+            barrier_storage=storage.staging_barriers.data_ptr(),
+            num_stages=1,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_THREADS),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, EPILOGUE_THREADS),
+            defer_sync=True,
+        )
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         queue = TileQueue(
             pipe=pipeline.PipelineAsync.create(
                 barrier_storage=storage.tile_queue_barriers.data_ptr(),
                 num_stages=TILE_QUEUE_DEPTH,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32),
-                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_MMA_THREADS),
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, WARP_SIZE),
+                consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, TILE_QUEUE_READERS),
+                defer_sync=True,
             ),
             ids=storage.tile_ids.get_tensor(cute.make_layout(TILE_QUEUE_DEPTH)),
             counter=cute.make_tensor(tile_counter_ptr, cute.make_layout(1)),
             first=bidx // self.cluster_m,
             stride=gdim // self.cluster_m,
         )
-
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
         pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
+
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        sAcc = storage.staging.get_tensor(cute.make_layout((self.tile_m, self.tile_n), stride=(self.tile_n, 1)))
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-        sD = sC if self.d_in_place else storage.sD.get_tensor(d_smem.outer, swizzle=d_smem.inner)
+        if cutlass.const_expr(self.d_in_place):
+            sD = sC
+        else:
+            sD = cute.make_tensor(
+                cute.recast_ptr(storage.sC.data_ptr(), d_smem.inner, dtype=self.d_dtype), d_smem.outer
+            )
+        slot_targets = storage.slot_targets.get_tensor(cute.make_layout((2, EPILOGUE_SLOTS)))
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         # rows past padded_offsets[-1] belong to no expert; never past A's rows, even
@@ -426,36 +480,39 @@ class HopperDgluKernel:
         # tiles are counted in cluster units: cluster_m adjacent m-tiles each
         num_tiles = num_m_tiles // self.cluster_m * num_n_tiles
         k_tile_count = (mA_mk.shape[1] + TILE_K - 1) // TILE_K
+        tiles = (num_m_tiles, num_n_tiles, num_tiles)
 
         if warpgroup_idx == 0:
             cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
-            if warp_idx == 0:
+            if warp_idx == PRODUCER_WARP:
                 self.produce(
-                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
-                    sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
+                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
                     queue, b_desc_ws_ptr,
                 )
+            if warp_idx == MOVER_WARP:
+                self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n,
+                                 tiles, queue)
+        elif warpgroup_idx == EPILOGUE_WARPGROUP:
+            cute.arch.setmaxregister_increase(EPILOGUE_REGISTERS)
+            self.epilogue(
+                staging, sAcc, sC, sD, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
+                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+            )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
-            self.consume(
-                mainloop, sA, sB, sC, sD, c_full, d_ready, tidx - THREADS_PER_WARPGROUP, offsets,
-                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
-                k_tile_count, num_m_tiles, num_n_tiles, num_tiles, queue,
-            )
+            self.consume(mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue)
 
     @cute.jit
     def produce(
-        self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn,
-        sA, sB, sC, sD, c_full, d_ready, offsets, l, k_tile_count, num_m_tiles, num_n_tiles, num_tiles,
+        self, mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
         queue, b_desc_ws_ptr,
     ):
-        """The producer warp: every TMA load and store of this CTA's tiles."""
-        # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK[, L]), (bM, box, RestM, RestBoxes)
+        """The producer warp: the A and B loads of this CTA's tiles, which it hands to every role."""
+        num_m_tiles, num_n_tiles, num_tiles = tiles
+        # (bM, bK, RestM, RestK), (bN, bK, RestN, RestK[, L])
         gA = cute.local_tile(mA_mk, (self.tile_m, TILE_K), (None, None))
         b_tiler = (None, None) if cutlass.const_expr(self.discrete_weights) else (None, None, None)
         gB = cute.local_tile(mB_nkl, (self.tile_n, TILE_K), b_tiler)
-        gC = cute.local_tile(mC_mn, self.c_block.box, (None, None))
-        gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
         one = cute.make_layout(1)
         tAsA, tAgA = cpasync.tma_partition(tma_atom_a, 0, one, cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
         # each CTA of a cluster loads 1/cluster_m of B's tile and multicasts it to all
@@ -464,20 +521,12 @@ class HopperDgluKernel:
             cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2),
         )
         b_mcast_mask = cutlass.Int16((1 << self.cluster_m) - 1) if self.cluster_m > 1 else 0
-        tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
-        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
-        # the C block of a tile is loaded once this many of its k-tiles are
-        # queued: by then the previous tile's epilogue has finished with the buffer
-        swap_at = cutlass.min(self.num_stages, k_tile_count) - 1
 
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, TILE_QUEUE_DEPTH)
         tile = queue.first
         self.push_tile(queue, queue_state, tile)
         queue_state.advance()
-        tiles_done = cutlass.Int32(0)
-        prev_m = cutlass.Int32(0)
-        prev_n = cutlass.Int32(0)
         while tile < num_tiles:
             m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
             expert = self.expert_of_row(offsets, l, m_tile * self.tile_m)
@@ -499,42 +548,84 @@ class HopperDgluKernel:
                 )
                 mainloop.producer_commit(state)
                 state.advance()
-                if k_tile == swap_at:
-                    if tiles_done > 0:
-                        self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
-                    with cute.arch.elect_one():
-                        cute.arch.mbarrier_arrive_and_expect_tx(c_full, self.c_block.bytes)
-                    for box in cutlass.range_constexpr(self.c_block.boxes):
-                        cute.copy(
-                            tma_atom_c, tCgC[(None, m_tile, n_tile * self.c_block.boxes + box)], tCsC[(None, box)],
-                            tma_bar_ptr=c_full,
-                        )
-            prev_m = m_tile
-            prev_n = n_tile
-            tiles_done += 1
             tile = self.next_tile(queue, tile)
             self.push_tile(queue, queue_state, tile)
             queue_state.advance()
-        if tiles_done > 0:
-            self.store_d(tma_atom_d, tDsD, tDgD, d_ready, tiles_done - 1, prev_m, prev_n)
         mainloop.producer_tail(state)
 
     @cute.jit
-    def store_d(self, tma_atom_d, tDsD, tDgD, d_ready, tile_count, m_tile, n_tile):
-        """Wait for the epilogue of this CTA's tile ``tile_count``, store its D block, free the buffer."""
-        cute.arch.mbarrier_wait(d_ready, tile_count % 2)
-        for box in cutlass.range_constexpr(self.d_block.boxes):
-            cute.copy(tma_atom_d, tDsD[(None, box)], tDgD[(None, m_tile, n_tile * self.d_block.boxes + box)])
+    def groups_in_tile(self, n_tile: cutlass.Int32, n: cutlass.Int32):
+        """Epilogue groups of an n-tile that hold columns below n (n is a multiple of 32)."""
+        return cutlass.min(self.tile_n, n - n_tile * self.tile_n) // BLOCK_COLUMNS
+
+    @cute.jit
+    def move_blocks(self, tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n, tiles, queue):
+        """The block-mover warp: loads each group's C into the next slot of the ring,
+        after storing the D block the epilogue wrote over the slot's previous group.
+
+        ``slot_targets`` remembers, per slot, the m-tile and the group column
+        (in groups of GROUP_COLUMNS columns) its D block goes to.
+        """
+        num_m_tiles, num_n_tiles, num_tiles = tiles
+        # (rows, box, RestM, RestBoxes)
+        gC = cute.local_tile(mC_mn, self.c_block.box, (None, None))
+        gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
+        one = cute.make_layout(1)
+        tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
+        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
+        groups_per_n_tile = self.tile_n // BLOCK_COLUMNS
+
+        queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
+        tile = self.pop_tile(queue, queue_state)
+        queue_state.advance()
+        group = cutlass.Int32(0)
+        while tile < num_tiles:
+            m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
+            for g in range(self.groups_in_tile(n_tile, n)):
+                slot = group % EPILOGUE_SLOTS
+                if group >= EPILOGUE_SLOTS:
+                    self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group - EPILOGUE_SLOTS)
+                column = n_tile * groups_per_n_tile + g
+                slot_targets[(0, slot)] = m_tile
+                slot_targets[(1, slot)] = column
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_arrive_and_expect_tx(c_full + slot, self.slots.c.bytes)
+                for box in cutlass.range_constexpr(self.slots.c.boxes):
+                    cute.copy(
+                        tma_atom_c,
+                        tCgC[(None, m_tile, column * self.slots.c.boxes + box)],
+                        tCsC[(None, slot * self.slots.slot_boxes + box)],
+                        tma_bar_ptr=c_full + slot,
+                    )
+                group += 1
+            tile = self.pop_tile(queue, queue_state)
+            queue_state.advance()
+        for j in cutlass.range_constexpr(EPILOGUE_SLOTS):
+            if group + j >= EPILOGUE_SLOTS:
+                self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group + j - EPILOGUE_SLOTS)
+
+    @cute.jit
+    def store_group(self, tma_atom_d, tDsD, tDgD, slot_targets, d_full, group: cutlass.Int32):
+        """Wait for the epilogue of ``group``, store its D block, and wait until
+        the store has read the slot (so the slot can take the next C)."""
+        slot = group % EPILOGUE_SLOTS
+        cute.arch.mbarrier_wait(d_full + slot, (group // EPILOGUE_SLOTS) % 2)
+        m_tile = slot_targets[(0, slot)]
+        column = slot_targets[(1, slot)]
+        for box in cutlass.range_constexpr(self.slots.d.boxes):
+            cute.copy(
+                tma_atom_d,
+                tDsD[(None, slot * self.slots.slot_boxes + box)],
+                tDgD[(None, m_tile, column * self.slots.d.boxes + box)],
+            )
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def consume(
-        self, mainloop, sA, sB, sC, sD, c_full, d_ready, mma_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l,
-        k_tile_count, num_m_tiles, num_n_tiles, num_tiles, queue,
-    ):
-        """The two MMA warpgroups: mainloop, then the dGLU epilogue, per tile."""
+    def consume(self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue):
+        """The two MMA warpgroups: each tile's mainloop, then its accumulators into
+        the staging buffer for the epilogue warpgroup."""
+        num_tiles = tiles[2]
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
@@ -544,20 +635,12 @@ class HopperDgluKernel:
         num_k_blocks = cute.size(tCrA, mode=[2])
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        alpha_all = cute.make_tensor(alpha_ptr, cute.make_layout(l))
-        beta_all = cute.make_tensor(beta_ptr, cute.make_layout(l))
-        prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
-        dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
-        dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+        staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
 
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
         tile = self.pop_tile(queue, queue_state)
         queue_state.advance()
-        tiles_done = cutlass.Int32(0)
         while tile < num_tiles:
-            m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
-            row0 = m_tile * self.tile_m
-            expert = self.expert_of_row(offsets, l, row0)
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
             warpgroup.fence()
@@ -585,41 +668,119 @@ class HopperDgluKernel:
                 mainloop.consumer_release(release_state)
                 release_state.advance()
 
-            cute.arch.mbarrier_wait(c_full, tiles_done % 2)
-            self.epilogue(
-                acc, tCcC, sC, sD, row0, n_tile * self.tile_n, expert,
-                alpha_all, beta_all, prob_all, dprob_all,
-            )
-            # D is in shared memory: make it visible to the TMA store
-            cute.arch.fence_proxy("async.shared", space="cta")
-            if cutlass.const_expr(self.with_dbias):
-                self.epilogue_barrier.arrive_and_wait()
-                self.add_dbias(sD, mma_tidx, n_tile * self.tile_n, expert, dbias_ws, n)
-            cute.arch.mbarrier_arrive(d_ready)
-            tiles_done += 1
+            staging.producer_acquire(staging_state)
+            for i in cutlass.range_constexpr(cute.size(acc)):
+                row, col = tCcC[i]
+                sAcc[(row, self.staged_column(row, col))] = acc[i]
+            staging.producer_commit(staging_state)
+            staging_state.advance()
             tile = self.pop_tile(queue, queue_state)
             queue_state.advance()
 
+    @staticmethod
+    def staged_column(row, col):
+        """Column of accumulator (row, col) in the staging buffer: 8-column blocks
+        swizzled by the row, so the WGMMA fragment's rows land in different banks."""
+        return col ^ ((row % 8) * 8)
+
     # ---------------------------------------------------------------- epilogue
     @cute.jit
-    def add_dbias(self, sD: cute.Tensor, mma_tidx: cutlass.Int32, n0: cutlass.Int32, expert, dbias_ws, n):
-        """Add the column sums of the D block (as stored) into the fp32 dbias workspace.
+    def epilogue(
+        self, staging, sAcc, sC, sD, c_full, d_full, epi_tidx, offsets,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+    ):
+        """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
 
-        Each consumer thread sums one column over its share of the rows:
-        one atomic per column and thread instead of one per accumulator pair.
+        Warp w owns rows [32w, 32w + 32) of the tile; in a group, lane j handles
+        gate/input pair j (C/D columns j and 32 + j of the group) on each of those
+        rows. A lane keeps its rows' dprob partial sums over the whole tile and
+        its pair's dbias column sums over the group. Groups at or past n are
+        skipped (the TMA store would clip them anyway).
         """
-        cols = 2 * self.tile_n
-        threads_per_col = NUM_MMA_THREADS // cols
-        rows_per_thread = self.tile_m // threads_per_col
-        col = mma_tidx % cols
-        first_row = (mma_tidx // cols) * rows_per_thread
-        total = cutlass.Float32(0.0)
-        for i in cutlass.range(rows_per_thread, unroll=8):
-            total = total + sD[self.d_block.at(first_row + i, col)].to(cutlass.Float32)
-        compact_col = n0 + (col // (2 * BLOCK_COLUMNS)) * BLOCK_COLUMNS + col % BLOCK_COLUMNS
-        if compact_col < n:
-            target = dbias_ws[(expert, None)].iterator + 2 * n0 + col
-            cute.arch.red(target, total, op="add", dtype="f32", sem="relaxed", scope="gpu")
+        num_m_tiles, num_n_tiles, num_tiles = tiles
+        rows = self.rows_per_epilogue_warp
+        lane = cute.arch.lane_idx()
+        first_row = cute.arch.make_warp_uniform(epi_tidx // WARP_SIZE) * rows
+        alpha_all = cute.make_tensor(alpha_ptr, cute.make_layout(l))
+        beta_all = cute.make_tensor(beta_ptr, cute.make_layout(l))
+        prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
+        dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
+        dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+        dprob_rows = cute.make_rmem_tensor((rows,), cutlass.Float32)
+
+        staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+        queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
+        tile = self.pop_tile(queue, queue_state)
+        queue_state.advance()
+        group = cutlass.Int32(0)
+        while tile < num_tiles:
+            m_tile, n_tile = self.tile_coords(tile, num_m_tiles, num_n_tiles)
+            row0 = m_tile * self.tile_m + first_row
+            expert = self.expert_of_row(offsets, l, row0)
+            scale = alpha_all[expert] * alpha_all[expert]
+            beta = beta_all[expert]
+            my_prob = prob_all[row0 + lane]
+            dprob_rows.fill(0.0)
+            staging.consumer_wait(staging_state)
+            for g in range(self.groups_in_tile(n_tile, n)):
+                slot = group % EPILOGUE_SLOTS
+                cute.arch.mbarrier_wait(c_full + slot, (group // EPILOGUE_SLOTS) % 2)
+                pair = g * BLOCK_COLUMNS + lane
+                gate_sum = cutlass.Float32(0.0)
+                input_sum = cutlass.Float32(0.0)
+                for r in cutlass.range_constexpr(rows):
+                    row = first_row + r
+                    gate = sC[self.c_at(slot, row, lane)].to(cutlass.Float32)
+                    x = sC[self.c_at(slot, row, BLOCK_COLUMNS + lane)].to(cutlass.Float32)
+                    grad = sAcc[(row, self.staged_column(r, pair))] * scale
+                    d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
+                    scaled = grad * cute.arch.shuffle_sync(my_prob, r)  # prob of row r
+                    d_gate_out = (scaled * d_gate).to(self.d_dtype)
+                    d_input_out = (scaled * d_input).to(self.d_dtype)
+                    if cutlass.const_expr(not self.d_in_place):
+                        # D of a row, in another dtype, overwrites that row's C: all of it read first
+                        cute.arch.sync_warp()
+                    sD[self.d_at(slot, row, lane)] = d_gate_out
+                    sD[self.d_at(slot, row, BLOCK_COLUMNS + lane)] = d_input_out
+                    gate_sum = gate_sum + d_gate_out.to(cutlass.Float32)
+                    input_sum = input_sum + d_input_out.to(cutlass.Float32)
+                    dprob_rows[r] = dprob_rows[r] + grad * d_prob
+                # D is in shared memory: make it visible to the TMA store
+                cute.arch.fence_proxy("async.shared", space="cta")
+                cute.arch.mbarrier_arrive(d_full + slot)
+                if cutlass.const_expr(self.with_dbias):
+                    column = 2 * n_tile * self.tile_n + g * GROUP_COLUMNS + lane
+                    target = dbias_ws[(expert, None)].iterator + column
+                    cute.arch.red(target, gate_sum, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                    cute.arch.red(target + BLOCK_COLUMNS, input_sum, op="add", dtype="f32", sem="relaxed", scope="gpu")
+                group += 1
+            staging.consumer_release(staging_state)
+            staging_state.advance()
+            self.add_dprob(dprob_rows, dprob_all, row0, lane)
+            tile = self.pop_tile(queue, queue_state)
+            queue_state.advance()
+
+    def c_at(self, slot, row, col):
+        return SlotRing.at(self.slots.c, self.slots.slot_boxes, slot, row, col)
+
+    def d_at(self, slot, row, col):
+        return SlotRing.at(self.slots.d, self.slots.slot_boxes, slot, row, col)
+
+    @cute.jit
+    def add_dprob(self, dprob_rows: cute.Tensor, dprob_all: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32):
+        """Add a warp's 32 row sums, spread over its lanes, into dprob[row0 + lane].
+
+        A butterfly reduce-scatter: at each step a lane keeps the half of its
+        rows selected by one bit of its lane index and adds in its partner's
+        partial sums of that half, so lane j ends with the full sum of row j.
+        """
+        for width in self.butterfly_widths:
+            upper = (lane & width) != 0
+            for i in cutlass.range_constexpr(width):
+                send = cutlass.select_(upper, dprob_rows[i], dprob_rows[i + width])
+                keep = cutlass.select_(upper, dprob_rows[i + width], dprob_rows[i])
+                dprob_rows[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
+        cute.arch.red(dprob_all.iterator + row0 + lane, dprob_rows[0], op="add", dtype="f32", sem="relaxed", scope="gpu")
 
     @cute.jit
     def activation_grads(self, gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32):
@@ -664,55 +825,6 @@ class HopperDgluKernel:
     def sigmoid(self, z: cutlass.Float32):
         return cute.arch.rcp_approx(1.0 + cute.math.exp(-z, fastmath=True))
 
-    @cute.jit
-    def epilogue(
-        self,
-        acc: cute.Tensor,
-        tCcC: cute.Tensor,
-        sC: cute.Tensor,
-        sD: cute.Tensor,
-        row0: cutlass.Int32,
-        n0: cutlass.Int32,
-        expert: cutlass.Int32,
-        alpha_all: cute.Tensor,
-        beta_all: cute.Tensor,
-        prob_all: cute.Tensor,
-        dprob_all: cute.Tensor,
-    ):
-        """dGLU on one tile: C pairs from shared memory, D pairs into shared memory.
-
-        The WGMMA accumulator of a thread is ((2 columns, 2 rows, tile_n/8), 1, 1):
-        rows r and r+8 of its warp's 16-row slice, column pairs 8 apart.
-        Columns at or past n hold R = 0 and C = 0 (TMA zero-fills B and C):
-        they add nothing to dprob, and the TMA store of D clips them.
-        """
-        alpha = alpha_all[expert]
-        beta = beta_all[expert]
-        scale = alpha * alpha
-        lane = cute.arch.lane_idx()
-        rows = [tCcC[((0, r2, 0), 0, 0)][0] for r2 in range(2)]
-        probs = [prob_all[row0 + rows[r2]] for r2 in range(2)]
-        dprob_part = [cutlass.Float32(0.0), cutlass.Float32(0.0)]
-        for v in cutlass.range_constexpr(self.tile_n // 8):
-            for c2 in cutlass.range_constexpr(2):
-                col = tCcC[((c2, 0, v), 0, 0)][1]
-                gate_col = (col // BLOCK_COLUMNS) * (2 * BLOCK_COLUMNS) + col % BLOCK_COLUMNS
-                input_col = gate_col + BLOCK_COLUMNS
-                for r2 in cutlass.range_constexpr(2):
-                    gate = sC[self.c_block.at(rows[r2], gate_col)].to(cutlass.Float32)
-                    x = sC[self.c_block.at(rows[r2], input_col)].to(cutlass.Float32)
-                    r = acc[((c2, r2, v), 0, 0)] * scale
-                    d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
-                    sD[self.d_block.at(rows[r2], gate_col)] = (r * probs[r2] * d_gate).to(self.d_dtype)
-                    sD[self.d_block.at(rows[r2], input_col)] = (r * probs[r2] * d_input).to(self.d_dtype)
-                    dprob_part[r2] = dprob_part[r2] + r * d_prob
-        for r2 in cutlass.range_constexpr(2):
-            # the 4 lanes of a quad hold the same rows
-            part = dprob_part[r2]
-            part = part + cute.arch.shuffle_sync_bfly(part, 1)
-            part = part + cute.arch.shuffle_sync_bfly(part, 2)
-            if lane % 4 == 0:
-                cute.arch.red(dprob_all.iterator + row0 + rows[r2], part, op="add", dtype="f32", sem="relaxed", scope="gpu")
 
     def expert_b_layout(self, n, k):
         """Layout of one expert's (N, K) weight matrix (discrete weights)."""
