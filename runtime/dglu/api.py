@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
@@ -428,7 +429,8 @@ def grouped_gemm_dglu(
     stream = resolve_stream(current_stream, device)
     if offsets_check_enabled():
         _check_offsets(padded_offsets, problem, stream)
-    with on_stream(stream, device):
+    # None resolved to torch's current stream: torch allocates on it already
+    with on_stream(stream, device) if current_stream is not None else nullcontext():
         d_row = torch.empty(
             (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
         )

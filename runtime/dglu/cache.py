@@ -59,12 +59,12 @@ def tensors_key(tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
     one of them is neither a torch tensor nor None (the full checks then explain it)."""
     from torch import Tensor
 
+    key = []
     for tensor in tensors:
-        if tensor is not None and not isinstance(tensor, Tensor):
+        if tensor is None:
+            key.append(None)
+        elif isinstance(tensor, Tensor):
+            key.append((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype))
+        else:
             return None
-    return tuple(
-        [
-            None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
-            for t in tensors
-        ]
-    )
+    return tuple(key)

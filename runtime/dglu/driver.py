@@ -22,7 +22,9 @@ _modules: dict[tuple[int, str], Any] = {}
 _functions: dict[tuple[int, str], Any] = {}
 
 
+@functools.cache
 def _driver() -> Any:
+    """cuda.bindings.driver, imported on first use (importing dglu stays cheap)."""
     from cuda.bindings import driver
 
     return driver
@@ -38,7 +40,7 @@ def checked(function_name: str, *args: Any) -> Any:
     """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
     driver = _driver()
     error, *values = getattr(driver, function_name)(*args)
-    if error != driver.CUresult.CUDA_SUCCESS:
+    if error:  # CUDA_SUCCESS is 0
         raise CudaDriverError(f"{function_name} failed: {_error_text(driver, error)}")
     if not values:
         return None

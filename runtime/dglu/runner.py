@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import workspaces as workspace_pool
 from .cache import BoundedCache
@@ -100,15 +100,29 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
     )
 
 
+class CallPlan(NamedTuple):
+    """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
+    size), then the kernel launches."""
+
+    clears: tuple[tuple[int, int], ...]
+    launches: tuple[Launch, ...]
+
+
 def _plan(
     loaded: LoadedVariant,
     problem: Problem,
     stream: int,
     grids: tuple[Grid, ...],
     workspaces: Mapping[str, workspace_pool.Workspace],
-) -> tuple[Launch, ...]:
-    """Every kernel's launch for the problem: TMA descriptors encoded, parameters packed."""
+    clear: tuple[str, ...],
+) -> CallPlan:
+    """The call's clears and every kernel's launch (none when ``grids`` is empty): TMA
+    descriptors encoded, parameters packed."""
     scalars = problem.scalars
+    clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear]
+    if not grids:
+        return CallPlan(tuple(clears), ())
+    clears += workspace_pool.zeroed_ranges(workspaces, scalars)
     views: dict[str, TensorView] = dict(problem.tensors)
     for name, workspace in workspaces.items():
         views[name] = _workspace_view(loaded.device, workspace)
@@ -124,7 +138,7 @@ def _plan(
         }
         arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
         launches.append(prepare_launch(function, kernel, grid, stream, arguments))
-    return tuple(launches)
+    return CallPlan(tuple(clears), tuple(launches))
 
 
 def run_variant(
@@ -137,31 +151,29 @@ def run_variant(
     launched: there is nothing to compute and the outputs keep their contents. Otherwise
     the stream's workspaces are acquired and the zeroed ones cleared on ``stream``
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
-    Grids and launch plans are kept with the problem (Problem.launch_cache), per loaded
-    variant, stream and workspace addresses.
+    Grids and call plans are kept with the problem (Problem.launch_cache), per loaded
+    variant, stream, cleared tensors and workspace addresses: a repeated call only acquires
+    its workspaces, then enqueues its memsets and launches.
     """
     memo = problem.launch_cache
     grids = memo.get(loaded.identity)
     if grids is None:
         grids = memo[loaded.identity] = _launch_grids(loaded, problem)
     pool = workspace_pool.stream_pool(loaded.device, stream)
-    scalars = problem.scalars
     with pool.lock:
         workspaces = (
-            workspace_pool.acquire(loaded.workspace_names, scalars, loaded.device, pool)
+            workspace_pool.acquire(loaded.workspace_names, problem.scalars, loaded.device, pool)
             if grids
             else {}
         )
-        key = (loaded.identity, stream, tuple(w.pointer for w in workspaces.values()))
-        launches = memo.get(key) if grids else ()
-        if launches is None:
-            launches = memo[key] = _plan(loaded, problem, stream, grids, workspaces)
+        key = (loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
+        plan = memo.get(key)
+        if plan is None:
+            plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
         with device_context(loaded.device):
-            for role in clear:
-                view = problem.tensors[role]
-                workspace_pool.clear(view.pointer, view.size, pool.cu_stream)
-            workspace_pool.zero(workspaces, scalars, pool.cu_stream)
-            for launch in launches:
+            for pointer, size in plan.clears:
+                workspace_pool.clear(pointer, size, pool.cu_stream)
+            for launch in plan.launches:
                 launch_kernel(launch)
 
 

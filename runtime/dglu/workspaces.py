@@ -104,13 +104,16 @@ def acquire(
     return made
 
 
-def zero(workspaces: Mapping[str, Workspace], scalars: Mapping[str, int], stream: Any) -> None:
-    """Clear on ``stream`` (a CUstream) the part a problem uses of each workspace that
-    dglu.problem.WORKSPACES marks zeroed."""
-    for workspace in workspaces.values():
-        spec = WORKSPACES[workspace.name]
-        if spec.zeroed:
-            clear(workspace.pointer, spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size, stream)
+def zeroed_ranges(
+    workspaces: Mapping[str, Workspace], scalars: Mapping[str, int]
+) -> list[tuple[int, int]]:
+    """(pointer, bytes) of the part a problem uses of each workspace that
+    dglu.problem.WORKSPACES marks zeroed: what a call clears before its kernels."""
+    return [
+        (workspace.pointer, spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size)
+        for workspace in workspaces.values()
+        if (spec := WORKSPACES[workspace.name]).zeroed
+    ]
 
 
 def clear(pointer: int, size: int, stream: Any) -> None:

@@ -176,11 +176,10 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
             for name in names
         }
 
-    def zero(made, scalars, stream):
-        zeroed.extend(name for name in made if workspaces.WORKSPACES[name].zeroed)
+    workspace_names = {pointer: name for name, pointer in WORKSPACE_POINTERS.items()}
 
     def clear(pointer, size, stream):
-        zeroed.append((pointer, size))
+        zeroed.append(workspace_names.get(pointer, (pointer, size)))
 
     def encode(rule, view):
         encoded.append((rule, view))
@@ -210,7 +209,6 @@ def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list
 
     monkeypatch.setattr(runner.workspace_pool, "acquire", acquire)
     monkeypatch.setattr(runner.workspace_pool, "stream_pool", FakePool)
-    monkeypatch.setattr(runner.workspace_pool, "zero", zero)
     monkeypatch.setattr(runner.workspace_pool, "clear", clear)
     monkeypatch.setattr(runner, "encode_tensor_map", encode)
     monkeypatch.setattr(runner, "launch_kernel", launch)
@@ -263,18 +261,16 @@ def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, d
     assert launches == []
 
 
-def test_tensors_to_clear_are_zeroed_first_even_without_rows(
-    launches, variants, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tensors_to_clear_are_zeroed_first_even_without_rows(launches, variants) -> None:
     """The wrapper's new dbias (L * 2N bf16) is cleared before the workspaces and the
     kernels, and also when M = 0 leaves nothing to launch."""
-    cleared = []
-    monkeypatch.setattr(runner.workspace_pool, "clear", lambda *args: cleared.append(args))
     loaded = runner.load_variant(variants[0], 0)
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
+    dbias = (0xF000, L * 2 * N * 2)
+    assert len(launches) == 2 and launches[0]["zeroed"] == [dbias, "dbias_ws"]
     runner.run_variant(loaded, problem_of(m=0, with_dbias=True), STREAM, ("dbias",))
-    assert cleared == [(0xF000, L * 2 * N * 2, STREAM)] * 2
-    assert len(launches) == 2 and launches[0]["zeroed"] == ["dbias_ws"]
+    runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
+    assert len(launches) == 4 and launches[2]["zeroed"] == [dbias, "dbias_ws", dbias, dbias, "dbias_ws"]
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
@@ -432,18 +428,12 @@ def test_workspaces_under_graph_capture_are_fresh_and_not_pooled(fake_torch) -> 
     assert [w["dbias_ws"].pointer for w in (eager, captured, later)] == [0x1000, 0x2000, 0x1000]
 
 
-def test_zeroing_memsets_what_the_problem_uses_of_the_zeroed_workspaces(monkeypatch) -> None:
-    calls = []
-    monkeypatch.setattr(workspaces, "checked", lambda name, *args: calls.append((name, args)))
+def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces() -> None:
     made = {  # pooled workspaces larger than this problem needs: only its part is cleared
         name: workspaces.Workspace(name, pointer, 10**6, None)
         for name, pointer in zip(NAMES, [0xA800, 0x9000, 0xAC00])
     }
-    workspaces.zero(made, SCALARS, STREAM)
-    assert [(name, args[:3], args[3]) for name, args in calls] == [
-        ("cuMemsetD32Async", (0x9000, 0, L * 2 * N), STREAM),
-        ("cuMemsetD32Async", (0xAC00, 0, 4), STREAM),
-    ]
+    assert workspaces.zeroed_ranges(made, SCALARS) == [(0x9000, L * 2 * N * 4), (0xAC00, 16)]
 
 
 def write_variant(tmp_path: Path, **key):
