@@ -12,8 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import CudaDriverError
 
@@ -66,8 +65,7 @@ def device_count() -> int:
     return checked("cuDeviceGetCount")
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
+class DeviceInfo(NamedTuple):
     """Facts about one device that selection and launch need."""
 
     ordinal: int

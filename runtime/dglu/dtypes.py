@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class ElementType:
+class ElementType(NamedTuple):
     """One element type as the manifest names it (e.g. "bf16")."""
 
     name: str

@@ -7,8 +7,7 @@ the driver copies both when the launch is enqueued, so sharing them across threa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .driver import checked
 from .grid import Grid
@@ -16,8 +15,7 @@ from .manifest import KernelSpec
 from .params import KernelArguments
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """One prepared kernel launch."""
 
     function: Any

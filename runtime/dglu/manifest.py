@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .dtypes import ELEMENT_TYPES
 from .errors import ManifestError
@@ -74,8 +74,7 @@ _TYPE_NAMES = {
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True)
-class VariantKey:
+class VariantKey(NamedTuple):
     """The fields that identify a variant; act_params as sorted (name, value) pairs."""
 
     arch: str
@@ -100,8 +99,7 @@ class VariantKey:
         return fields
 
 
-@dataclass(frozen=True)
-class ParamSpec:
+class ParamSpec(NamedTuple):
     """One kernel parameter, in the kernel's parameter order."""
 
     name: str
@@ -113,16 +111,14 @@ class ParamSpec:
     optional: bool = False  # pointer only: NULL when the call has no such tensor
 
 
-@dataclass(frozen=True)
-class GridSpec:
+class GridSpec(NamedTuple):
     """A grid rule name and its fields (see dglu.grid)."""
 
     rule: str
     args: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class KernelSpec:
+class KernelSpec(NamedTuple):
     """One __global__ function of a variant's cubin, in launch order."""
 
     role: str
@@ -134,8 +130,7 @@ class KernelSpec:
     params: tuple[ParamSpec, ...]
 
 
-@dataclass(frozen=True)
-class TmaRule:
+class TmaRule(NamedTuple):
     """How to encode the TMA descriptor of one tensor (hashable: a cache key)."""
 
     dtype: str
@@ -160,8 +155,7 @@ class Variant:
     tma: Mapping[str, TmaRule]
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """A parsed manifest.json and the variants it lists."""
 
     path: Path
@@ -388,8 +382,7 @@ def read_manifest(directory: Path) -> Manifest:
     return Manifest(path=path, toolchain=dict(toolchain), variants=variants)
 
 
-@dataclass(frozen=True)
-class SearchEntry:
+class SearchEntry(NamedTuple):
     """One directory of the search path and why it is searched."""
 
     directory: Path

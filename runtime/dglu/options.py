@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .dtypes import FLOAT_TYPES, element_type_of
 
@@ -51,8 +50,7 @@ _FIXED = (
 )
 
 
-@dataclass(frozen=True)
-class OpOptions:
+class OpOptions(NamedTuple):
     """The variant fields chosen by arguments (the tensors choose the dtypes)."""
 
     act_func: str

@@ -6,7 +6,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .dtypes import ELEMENT_TYPES
 
@@ -54,8 +54,7 @@ WORKSPACES: dict[str, Workspace] = {
 }
 
 
-@dataclass(frozen=True)
-class TensorView:
+class TensorView(NamedTuple):
     """A device tensor as the kernels see it: address, seed-rank shape, strides in elements."""
 
     device: int

@@ -19,8 +19,7 @@ addresses inside b_ptrs are the caller's to keep valid, (N, K) in b_major order 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, element_type_of
 from .problem import Problem, TensorView
@@ -31,8 +30,7 @@ COLUMN_BLOCK = 32
 TMA_ALIGN_BYTES = 16
 
 
-@dataclass(frozen=True)
-class Dims:
+class Dims(NamedTuple):
     """Problem sizes, and where they were read from (for error messages)."""
 
     m: int
@@ -46,8 +44,7 @@ class Dims:
         return f"M={self.m}, N={self.n}, K={self.k}, L={self.l} ({self.origin})"
 
 
-@dataclass(frozen=True)
-class _Rule:
+class _Rule(NamedTuple):
     shape_text: str
     rank: int
     shape: Callable[[Dims | Problem], tuple[int, ...]]  # outputs' rules get the Problem

@@ -11,15 +11,13 @@ b_descriptors kernel reads it on the device, so a captured CUDA graph stays corr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 DENSE, DISCRETE = "dense", "discrete"
 DISCRETE_DTYPE = "bf16"
 
 
-@dataclass(frozen=True)
-class DiscreteWeights:
+class DiscreteWeights(NamedTuple):
     """What discrete weights fix that no tensor shows, and the arguments that gave it."""
 
     n: int

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .driver import checked
 from .dtypes import ELEMENT_TYPES, torch_dtype
@@ -23,8 +22,7 @@ from .streams import on_stream
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 
 
-@dataclass(frozen=True)
-class Workspace:
+class Workspace(NamedTuple):
     """One workspace: its address, its size in elements, and the tensor that owns it."""
 
     name: str

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -62,8 +61,8 @@ def test_elementwise(tmp_path: Path, n, l) -> None:
 
 def test_elementwise_accepts_the_documented_alias(tmp_path: Path) -> None:
     finish = kernels_of(tmp_path, dbias=True)[1]
-    aliased = replace(finish.grid, args={"count": "l*2n"})
-    assert launch_grid(replace(finish, grid=aliased), scalars(512, 96, 5), H200_SMS) == (4, 1, 1)
+    aliased = finish.grid._replace(args={"count": "l*2n"})
+    assert launch_grid(finish._replace(grid=aliased), scalars(512, 96, 5), H200_SMS) == (4, 1, 1)
 
 
 @pytest.mark.parametrize(
