@@ -23,6 +23,10 @@ from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
 
 M, N, K, L = 1024, 96, 256, 4
 CALLS = 2000
+# Measured on the 2-core CI machine: repeated calls 11-13 us (execute) and 19-21 us (the
+# wrapper), 8-10 times cheaper than uncached ones. The bounds leave ~5x for a loaded machine.
+MAX_REPEATED_US = 100
+MIN_SPEEDUP = 5
 
 
 @pytest.fixture
@@ -117,4 +121,6 @@ def test_repeated_calls_cost_a_fraction_of_a_first_call(stand_ins) -> None:
     }
     for name, (repeated, first) in costs.items():
         print(f"{name}: repeated {repeated:.1f} us, uncached {first:.1f} us of CPU per call")
-        assert repeated < first / 3, f"{name}: repeated {repeated:.1f} us, uncached {first:.1f} us"
+        figures = f"{name}: repeated {repeated:.1f} us, uncached {first:.1f} us"
+        assert repeated < first / MIN_SPEEDUP, figures
+        assert repeated < MAX_REPEATED_US, figures
