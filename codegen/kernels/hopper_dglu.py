@@ -61,13 +61,13 @@ EPILOGUE_WARPGROUP = 1 + NUM_MMA_WARPGROUPS
 EPILOGUE_THREADS = THREADS_PER_WARPGROUP
 THREADS_PER_CTA = (2 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
 PRODUCER_WARP = 0
+MOVER_WARP = 1
+WARP_SIZE = 32
 # registers per thread after setmaxnreg: the load warpgroup gives most of its
 # share to the MMA and epilogue warpgroups (512 threads launch with 128 each)
 LOAD_REGISTERS = 40
 MMA_REGISTERS = 160
 EPILOGUE_REGISTERS = 152
-MOVER_WARP = 1
-WARP_SIZE = 32
 TILE_K = 64
 BLOCK_COLUMNS = 32  # gate/input interleave width of C and D: the pairs of one epilogue group
 GROUP_COLUMNS = 2 * BLOCK_COLUMNS  # columns of C and D per epilogue group
@@ -188,10 +188,8 @@ class HopperDgluKernel:
         self.c_dtype = c_dtype
         self.d_dtype = d_dtype
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
-        # each epilogue warp owns 32 rows of the tile, one group pair per lane
+        # each epilogue warp owns 32 rows of the tile (tile_m 128), one group pair per lane
         self.rows_per_epilogue_warp = self.tile_m // (EPILOGUE_THREADS // WARP_SIZE)
-        if self.rows_per_epilogue_warp != WARP_SIZE:
-            raise ValueError(f"the epilogue needs {WARP_SIZE} rows per warp, got {self.rows_per_epilogue_warp}")
         # the butterfly steps of the dprob reduce-scatter: 16, 8, 4, 2, 1
         self.butterfly_widths = tuple(WARP_SIZE >> step for step in range(1, WARP_SIZE.bit_length()))
         # C and D of a tile, as TMA moves them (the manifest's box rules)
