@@ -75,6 +75,7 @@ EPILOGUE_SLOTS = 2  # C/D group buffers between the block mover and the epilogue
 SMEM_CAPACITY = 232448  # sm_90 opt-in maximum per block
 SMEM_RESERVED = 1024  # mbarriers and alignment slack
 SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
+SWIZZLE_CHUNK_BITS = 128  # it permutes 16-byte chunks within the row
 RASTER_BAND = 8  # m-tiles per raster band
 FINISH_THREADS = 256
 TMA_DESCRIPTOR_BYTES = 128
@@ -130,11 +131,6 @@ class SlotRing:
         self.slot_boxes = max(self.c.boxes, self.d.boxes)
         self.boxes = EPILOGUE_SLOTS * self.slot_boxes
         self.bytes = EPILOGUE_SLOTS * max(self.c.bytes, self.d.bytes)
-
-    @staticmethod
-    def at(block: BlockGeometry, slot_boxes: int, slot, row, col):
-        """Coordinate of group element (row, col) of ``slot`` in a ring view of ``block``."""
-        return (row, col % block.box_cols, slot * slot_boxes + col // block.box_cols)
 
 
 @dataclass(frozen=True)
@@ -505,8 +501,14 @@ class HopperDgluKernel:
                                  tiles, queue)
         elif warpgroup_idx == EPILOGUE_WARPGROUP:
             cute.arch.setmaxregister_increase(EPILOGUE_REGISTERS)
+            ring_bytes = self.slots.bytes
+            ring_c = cute.make_tensor(storage.sC.data_ptr(), cute.make_layout(ring_bytes * 8 // self.c_dtype.width))
+            ring_d = cute.make_tensor(
+                cute.recast_ptr(storage.sC.data_ptr(), dtype=self.d_dtype), cute.make_layout(ring_bytes * 8 // self.d_dtype.width)
+            )
+            staged = cute.make_tensor(storage.staging.data_ptr(), cute.make_layout(self.tile_m * self.tile_n))
             self.epilogue(
-                staging, sAcc, sC, sD, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
+                staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
             )
         else:
@@ -697,7 +699,7 @@ class HopperDgluKernel:
     # ---------------------------------------------------------------- epilogue
     @cute.jit
     def epilogue(
-        self, staging, sAcc, sC, sD, c_full, d_full, epi_tidx, offsets,
+        self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
     ):
         """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
@@ -706,7 +708,9 @@ class HopperDgluKernel:
         gate/input pair j (C/D columns j and 32 + j of the group) on each of those
         rows. A lane keeps its rows' dprob partial sums over the whole tile and
         its pair's dbias column sums over the group. Groups at or past n are
-        skipped (the TMA store would clip them anyway).
+        skipped (the TMA store would clip them anyway). ``staged`` is the staging
+        buffer and ``ring_c``/``ring_d`` the slot ring, as flat views (ring_offset
+        applies the swizzle).
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         rows = self.rows_per_epilogue_warp
@@ -740,10 +744,14 @@ class HopperDgluKernel:
                 gate_sum = cutlass.Float32(0.0)
                 input_sum = cutlass.Float32(0.0)
                 for r in cutlass.range_constexpr(rows):
-                    row = first_row + r
-                    gate = sC[self.c_at(slot, row, lane)].to(cutlass.Float32)
-                    x = sC[self.c_at(slot, row, BLOCK_COLUMNS + lane)].to(cutlass.Float32)
-                    grad = sAcc[(row, self.staged_column(r, pair))] * scale
+                    # row first_row + r: its offsets are those of row first_row + r % 8, plus
+                    # r // 8 blocks of 8 rows (the swizzles repeat every 8 rows)
+                    k, rows_8 = r % 8, r // 8 * 8
+                    gate_at = self.ring_offset(self.slots.c, slot, first_row, k, 0, lane, rows_8)
+                    input_at = self.ring_offset(self.slots.c, slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)
+                    gate = ring_c[gate_at].to(cutlass.Float32)
+                    x = ring_c[input_at].to(cutlass.Float32)
+                    grad = staged[(first_row + k + rows_8) * self.tile_n + self.staged_column(k, pair)] * scale
                     d_gate, d_input, d_prob = self.activation_grads(gate, x, beta)
                     scaled = grad * cute.arch.shuffle_sync(my_prob, r)  # prob of row r
                     d_gate_out = (scaled * d_gate).to(self.d_dtype)
@@ -751,8 +759,8 @@ class HopperDgluKernel:
                     if cutlass.const_expr(not self.d_in_place):
                         # D of a row, in another dtype, overwrites that row's C: all of it read first
                         cute.arch.sync_warp()
-                    sD[self.d_at(slot, row, lane)] = d_gate_out
-                    sD[self.d_at(slot, row, BLOCK_COLUMNS + lane)] = d_input_out
+                    ring_d[self.ring_offset(self.slots.d, slot, first_row, k, 0, lane, rows_8)] = d_gate_out
+                    ring_d[self.ring_offset(self.slots.d, slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)] = d_input_out
                     gate_sum = gate_sum + d_gate_out.to(cutlass.Float32)
                     input_sum = input_sum + d_input_out.to(cutlass.Float32)
                     dprob_rows[r] = dprob_rows[r] + grad * d_prob
@@ -771,11 +779,21 @@ class HopperDgluKernel:
             tile = self.pop_tile(queue, queue_state)
             queue_state.advance()
 
-    def c_at(self, slot, row, col):
-        return SlotRing.at(self.slots.c, self.slots.slot_boxes, slot, row, col)
+    def ring_offset(self, block: BlockGeometry, slot, first_row, k: int, col0: int, lane, rows_8: int):
+        """Element offset, in a flat view of the slot ring in ``block``'s dtype, of group
+        column col0 + lane (col0 0 or 32, lane < 32) on row first_row + k + rows_8 of ``slot``
+        (first_row and rows_8 multiples of 8, k < 8).
 
-    def d_at(self, slot, row, col):
-        return SlotRing.at(self.slots.d, self.slots.slot_boxes, slot, row, col)
+        TMA's 128-byte swizzle XORs a row's 16-byte chunk index with the row % 8 = k;
+        keeping the constant parts (k, col0, rows_8) apart lets the compiler fold them
+        into the shared-memory instructions' offsets.
+        """
+        chunk = SWIZZLE_CHUNK_BITS // block.dtype.width  # elements per 16-byte chunk
+        box = col0 // block.box_cols
+        within = col0 % block.box_cols  # + lane: still inside the box (box_cols >= 32)
+        box_base = (slot * self.slots.slot_boxes + box) * self.tile_m * block.box_cols
+        swizzled = (((within + lane) // chunk) ^ k) * chunk + lane % chunk
+        return box_base + (first_row + k + rows_8) * block.box_cols + swizzled
 
     @cute.jit
     def add_dprob(self, dprob_rows: cute.Tensor, dprob_all: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32):
