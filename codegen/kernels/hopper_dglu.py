@@ -20,7 +20,7 @@ cores compute the next:
 Tiles walk bands of RASTER_BAND m-tiles: within a band the m-tile varies
 fastest, so the CTAs running together share B_g's n-tiles and a band of A
 rows in L2. Expert boundaries are multiples of 256, so a 128-row tile never
-straddles two experts; each tile finds its expert with a binary search over
+straddles two experts; each tile finds its expert with a warp-parallel search of
 padded_offsets, and the walk stops at padded_offsets[-1].
 
 Variants also choose:
