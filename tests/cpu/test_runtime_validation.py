@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
 from dglu import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
+from dglu.api import ARGUMENT_NAMES as NAMES  # noqa: E402
 from dglu.validation import check_offset_values, describe_tensors  # noqa: E402
 from dglu.weights import class_discrete, wrapper_discrete  # noqa: E402
 
@@ -35,20 +36,6 @@ def seed_tensors(m=M, n=N, k=K, l=L, b_major="k") -> dict[str, object]:
         "dprob": torch.zeros(m, 1, 1),
         "dbias": torch.zeros(l, 2 * n, 1, dtype=torch.bfloat16),
     }
-
-
-NAMES = {
-    "a": "a_tensor",
-    "b": "b_tensor",
-    "c": "c_tensor",
-    "d_row": "d_row_tensor",
-    "padded_offsets": "padded_offsets",
-    "alpha": "alpha_tensor",
-    "beta": "beta_tensor",
-    "prob": "prob_tensor",
-    "dprob": "dprob_tensor",
-    "dbias": "dbias_tensor",
-}
 
 
 def describe(tensors: dict[str, object], b_major: str = "k"):
