@@ -115,8 +115,8 @@ def _tma_rules(kernel: HopperDgluKernel, c_dtype: str, d_dtype: str) -> dict[str
     return {
         "a": {**common, "dtype": "bf16", "dims": [1, 0], "box": [TILE_K, kernel.tile_m]},
         **b,
-        "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": [kernel.c_block.box_cols, kernel.tile_m]},
-        "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": [kernel.d_block.box_cols, kernel.tile_m]},
+        "c": {**common, "dtype": c_dtype, "dims": [1, 0], "box": [kernel.slots.c.box_cols, kernel.tile_m]},
+        "d_row": {**common, "dtype": d_dtype, "dims": [1, 0], "box": [kernel.slots.d.box_cols, kernel.tile_m]},
     }
 
 

@@ -188,9 +188,7 @@ class HopperDgluKernel:
         self.rows_per_epilogue_warp = self.tile_m // (EPILOGUE_THREADS // WARP_SIZE)
         # the butterfly steps of the dprob reduce-scatter: 16, 8, 4, 2, 1
         self.butterfly_widths = tuple(WARP_SIZE >> step for step in range(1, WARP_SIZE.bit_length()))
-        # C and D of a tile, as TMA moves them (the manifest's box rules)
-        self.c_block = BlockGeometry(self.tile_m, 2 * self.tile_n, c_dtype)
-        self.d_block = BlockGeometry(self.tile_m, 2 * self.tile_n, d_dtype)
+        # C and D move by TMA one group at a time: their boxes are the manifest's box rules
         self.slots = SlotRing(self.tile_m, c_dtype, d_dtype)
         self.d_in_place = c_dtype is d_dtype
         self.staging_bytes = self.tile_m * self.tile_n * self.acc_dtype.width // 8
@@ -292,10 +290,10 @@ class HopperDgluKernel:
             b_op, b, cute.slice_(b_smem, (None, None, 0)), (self.tile_n, TILE_K), num_multicast=self.cluster_m
         )
         tma_atom_c, tma_c = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), c, cute.slice_(c_smem, (None, None, 0)), self.c_block.box
+            cpasync.CopyBulkTensorTileG2SOp(), c, cute.slice_(c_smem, (None, None, 0)), self.slots.c.box
         )
         tma_atom_d, tma_d = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), d, cute.slice_(d_smem, (None, None, 0)), self.d_block.box
+            cpasync.CopyBulkTensorTileS2GOp(), d, cute.slice_(d_smem, (None, None, 0)), self.slots.d.box
         )
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
@@ -581,8 +579,8 @@ class HopperDgluKernel:
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
-        gC = cute.local_tile(mC_mn, self.c_block.box, (None, None))
-        gD = cute.local_tile(mD_mn, self.d_block.box, (None, None))
+        gC = cute.local_tile(mC_mn, self.slots.c.box, (None, None))
+        gD = cute.local_tile(mD_mn, self.slots.d.box, (None, None))
         one = cute.make_layout(1)
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
