@@ -277,36 +277,24 @@ def test_wrapper_refuses_what_it_cannot_honour(changes, error, message) -> None:
     assert str(raised.value).startswith(message), str(raised.value)
 
 
+SAMPLE_ROLES = ("a", "c", "d_row", "padded_offsets", "alpha", "beta", "prob", "dprob")
+
+
+def samples(t: dict) -> dict[str, object]:
+    """The class API's sample arguments every op needs, from ``seed_tensors()``."""
+    return {f"sample_{role}": t[role] for role in SAMPLE_ROLES}
+
+
 def class_op(with_dbias: bool) -> GroupedGemmDgluSm90:
     t = seed_tensors()
     return GroupedGemmDgluSm90(
-        sample_a=t["a"],
-        sample_c=t["c"],
-        sample_d_row=t["d_row"],
-        sample_padded_offsets=t["padded_offsets"],
-        sample_alpha=t["alpha"],
-        sample_beta=t["beta"],
-        sample_prob=t["prob"],
-        sample_dprob=t["dprob"],
-        sample_dbias=t["dbias"] if with_dbias else None,
-        sample_b=t["b"],
+        **samples(t), sample_dbias=t["dbias"] if with_dbias else None, sample_b=t["b"]
     )
 
 
 def test_class_refuses_n_major_dense_weights() -> None:
     t = seed_tensors(b_major="n")
-    op = GroupedGemmDgluSm90(
-        sample_a=t["a"],
-        sample_c=t["c"],
-        sample_d_row=t["d_row"],
-        sample_padded_offsets=t["padded_offsets"],
-        sample_alpha=t["alpha"],
-        sample_beta=t["beta"],
-        sample_prob=t["prob"],
-        sample_dprob=t["dprob"],
-        sample_b=t["b"],
-        b_major="n",
-    )
+    op = GroupedGemmDgluSm90(**samples(t), sample_b=t["b"], b_major="n")
     with pytest.raises(ValueError, match="^b_major: 'n' applies to discrete weights"):
         op.check_support()
 
@@ -318,17 +306,7 @@ def test_class_check_support_names_the_sample() -> None:
 
 def test_class_refuses_dbias_it_was_not_built_for() -> None:
     t = seed_tensors()
-    execute_args = dict(
-        a_tensor=t["a"],
-        c_tensor=t["c"],
-        d_row_tensor=t["d_row"],
-        padded_offsets=t["padded_offsets"],
-        alpha_tensor=t["alpha"],
-        beta_tensor=t["beta"],
-        prob_tensor=t["prob"],
-        dprob_tensor=t["dprob"],
-        b_tensor=t["b"],
-    )
+    execute_args = {**_common_arguments(t), "d_row_tensor": t["d_row"], "b_tensor": t["b"]}
     with pytest.raises(ValueError, match="^dbias_tensor: this op was built without sample_dbias"):
         class_op(with_dbias=False).execute(**execute_args, dbias_tensor=t["dbias"])
     with pytest.raises(
@@ -339,18 +317,7 @@ def test_class_refuses_dbias_it_was_not_built_for() -> None:
 
 def test_class_refuses_block_scaled_samples() -> None:
     t = seed_tensors()
-    op = GroupedGemmDgluSm90(
-        sample_a=t["a"],
-        sample_c=t["c"],
-        sample_d_row=t["d_row"],
-        sample_sfa=torch.zeros(1),
-        sample_padded_offsets=t["padded_offsets"],
-        sample_alpha=t["alpha"],
-        sample_beta=t["beta"],
-        sample_prob=t["prob"],
-        sample_dprob=t["dprob"],
-        sample_b=t["b"],
-    )
+    op = GroupedGemmDgluSm90(**samples(t), sample_sfa=torch.zeros(1), sample_b=t["b"])
     with pytest.raises(NotImplementedError, match="^sample_sfa: block-scaled"):
         op.check_support()
 
@@ -445,21 +412,8 @@ def test_discrete_views_b_ptrs_and_one_experts_matrix(
 
 def class_discrete_op(**changes) -> GroupedGemmDgluSm90:
     t = seed_tensors()
-    arguments = dict(
-        sample_a=t["a"],
-        sample_c=t["c"],
-        sample_d_row=t["d_row"],
-        sample_padded_offsets=t["padded_offsets"],
-        sample_alpha=t["alpha"],
-        sample_beta=t["beta"],
-        sample_prob=t["prob"],
-        sample_dprob=t["dprob"],
-        num_experts=L,
-        b_shape=(N, K),
-        b_dtype=torch.bfloat16,
-    )
-    arguments.update(changes)
-    return GroupedGemmDgluSm90(**arguments)
+    arguments = {**samples(t), "num_experts": L, "b_shape": (N, K), "b_dtype": torch.bfloat16}
+    return GroupedGemmDgluSm90(**{**arguments, **changes})
 
 
 @pytest.mark.parametrize(
