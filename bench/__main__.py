@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from codegen.atomic_write import write_atomic
+from dglu_build.atomic_write import write_atomic
 
 from .chart import ratios_png
 from .device import DESCRIPTIONS, error_record, measure_shape

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from codegen.atomic_write import write_atomic
+from dglu_build.atomic_write import write_atomic
 
 from .fused import build_op, relative_l2, run_fused
 from .inputs import BufferSet, make_buffer_set

@@ -92,9 +92,9 @@ def measure_in_this_process(specs: Path) -> dict[str, Any]:
     import cutlass.cute  # noqa: F401 (imported to time the DSL's import)
 
     dsl_imported = time.perf_counter()
-    from codegen.build_key import SYMBOL_PREFIX
-    from codegen.kernels import compile_variant
-    from codegen.specs import load_specs
+    from dglu_build.build_key import SYMBOL_PREFIX
+    from dglu_build.kernels import compile_variant
+    from dglu_build.specs import load_specs
 
     kernels_imported = time.perf_counter()
     variant = default_variant(load_specs(specs))
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure_in_this_process(args.specs)))
         return 0
-    from codegen.atomic_write import write_atomic
+    from dglu_build.atomic_write import write_atomic
 
     from .environment import commit
 

@@ -34,13 +34,13 @@ class CubinBuildHook(BuildHookInterface):
         if self.target_name != "wheel" or version == "editable":
             return  # an editable install has no cubins: `dglu-build add/compile` fill the user variant dir
         root = Path(self.root)
-        sys.path.insert(0, str(root))
-        from codegen.artifact_store import open_store
-        from codegen.build import BuildFailed, build_in_store
-        from codegen.compile_pool import available_cores
-        from codegen.kernels import compile_variant
-        from codegen.specs import load_spec_files
-        from codegen.wheel import ENV_BUILD_DIR, ENV_SPECS
+        sys.path[:0] = [str(root / "codegen"), str(root / "runtime")]
+        from dglu_build.artifact_store import open_store
+        from dglu_build.build import BuildFailed, build_in_store
+        from dglu_build.compile_pool import available_cores
+        from dglu_build.kernels import compile_variant
+        from dglu_build.specs import load_spec_files
+        from dglu_build.wheel import ENV_BUILD_DIR, ENV_SPECS
 
         source = ENV_SPECS if ENV_SPECS in os.environ else "default specs"
         specs = [root / path for path in os.environ.get(ENV_SPECS, str(DEFAULT_SPECS)).split(os.pathsep)]

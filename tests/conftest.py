@@ -1,6 +1,6 @@
 """Shared test setup: import paths and the `gpu` marker.
 
-``codegen`` is imported from the repo root. ``dglu`` is imported from
+``dglu_build`` is imported from codegen/. ``dglu`` is imported from
 runtime/ unless DGLU_USE_INSTALLED=1, which tests the installed wheel
 instead. Tests marked ``gpu`` skip, with the reason, where no CUDA device
 can be used.
@@ -17,7 +17,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT))  # bench/
+sys.path.insert(0, str(REPO_ROOT / "codegen"))
 if os.environ.get("DGLU_USE_INSTALLED") != "1":
     sys.path.insert(0, str(REPO_ROOT / "runtime"))
 

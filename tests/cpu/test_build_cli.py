@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codegen.artifact_store import STATE_DIR, open_store
-from codegen.cli import main
-from codegen.specs import load_specs
+from dglu_build.artifact_store import STATE_DIR, open_store
+from dglu_build.cli import main
+from dglu_build.specs import load_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SPECS = REPO_ROOT / "kernel_specs" / "smoke.yaml"
@@ -42,9 +42,9 @@ def dglu_build(*args, expect: int = 0) -> str:
 
 
 def dglu_build_process(*args, **kwargs) -> subprocess.Popen:
-    """Start ``python -m codegen`` (the same CLI) as its own process group."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "codegen", *map(str, args)]
+    """Start ``python3 -m dglu_build`` (the same CLI) as its own process group."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "codegen"), str(REPO_ROOT / "runtime")])}
+    command = [sys.executable, "-m", "dglu_build", *map(str, args)]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
 
 
@@ -142,11 +142,12 @@ def test_list_and_show_describe_the_built_variants(smoke_dir):
 
 def test_a_build_elsewhere_in_one_process_is_byte_identical(smoke_dir, tmp_path):
     checkout = tmp_path / "other checkout"
-    for part in ("codegen", "kernel_specs"):
-        shutil.copytree(REPO_ROOT / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("codegen", "runtime", "kernel_specs"):
+        shutil.copytree(REPO_ROOT / part, checkout / part, ignore=shutil.ignore_patterns("__pycache__", "_cubins"))
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    command = [sys.executable, "-m", "codegen", "compile", "kernel_specs/smoke.yaml", "-o", str(out), "-j", "1"]
+    paths = os.pathsep.join(str(checkout / part) for part in ("codegen", "runtime"))
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": paths}
+    command = [sys.executable, "-m", "dglu_build", "compile", "kernel_specs/smoke.yaml", "-o", str(out), "-j", "1"]
     subprocess.run(command, cwd=checkout, env=env, check=True, capture_output=True)
     assert snapshot(out) == snapshot(smoke_dir)
 
@@ -285,7 +286,7 @@ def test_compiler_failures_are_collected_with_each_variant_and_its_message(tmp_p
 def test_the_default_output_is_the_directory_the_runtime_searches(user_cache):
     from dglu.manifest import search_path
 
-    from codegen.cli import user_variant_dir
+    from dglu_build.cli import user_variant_dir
 
     (user_entry,) = [entry for entry in search_path() if entry.origin == "user variants"]
     assert user_entry.directory == user_variant_dir() == user_cache / "dglu" / "variants"

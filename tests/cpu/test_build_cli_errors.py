@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from codegen.artifact_store import StoreError, check_entry
-from codegen.cli import main
-from codegen.shard import Shard
+from dglu_build.artifact_store import StoreError, check_entry
+from dglu_build.cli import main
+from dglu_build.shard import Shard
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SPECS = REPO_ROOT / "kernel_specs" / "smoke.yaml"
@@ -117,13 +117,13 @@ def test_help_of_every_command_shows_an_example_without_importing_cutlass():
     probe = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from codegen.cli import main\n"
+        "from dglu_build.cli import main\n"
         f"for command in {COMMANDS!r}:\n"
         "    result = CliRunner().invoke(main, [command, '--help'])\n"
         "    assert result.exit_code == 0 and 'Example' in result.output and 'dglu-build ' + command in result.output, command\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'cutlass'))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "codegen"), str(REPO_ROOT / "runtime")])}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

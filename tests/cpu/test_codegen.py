@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from codegen.abi_check import AbiMismatch, check_kernels, check_tma_rules
-from codegen.artifact_store import STATE_DIR, cubin_file_name
-from codegen.build import BuildError, BuildFailed, build_artifacts
-from codegen.cubin_info import CubinError, read_cubin
-from codegen.kernels import compile_variant
-from codegen.specs import load_specs
+from dglu_build.abi_check import AbiMismatch, check_kernels, check_tma_rules
+from dglu_build.artifact_store import STATE_DIR, cubin_file_name
+from dglu_build.build import BuildError, BuildFailed, build_artifacts
+from dglu_build.cubin_info import CubinError, read_cubin
+from dglu_build.kernels import compile_variant
+from dglu_build.specs import load_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE = load_specs(REPO_ROOT / "kernel_specs" / "smoke.yaml")

@@ -1,6 +1,6 @@
 """The GPU suite's oracle on the CPU: its reference, inputs and tolerances (tests/gpu).
 
-An fp32 emulation of the kernel's arithmetic (the formulas of codegen/kernels/hopper_dglu.py,
+An fp32 emulation of the kernel's arithmetic (the formulas of codegen/dglu_build/kernels/hopper_dglu.py,
 a perturbed sigmoid standing in for its approximate exp and reciprocal, D rounded to its
 dtype, dbias summed from the stored D) must pass every check for every shipped variant,
 and each seeded bug must fail one: tolerances neither too tight nor too loose.
@@ -194,7 +194,7 @@ def test_neighbours_are_adjacent_in_the_dtype(dtype, value) -> None:
 
 
 def test_shipped_configs_match_the_default_spec() -> None:
-    specs = pytest.importorskip("codegen.specs")
+    specs = pytest.importorskip("dglu_build.specs")
     shipped = specs.load_specs(Path(__file__).resolve().parents[2] / "kernel_specs/default.yaml")
     assert len(SHIPPED) == len(set(SHIPPED)) == len(shipped)
     assert {

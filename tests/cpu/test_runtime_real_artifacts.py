@@ -26,9 +26,9 @@ from dglu.runner import required_workspaces  # noqa: E402
 from dglu.selection import VariantRequest, select_variant  # noqa: E402
 from dglu.tma import global_layout  # noqa: E402
 
-from codegen.build import build_artifacts  # noqa: E402
-from codegen.cubin_info import read_cubin  # noqa: E402
-from codegen.specs import load_specs, parse_specs  # noqa: E402
+from dglu_build.build import build_artifacts  # noqa: E402
+from dglu_build.cubin_info import read_cubin  # noqa: E402
+from dglu_build.specs import load_specs, parse_specs  # noqa: E402
 
 SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
 SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}

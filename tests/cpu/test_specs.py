@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.kernels import SUPPORTED
-from codegen.specs import ACT_PARAM_DEFAULTS, FIELDS, JOINT_FIELDS, SpecError, load_specs, parse_specs
+from dglu_build.kernels import SUPPORTED
+from dglu_build.specs import ACT_PARAM_DEFAULTS, FIELDS, JOINT_FIELDS, SpecError, load_specs, parse_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

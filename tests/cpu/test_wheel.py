@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.specs import load_specs
+from dglu_build.specs import load_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SPECS = "kernel_specs/smoke.yaml"
@@ -51,8 +51,8 @@ def clean_env(**extra: str) -> dict:
 
 
 def dglu_build_wheel(dist: Path, build_dir: Path) -> Path:
-    """The README's build command (`dglu-build wheel`, here as `python -m codegen wheel`)."""
-    command = [sys.executable, "-m", "codegen", "wheel", SMOKE_SPECS, "-o", dist, "--build-dir", build_dir]
+    """The README's build command (`dglu-build wheel`, here as `python3 -m dglu_build wheel`)."""
+    command = [sys.executable, "-m", "dglu_build", "wheel", SMOKE_SPECS, "-o", dist, "--build-dir", build_dir]
     output = run(command, cwd=REPO_ROOT, env=clean_env())
     (built,) = dist.glob("*.whl")
     assert f"wrote {built} (" in output
@@ -120,7 +120,7 @@ def test_wheel_holds_the_runtime_and_dglu_builds_code_and_nothing_else_of_the_re
     runtime = {name.removeprefix("runtime/") for name in _tracked_python_files("runtime/dglu")}
     assert runtime and runtime <= names
     codegen = _tracked_python_files("codegen")
-    assert "codegen/kernels/__init__.py" in codegen and codegen <= names
+    assert "codegen/dglu_build/kernels/__init__.py" in codegen and codegen <= names
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"dglu", "codegen", wheel.name.split("-py3")[0] + ".dist-info"}
     assert not [name for name in names if "/.dglu-build/" in name or "__pycache__" in name]
@@ -137,7 +137,7 @@ def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
     assert cutlass and all(re.search(r"extra == ['\"]build['\"]", req) for req in cutlass)
     with zipfile.ZipFile(wheel) as archive:
         (entry_points,) = [archive.read(name).decode() for name in archive.namelist() if name.endswith("entry_points.txt")]
-    assert "[console_scripts]\ndglu-build = codegen.cli:main" in entry_points
+    assert "[console_scripts]\ndglu-build = dglu_build.cli:main" in entry_points
 
 
 def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path):

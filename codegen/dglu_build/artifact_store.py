@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codegen.atomic_write import TEMP_SUFFIX, write_atomic
+from dglu_build.atomic_write import TEMP_SUFFIX, write_atomic
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1

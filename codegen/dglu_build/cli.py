@@ -19,11 +19,11 @@ try:
 except ModuleNotFoundError as missing:
     raise SystemExit(f"dglu-build needs the build extra (no module {missing.name!r}): pip install 'dglu[build]'") from None
 
-from codegen.abi_check import AbiMismatch
-from codegen.artifact_store import Record, StoreError, open_store, read_manifest_file
-from codegen.build_key import current_build_inputs
-from codegen.compile_pool import available_cores
-from codegen.shard import Shard
+from dglu_build.abi_check import AbiMismatch
+from dglu_build.artifact_store import Record, StoreError, open_store, read_manifest_file
+from dglu_build.build_key import current_build_inputs
+from dglu_build.compile_pool import available_cores
+from dglu_build.shard import Shard
 
 _MN = re.compile(r"([0-9]+)x([0-9]+)")
 _USER_ERRORS: tuple[type[Exception], ...] = (StoreError, AbiMismatch)
@@ -123,8 +123,8 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
       dglu-build compile kernel_specs/default.yaml -o .artifacts/default -j 8
       dglu-build compile kernel_specs/default.yaml --shard 2/4 -o shard2
     """
-    from codegen.build import BuildError
-    from codegen.specs import SpecError, expand_fields, load_spec_files
+    from dglu_build.build import BuildError
+    from dglu_build.specs import SpecError, expand_fields, load_spec_files
 
     with _user_errors(SpecError, BuildError):
         variants = load_spec_files(specs)
@@ -227,8 +227,8 @@ def add(
       dglu-build add --act dswiglu --act dgeglu --tile 128x64 -o .artifacts/extra
       dglu-build add --act dgeglu --act-param geglu_alpha=1.0 --act-param linear_offset=0.0
     """
-    from codegen.build import BuildError
-    from codegen.specs import SpecError, expand_fields
+    from dglu_build.build import BuildError
+    from dglu_build.specs import SpecError, expand_fields
 
     fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias}
     shapes = [
@@ -242,7 +242,7 @@ def add(
 
 
 def _build(variants: list, out: Path, jobs: int) -> None:
-    from codegen.build import BuildFailed, build_artifacts
+    from dglu_build.build import BuildFailed, build_artifacts
 
     try:
         result = build_artifacts(variants, out, jobs=jobs, progress=_progress)
@@ -340,7 +340,7 @@ def verify(directory: Path) -> None:
     Example:
       dglu-build verify .artifacts/default
     """
-    from codegen.verify import verify_directory
+    from dglu_build.verify import verify_directory
 
     with _user_errors(), open_store(directory, _progress, shared=True):
         verification = verify_directory(directory)
@@ -367,7 +367,7 @@ def merge(sources: tuple[Path, ...], out: Path) -> None:
     Example:
       dglu-build merge shard1 shard2 shard3 shard4 -o .artifacts/release
     """
-    from codegen.merge import merge_directories
+    from dglu_build.merge import merge_directories
 
     with _user_errors():
         manifest = merge_directories(list(sources), out, _progress)
@@ -412,9 +412,9 @@ def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir
       dglu-build wheel kernel_specs/default.yaml -o dist/
       dglu-build wheel kernel_specs/default.yaml --build-dir .artifacts/release
     """
-    from codegen.build import BuildError
-    from codegen.specs import SpecError, load_spec_files
-    from codegen.wheel import build_wheel, check_source
+    from dglu_build.build import BuildError
+    from dglu_build.specs import SpecError, load_spec_files
+    from dglu_build.wheel import build_wheel, check_source
 
     build_dir = build_dir or source / ".artifacts" / "wheel"
     with _user_errors(SpecError, BuildError):

@@ -2,7 +2,7 @@
 
 A variant's build key hashes everything its cubin and manifest entry depend
 on: the variant's fields, the kernel sources (every .py file under
-codegen/kernels/), the toolchain (the installed CuTe DSL distributions and
+codegen/dglu_build/kernels/), the toolchain (the installed CuTe DSL distributions and
 the Python version the manifest records), and the compile options (the
 manifest schema and symbol prefix the build writes, and every
 ``CUTE_DSL_*`` / ``CUTE_EXPERIMENTAL_DSL_*`` environment variable: some of
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codegen.artifact_store import SCHEMA_VERSION
+from dglu_build.artifact_store import SCHEMA_VERSION
 
 # The builder's own settings that shape a variant's cubin and entry.
 SYMBOL_PREFIX = "dglu_"

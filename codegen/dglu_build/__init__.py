@@ -2,6 +2,6 @@
 
 kernel_specs/*.yaml --(specs)--> variants --(kernels)--> cubins
 --(build)--> an artifact directory with manifest.json (docs/manifest.md).
-``dglu-build`` (codegen.cli) drives it. This is the only code that imports
+``dglu-build`` (dglu_build.cli) drives it. This is the only code that imports
 CuTe DSL (``cutlass``), and only its compiling modules do.
 """

@@ -10,7 +10,7 @@ also needs a TMA rule to encode its descriptor from.
 
 from __future__ import annotations
 
-from codegen.cubin_info import CubinError, CubinInfo, CubinKernel, read_cubin
+from dglu_build.cubin_info import CubinError, CubinInfo, CubinKernel, read_cubin
 
 # kind -> (size, align) of its PTX parameter; i32_tuple's size is 4 per value.
 PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {

@@ -2,7 +2,7 @@
 
 After a build every variant of the directory (those asked for plus those
 already there) is up to date: it is recompiled only when its build key
-(codegen.build_key) differs from the one it was built under, or its cubin is
+(dglu_build.build_key) differs from the one it was built under, or its cubin is
 missing or altered. Each compiled variant is checked against its own cubin,
 then stored at once (cubin, then record), so a build that fails or is killed
 keeps the work it finished; the manifest is rewritten last. The directory's
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from codegen.abi_check import AbiMismatch, check_variant_cubin
-from codegen.artifact_store import ArtifactStore, Record, open_store
-from codegen.build_key import SYMBOL_PREFIX, BuildInputs, current_build_inputs
-from codegen.compile_pool import CompileFn, CompileJob, CompileOutcome, available_cores, compile_all
-from codegen.kernels import compile_variant
-from codegen.specs import SpecError, Variant, expand_fields
+from dglu_build.abi_check import AbiMismatch, check_variant_cubin
+from dglu_build.artifact_store import ArtifactStore, Record, open_store
+from dglu_build.build_key import SYMBOL_PREFIX, BuildInputs, current_build_inputs
+from dglu_build.compile_pool import CompileFn, CompileJob, CompileOutcome, available_cores, compile_all
+from dglu_build.kernels import compile_variant
+from dglu_build.specs import SpecError, Variant, expand_fields
 
 
 Progress = Callable[[str], None]
@@ -73,7 +73,7 @@ def build_artifacts(
     Compiles in ``jobs`` processes (default: every core); ``progress`` hears
     one line per step (default: stderr); ``compile_fn(key, symbol_prefix)``
     returns an object with ``cubin``, ``kernels`` and ``tma``
-    (codegen.kernels.compile_variant). Raises BuildFailed, after storing the
+    (dglu_build.kernels.compile_variant). Raises BuildFailed, after storing the
     variants that built, if any failed.
     """
     if not variants:

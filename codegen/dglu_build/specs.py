@@ -5,9 +5,9 @@ A spec file is a mapping with an optional ``defaults:`` mapping and a
 any field given as a list stands for each of its values, and an entry
 expands to the cartesian product of its lists. After expansion every
 variant has all of ``FIELDS``, each of the right type and inside what the
-kernels support (``codegen.kernels.SUPPORTED``); duplicates are rejected.
+kernels support (``dglu_build.kernels.SUPPORTED``); duplicates are rejected.
 Every error names the file, the entry (index and line) and the field.
-YAML is read strictly (see ``codegen.yaml_strict``): ``yes``/``on`` are
+YAML is read strictly (see ``dglu_build.yaml_strict``): ``yes``/``on`` are
 strings here, not booleans.
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from codegen.kernels import SUPPORTED, check_variant
-from codegen.yaml_strict import StrictLoader
+from dglu_build.kernels import SUPPORTED, check_variant
+from dglu_build.yaml_strict import StrictLoader
 
 # Field -> required type, in the canonical order of a variant's key.
 FIELDS: dict[str, type] = {

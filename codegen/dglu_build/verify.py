@@ -2,7 +2,7 @@
 
 Every variant's cubin is re-hashed against the manifest's sha256 and size,
 and the manifest's launch description (kernels, parameters, TMA rules) is
-checked against what ptxas wrote into that cubin (codegen.abi_check). All
+checked against what ptxas wrote into that cubin (dglu_build.abi_check). All
 problems are collected, one per variant at most, so one run names them all.
 """
 
@@ -12,8 +12,8 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codegen.abi_check import AbiMismatch, check_variant_cubin
-from codegen.artifact_store import StoreError, check_entry, read_manifest_file
+from dglu_build.abi_check import AbiMismatch, check_variant_cubin
+from dglu_build.artifact_store import StoreError, check_entry, read_manifest_file
 
 
 @dataclass

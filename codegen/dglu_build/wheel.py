@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from codegen.build import BuildError
+from dglu_build.build import BuildError
 
 CHECKOUT_FILES = ("pyproject.toml", "build/hatch_build.py")
 ENV_SPECS = "DGLU_SPECS"  # spec files, os.pathsep-separated; read by build/hatch_build.py

@@ -1,6 +1,6 @@
 """Combine artifact directories (e.g. the shards of a release build) into one.
 
-Every source must verify (codegen.verify) and all must agree: a variant that
+Every source must verify (dglu_build.verify) and all must agree: a variant that
 two sources hold must be the same entry built under the same build key, and
 every variant must come from the same toolchain, since a manifest names one.
 Conflicts are all reported, and refused, before anything is written. The
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from codegen.artifact_store import ArtifactStore, Record, StoreError, open_store, read_manifest_file
-from codegen.verify import verify_directory
+from dglu_build.artifact_store import ArtifactStore, Record, StoreError, open_store, read_manifest_file
+from dglu_build.verify import verify_directory
 
 
 class MergeConflict(StoreError):
