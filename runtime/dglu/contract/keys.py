@@ -1,0 +1,125 @@
+"""Variant keys: the fields that identify a kernel variant, per kernel family.
+
+A variant key has the fields of ``KEY_FIELDS`` (docs/manifest.md, VARIANT "key"). Each
+kernel family (an architecture and operand path) allows a set of values per field, in
+``FAMILIES``; a spec entry or a call's request names a family through its ``arch`` and
+``ab_dtype``. Activation constants and their defaults (the seed's) are in
+``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
+it also names the variant's kernel symbols, so it must not change for existing keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+# Field -> JSON type, in the canonical order of a variant's key.
+KEY_FIELDS: dict[str, type] = {
+    "arch": str,
+    "ab_dtype": str,
+    "c_dtype": str,
+    "d_dtype": str,
+    "act_func": str,
+    "act_params": dict,
+    "dbias": bool,
+    "weight_mode": str,
+    "b_major": str,
+    "tile_m": int,
+    "tile_n": int,
+    "cluster_m": int,
+    "cluster_n": int,
+    "scheduler": str,
+}
+
+# Activation -> its compile-time constants and their defaults (the seed's).
+ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
+    "dswiglu": {},
+    "dgeglu": {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0},
+    "dsituglu": {"situ_beta1": 4.0, "situ_beta2": 25.0},
+}
+ALL_ACT_PARAMS: dict[str, float] = {
+    name: value for params in ACT_PARAM_DEFAULTS.values() for name, value in params.items()
+}
+
+# Exact cubin architecture per compute capability: an "a" target runs only on its own
+# capability (sm_100a code does not run on a 10.3 device).
+ARCH_OF_CAPABILITY: dict[tuple[int, int], str] = {
+    (9, 0): "sm_90a",
+    (10, 0): "sm_100a",
+    (10, 3): "sm_103a",
+}
+
+
+class Family(NamedTuple):
+    """A kernel family: its name, and the values it allows per key field.
+
+    ``allowed`` maps a field, or a joint name of ``JOINT_FIELDS``, to its allowed values
+    (tuples for joint fields); fields absent from it (act_params) are checked elsewhere.
+    """
+
+    name: str
+    allowed: Mapping[str, tuple[Any, ...]]
+
+    def matches(self, arch: str, ab_dtype: str) -> bool:
+        """True when a key of this architecture and operand dtype belongs to the family."""
+        return arch in self.allowed["arch"] and ab_dtype in self.allowed["ab_dtype"]
+
+
+# Names of the SUPPORTED entries that constrain several key fields jointly.
+JOINT_FIELDS: dict[str, tuple[str, ...]] = {
+    "tile_mn": ("tile_m", "tile_n"),
+    "cluster_mn": ("cluster_m", "cluster_n"),
+}
+
+FLOAT_DTYPES = ("bf16", "fp16", "fp32")
+
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        Family(
+            "sm90_bf16",
+            {
+                "arch": ("sm_90a",),
+                "ab_dtype": ("bf16",),
+                "c_dtype": FLOAT_DTYPES,
+                "d_dtype": FLOAT_DTYPES,
+                "act_func": tuple(ACT_PARAM_DEFAULTS),
+                "dbias": (True, False),
+                "weight_mode": ("dense", "discrete"),
+                "b_major": ("k", "n"),
+                "tile_mn": ((128, 128), (128, 64)),
+                "cluster_mn": ((1, 1), (2, 1)),
+                "scheduler": ("static", "dynamic"),
+            },
+        ),
+    )
+}
+
+
+def family_of(arch: str, ab_dtype: str) -> Family | None:
+    """The family that builds keys of this architecture and operand dtype, if any."""
+    return next((f for f in FAMILIES.values() if f.matches(arch, ab_dtype)), None)
+
+
+def variant_name(key: Mapping[str, Any]) -> str:
+    """A readable, filesystem-safe name, unique per key (``act_params`` a mapping)."""
+    parts = [
+        key["arch"].replace("_", ""),
+        key["ab_dtype"],
+        key["c_dtype"],
+        key["d_dtype"],
+        key["act_func"],
+        "dbias" if key["dbias"] else "nodbias",
+        key["weight_mode"],
+        key["b_major"],
+        f"{key['tile_m']}x{key['tile_n']}",
+        f"{key['cluster_m']}x{key['cluster_n']}",
+        key["scheduler"],
+    ]
+    params = dict(key["act_params"])
+    if params != ACT_PARAM_DEFAULTS[key["act_func"]]:
+        text = json.dumps(params, sort_keys=True)
+        parts.append("p" + hashlib.sha256(text.encode()).hexdigest()[:8])
+    return "_".join(parts)
