@@ -53,7 +53,8 @@ def clean_env(**extra: str) -> dict:
 def dglu_build_wheel(dist: Path, build_dir: Path) -> Path:
     """The README's build command (`dglu-build wheel`, here as `python3 -m dglu_build wheel`)."""
     command = [sys.executable, "-m", "dglu_build", "wheel", SMOKE_SPECS, "-o", dist, "--build-dir", build_dir]
-    output = run(command, cwd=REPO_ROOT, env=clean_env())
+    build_side = os.pathsep.join(str(REPO_ROOT / part) for part in ("codegen", "runtime"))
+    output = run(command, cwd=REPO_ROOT, env=clean_env(PYTHONPATH=build_side))
     (built,) = dist.glob("*.whl")
     assert f"wrote {built} (" in output
     return built
@@ -119,10 +120,10 @@ def test_wheel_holds_the_runtime_and_dglu_builds_code_and_nothing_else_of_the_re
         names = set(archive.namelist())
     runtime = {name.removeprefix("runtime/") for name in _tracked_python_files("runtime/dglu")}
     assert runtime and runtime <= names
-    codegen = _tracked_python_files("codegen")
-    assert "codegen/dglu_build/kernels/__init__.py" in codegen and codegen <= names
+    build_side = {name.removeprefix("codegen/") for name in _tracked_python_files("codegen/dglu_build")}
+    assert "dglu_build/kernels/__init__.py" in build_side and build_side <= names
     top_level = {name.split("/")[0] for name in names}
-    assert top_level == {"dglu", "codegen", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert top_level == {"dglu", "dglu_build", wheel.name.split("-py3")[0] + ".dist-info"}
     assert not [name for name in names if "/.dglu-build/" in name or "__pycache__" in name]
 
 
