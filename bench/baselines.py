@@ -1,7 +1,7 @@
 """What a user can write in PyTorch today for the same op, and dense cuBLAS of its FLOPs.
 
 The unfused path is torch._grouped_mm (R = A_g B_g^T, bf16 out) followed by the dSwiGLU
-epilogue of shared/notes/op_contract.md in plain torch: it produces the same outputs as
+epilogue of docs/op_contract.md in plain torch: it produces the same outputs as
 the fused op (D in the 32-column gate/input layout, dprob accumulated, dbias per expert).
 """
 

@@ -1,4 +1,4 @@
-"""The PyTorch baselines compute the op of shared/notes/op_contract.md (on the CPU), so
+"""The PyTorch baselines compute the op of docs/op_contract.md (on the CPU), so
 that timing them beside the fused op compares like with like."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Float64 reference of grouped GEMM + dGLU backward (shared/notes/op_contract.md and the
+"""Float64 reference of grouped GEMM + dGLU backward (docs/op_contract.md and the
 seed's dSiTU-GLU equations), with the magnitudes that tolerances scale with (checks.py).
 
 Everything is computed in float64 from the stored inputs, so the reference is exact for all

@@ -1,7 +1,8 @@
 """Randomized sweep (sweep.py draws the cases), every output element checked.
 
 Every failure names the fixed base seed and the case index;
-``pytest 'tests/gpu/test_sweep.py::test_sweep[case17]'`` reruns one case.
+``pytest 'tests/gpu/test_sweep.py::test_sweep[case17]'`` reruns one case (with
+DGLU_SWEEP_SEED=<base seed> when the failing run used another base seed).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def test_sweep_draws_every_shipped_variant_and_both_apis() -> None:
     assert {case.config for case in cases} == set(SHIPPED)
     assert {case.api for case in cases} == {"class", "wrapper"}
     assert any(case.shape.valid_m == 0 for case in cases)
-    assert any(case.shape.l == 1 for case in cases) and any(case.shape.l == 64 for case in cases)
+    assert any(case.shape.l == 1 for case in cases) and any(case.shape.l == 1024 for case in cases)
 
 
 @pytest.mark.parametrize("index", range(SWEEP_CASES), ids=lambda i: f"case{i}")

@@ -1,0 +1,197 @@
+"""The calls ci/sanitize.sh runs under compute-sanitizer, and the initcheck probes.
+
+``run``: one small call of every kernel class the installed wheel ships. The classes come
+from the installed manifest (dglu/_cubins/manifest.json, read as a file: only the variant
+names and keys are used, which manifest v1 and v2 share): a greedy cover picks variants
+until every value of every key field (activation and its constants, C and D dtypes, dbias,
+tile, weight mode, b_major, scheduler, cluster), every C/D dtype pair and every
+weight mode with each b_major appears in one of
+them; ``--all`` takes every variant. Each call goes through the GPU suite's harness
+(tests/gpu/harness.py), so it is also checked element by element; the process exits
+non-zero when a check fails. The class API is used: its D_row is NaN-filled by torch
+before the call, so initcheck judges what the kernels read (A, B, C, offsets, scales, the
+workspaces), not torch's reads of a D that only TMA stores wrote (docs/sanitizer.md).
+
+``probe NAME``: one call built to answer a question about initcheck (docs/sanitizer.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+
+import dglu  # noqa: E402
+import torch  # noqa: E402
+from configs import SHIPPED, Config, key_fields  # noqa: E402
+from harness import Case, case_inputs, class_op, execute, run_case  # noqa: E402
+from inputs import Shape, initial_dprob  # noqa: E402
+
+SEED = 20260601
+# two m-tiles per filled expert (a 2x1 cluster needs pairs), an empty expert between them,
+# two k-tiles, rows past valid_m
+SMALL = Shape(n=128, k=128, expert_rows=(256, 0, 256), extra_rows=64)
+COVERED_FIELDS = (
+    "act_func", "act_params", "c_dtype", "d_dtype", "dbias", "tile", "weight_mode",
+    "b_major", "scheduler", "cluster", "c_d_dtypes", "weights",
+)
+
+
+def installed_variants() -> list[dict]:
+    """The installed wheel's variants, as manifest.json lists them (name, key, ...)."""
+    path = Path(dglu.__file__).parent / "_cubins" / "manifest.json"
+    return json.loads(path.read_text())["variants"]
+
+
+def features(key: dict) -> set[tuple[str, object]]:
+    """(field, value) pairs of a variant key that the cover must reach."""
+    values = {
+        "act_func": key["act_func"],
+        "act_params": json.dumps(key["act_params"], sort_keys=True),
+        "c_dtype": key["c_dtype"],
+        "d_dtype": key["d_dtype"],
+        "dbias": key["dbias"],
+        "tile": (key["tile_m"], key["tile_n"]),
+        "weight_mode": key["weight_mode"],
+        "b_major": key["b_major"],
+        "scheduler": key["scheduler"],
+        "cluster": (key["cluster_m"], key["cluster_n"]),
+        "c_d_dtypes": (key["c_dtype"], key["d_dtype"]),
+        "weights": (key["weight_mode"], key["b_major"]),
+    }
+    return {(field, values[field]) for field in COVERED_FIELDS}
+
+
+def cover(variants: list[dict]) -> list[dict]:
+    """Variants, in manifest order of first pick, until every feature of any variant is in one."""
+    missing = set().union(*(features(v["key"]) for v in variants))
+    chosen = []
+    while missing:
+        best = max(variants, key=lambda v: len(features(v["key"]) & missing))
+        chosen.append(best)
+        missing -= features(best["key"])
+    return chosen
+
+
+def config_for(variant: dict) -> Config:
+    """The GPU suite's Config that calls ``variant`` (every shipped variant has one)."""
+    key = variant["key"]
+    fields = (
+        key["act_func"],
+        tuple(sorted(key["act_params"].items())),
+        key["c_dtype"],
+        key["d_dtype"],
+        key["dbias"],
+        (key["tile_m"], key["tile_n"]),
+        key["weight_mode"],
+        key["b_major"],
+        key["scheduler"],
+        (key["cluster_m"], key["cluster_n"]),
+    )
+    for config in SHIPPED:
+        if key_fields(config) == fields:
+            return config
+    raise SystemExit(
+        f"variant {variant['name']} has no Config in tests/gpu/configs.py SHIPPED; "
+        "add it there so the GPU suite and the sanitizer can call it"
+    )
+
+
+def run_cases(variants: Iterable[dict], api: str) -> None:
+    for variant in variants:
+        case = Case(config=config_for(variant), shape=SMALL, seed=SEED, api=api)
+        run_case(case)
+        print(f"sanitize case ok: {variant['name']} ({case.describe()})", flush=True)
+
+
+def _probe_call(d_row: torch.Tensor, config: Config, shape: Shape, c: torch.Tensor | None = None):
+    """One class-API call writing ``d_row`` (C replaced by ``c`` when given); returns D_row."""
+    x = case_inputs(Case(config=config, shape=shape, seed=SEED))
+    if c is not None:
+        x = replace(x, c=c)
+    dprob = initial_dprob(shape.m, SEED, "cuda")
+    execute(class_op(config, x, d_row, dprob, None, config.tile), x, d_row, dprob, None)
+    torch.cuda.synchronize()
+    return d_row
+
+
+PROBE_SHAPE = Shape(n=256, k=128, expert_rows=(1024, 1024))
+PROBE_CONFIG = Config("dswiglu", torch.bfloat16, torch.bfloat16, False, (128, 128))
+
+
+def probe(name: str) -> None:
+    """Probes (run each alone under initcheck; docs/sanitizer.md has the results):
+
+    - ``tma-store-fresh``: D_row is the process's first CUDA allocation (torch.empty:
+      memory no kernel has written), every row valid, so the kernel's TMA stores write all
+      of it; then torch reads all of it. A report means initcheck does not see TMA stores.
+    - ``tma-store-zeroed``: the same with D_row zeroed by torch first (the control).
+    - ``tma-load-fresh``: C is the first allocation, never written (torch.empty); the
+      kernel reads it only by TMA loads. No report means initcheck does not see TMA loads.
+    - ``rows-past-valid-m``: the wrapper's D_row (torch.empty inside dglu) with 64 rows
+      past valid_m, which the op leaves unwritten by contract; torch reads all of it.
+    """
+    m, width = PROBE_SHAPE.m, 2 * PROBE_SHAPE.n
+    if name in ("tma-store-fresh", "tma-store-zeroed"):
+        make = torch.empty if name == "tma-store-fresh" else torch.zeros
+        d_row = make((m, width, 1), dtype=torch.bfloat16, device="cuda")
+        _probe_call(d_row, PROBE_CONFIG, PROBE_SHAPE)
+        twin = torch.full_like(d_row, float("nan"))
+        _probe_call(twin, PROBE_CONFIG, PROBE_SHAPE)
+        same = bool((twin == d_row).all())
+        print(f"probe {name}: D_row fully written by the kernel (equal to a NaN-filled twin's): {same}")
+        print(f"probe {name}: torch reads D_row: sum {d_row.float().sum().item():.6g}")
+    elif name == "tma-load-fresh":
+        c = torch.empty((m, width, 1), dtype=torch.bfloat16, device="cuda")
+        d_row = torch.zeros((m, width, 1), dtype=torch.bfloat16, device="cuda")
+        _probe_call(d_row, PROBE_CONFIG, PROBE_SHAPE, c=c)
+        print(f"probe {name}: the kernel read an unwritten C by TMA (D sum {d_row.float().sum().item():.6g})")
+    elif name == "rows-past-valid-m":
+        shape = Shape(n=PROBE_SHAPE.n, k=PROBE_SHAPE.k, expert_rows=PROBE_SHAPE.expert_rows, extra_rows=64)
+        x = case_inputs(Case(config=PROBE_CONFIG, shape=shape, seed=SEED))
+        out = dglu.grouped_gemm_dglu_wrapper_sm90(
+            a_tensor=x.a, b_tensor=x.b, c_tensor=x.c, padded_offsets=x.padded_offsets,
+            alpha_tensor=x.alpha, beta_tensor=x.beta, prob_tensor=x.prob,
+            dprob_tensor=initial_dprob(shape.m, SEED, "cuda"), act_func="dswiglu",
+        )
+        torch.cuda.synchronize()
+        d_row = out["d_row_tensor"]
+        print(f"probe {name}: valid rows read: {d_row[: shape.valid_m].float().sum().item():.6g}")
+        print(f"probe {name}: all rows read: {d_row.float().nan_to_num().sum().item():.6g}")
+    else:
+        raise SystemExit(f"unknown probe {name!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    listing = commands.add_parser("list", help="the variants `run` calls")
+    run = commands.add_parser("run", help="one small checked call per kernel class")
+    for sub in (listing, run):
+        sub.add_argument("--all", action="store_true", help="every installed variant, not a cover")
+    run.add_argument("--api", choices=("class", "wrapper"), default="class")
+    probing = commands.add_parser("probe", help="one initcheck probe")
+    probing.add_argument(
+        "name", choices=("tma-store-fresh", "tma-store-zeroed", "tma-load-fresh", "rows-past-valid-m")
+    )
+    args = parser.parse_args()
+    if args.command == "probe":
+        probe(args.name)
+        return
+    variants = installed_variants()
+    chosen = variants if args.all else cover(variants)
+    if args.command == "list":
+        for variant in chosen:
+            print(variant["name"])
+    else:
+        run_cases(chosen, args.api)
+
+
+if __name__ == "__main__":
+    main()
