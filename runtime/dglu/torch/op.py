@@ -69,8 +69,9 @@ def grouped_gemm_dglu_op(
     mma_tiler_mn: Optional[list[int]],
     cluster_shape_mn: Optional[list[int]],
     d_dtype: Optional[torch.dtype],
-) -> list[torch.Tensor]:
-    """[D_row (M, 2N, 1)] or, with generate_dbias, [D_row, dbias (L, 2N, 1) bf16]."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(D_row (M, 2N, 1), dbias (L, 2N, 1) bf16); dbias is an empty (0,) tensor unless
+    generate_dbias (a custom op's outputs cannot be None)."""
     import dglu
 
     out = dglu.grouped_gemm_dglu(
@@ -100,7 +101,12 @@ def grouped_gemm_dglu_op(
         use_dynamic_sched=use_dynamic_sched,
     )
     d_row, dbias = out["d_row_tensor"], out["dbias_tensor"]
-    return [d_row] if dbias is None else [d_row, dbias]
+    return d_row, _no_dbias(d_row) if dbias is None else dbias
+
+
+def _no_dbias(like: torch.Tensor) -> torch.Tensor:
+    """The placeholder returned for dbias without generate_dbias."""
+    return like.new_empty((0,), dtype=torch.bfloat16)
 
 
 @grouped_gemm_dglu_op.register_fake
@@ -110,13 +116,14 @@ def _fake(
     glu_clamp_min, linear_offset, situ_beta1, situ_beta2, generate_dbias, use_dynamic_sched,
     mma_tiler_mn, cluster_shape_mn, d_dtype,
 ):
-    """Shapes and dtypes only: D_row (M, 2N, 1) of A's rows and C's width, dbias (L, 2N, 1)."""
+    """Shapes and dtypes only: D_row (M, 2N, 1) of A's rows and C's width, dbias (L, 2N, 1)
+    or the (0,) placeholder."""
     rows, width = a_tensor.shape[0], c_tensor.shape[1]
     d_row = a_tensor.new_empty((rows, width, 1), dtype=d_dtype or torch.bfloat16)
     if not generate_dbias:
-        return [d_row]
+        return d_row, _no_dbias(d_row)
     experts = padded_offsets.shape[0]
-    return [d_row, a_tensor.new_empty((experts, width, 1), dtype=torch.bfloat16)]
+    return d_row, a_tensor.new_empty((experts, width, 1), dtype=torch.bfloat16)
 
 
 def grouped_gemm_dglu(
@@ -148,7 +155,7 @@ def grouped_gemm_dglu(
 ) -> DgluOutputs:
     """The fused op through the dispatcher (torch.compile- and CUDA-graph-safe); the seed's
     arguments (BF16 contract) and return order. dprob_tensor accumulates in place."""
-    outputs = torch.ops.dglu.grouped_gemm_dglu(
+    d_row, dbias = torch.ops.dglu.grouped_gemm_dglu(
         a_tensor,
         c_tensor,
         padded_offsets,
@@ -174,5 +181,6 @@ def grouped_gemm_dglu(
         None if cluster_shape_mn is None else list(cluster_shape_mn),
         d_dtype,
     )
-    dbias = outputs[1] if generate_dbias else None
-    return DgluOutputs(outputs[0], None, dprob_tensor, dbias, None, None, None)
+    return DgluOutputs(
+        d_row, None, dprob_tensor, dbias if generate_dbias else None, None, None, None
+    )

@@ -3,9 +3,8 @@
 ``grouped_gemm_dglu_reference`` computes what the kernel computes (docs: op_contract.md):
 per expert g, R = alpha_g^2 A_g B_g^T, then D (the gate and up gradients of prob * GLU at
 the saved C, interleaved), dprob += R . GLU(C) row sums, dbias = D's per-expert column
-sums. The derivative is taken by autograd of ``Activation.forward``, independently of the
-kernel's hand-written formulas (torch's clamp keeps the gradient at equality, like the
-kernel). dswiglu scales C by beta_g first, the other activations ignore beta.
+sums. ``glu_derivatives`` are the derivatives of ``Activation.forward`` written out (the
+tests check them against autograd of the forward). dswiglu scales C by beta_g first, the other activations ignore beta.
 ``use_reference_on_cpu`` registers it as the CPU kernel of the custom op: the seam through
 which the MLP runs, and is tested, on the CPU.
 """
@@ -18,16 +17,23 @@ from .activations import Activation
 from .layouts import merge_blocked, split_blocked
 
 
-def _glu_gradients(
-    activation: Activation, gate: torch.Tensor, up: torch.Tensor, r: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """d(R . GLU)/d(gate), d(R . GLU)/d(up) and the row sums of R * GLU (no prob)."""
-    with torch.enable_grad():
-        gate = gate.detach().requires_grad_(True)
-        up = up.detach().requires_grad_(True)
-        glu = activation.forward(gate, up)
-        d_gate, d_up = torch.autograd.grad(glu, (gate, up), grad_outputs=r)
-    return d_gate, d_up, (r * glu.detach()).sum(dim=1)
+def glu_derivatives(
+    activation: Activation, gate: torch.Tensor, up: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """d GLU / d gate and d GLU / d up, elementwise (clamp masks keep equality)."""
+    if activation.act_func == "dswiglu":
+        s = torch.sigmoid(gate)
+        return up * s * (1 + gate * (1 - s)), gate * s
+    if activation.act_func == "dgeglu":
+        a, high, low = activation.geglu_alpha, activation.glu_clamp_max, activation.glu_clamp_min
+        gc, uc = gate.clamp(max=high), up.clamp(low, high)
+        s = torch.sigmoid(a * gc)
+        d_gate = (uc + activation.linear_offset) * s * (1 + a * gc * (1 - s)) * (gate <= high)
+        return d_gate, gc * s * ((up >= low) & (up <= high))
+    b1, b2 = activation.situ_beta1, activation.situ_beta2
+    s, tg, tu = torch.sigmoid(gate), torch.tanh(gate / b1), torch.tanh(up / b2)
+    d_gate = b2 * tu * ((1 - tg * tg) * s + b1 * tg * s * (1 - s))
+    return d_gate, b1 * tg * s * (1 - tu * tu)
 
 
 def grouped_gemm_dglu_reference(
@@ -64,8 +70,10 @@ def grouped_gemm_dglu_reference(
         gate, up = split_blocked(c2[rows])
         if activation.act_func == "dswiglu":
             gate, up = gate * betas[g], up * betas[g]
-        d_gate, d_up, dprob[rows] = _glu_gradients(activation, gate, up, r)
-        d[rows] = p[rows, None] * merge_blocked(d_gate, d_up)
+        d_gate, d_up = glu_derivatives(activation, gate, up)
+        rp = r * p[rows, None]
+        d[rows] = merge_blocked(rp * d_gate, rp * d_up)
+        dprob[rows] = (r * activation.forward(gate, up)).sum(dim=1)
         dbias[g] = d[rows].sum(dim=0)
     return d, dprob, dbias
 
@@ -96,9 +104,8 @@ def use_reference_on_cpu() -> None:
         )
         dprob_tensor.add_(dprob.view(dprob_tensor.shape))
         d_row = d.to(d_dtype or torch.bfloat16).unsqueeze(-1)
-        outputs = [d_row]
-        if generate_dbias:
-            outputs.append(dbias.to(torch.bfloat16).unsqueeze(-1))
-        return outputs
+        if not generate_dbias:
+            return d_row, d_row.new_empty((0,), dtype=torch.bfloat16)
+        return d_row, dbias.to(torch.bfloat16).unsqueeze(-1)
 
     _registered = True
