@@ -73,7 +73,9 @@ class ExpertMLPFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, prob, padded_offsets, w1, w2, b1, b2, activation):
-        rows_expert = _rows_expert(padded_offsets, x.shape[0])
+        rows_expert = None  # only the biases need each row's expert
+        if b1 is not None or b2 is not None:
+            rows_expert = _rows_expert(padded_offsets, x.shape[0])
         h = torch._grouped_mm(x, w1.transpose(1, 2), offs=padded_offsets)
         if b1 is not None:
             h = h + _per_row(b1, rows_expert)
