@@ -1,0 +1,111 @@
+"""The op's math in plain torch (dense weights), for tests and for running on the CPU.
+
+``grouped_gemm_dglu_reference`` computes what the kernel computes (docs: op_contract.md):
+per expert g, R = alpha_g^2 A_g B_g^T, then D (the gate and up gradients of prob * GLU at
+the saved C, interleaved), dprob += R . GLU(C) row sums, dbias = D's per-expert column
+sums. ``glu_derivatives`` are the derivatives of ``Activation.forward`` written out (the
+tests check them against autograd of the forward). dswiglu scales C by beta_g first, the other activations ignore beta.
+``use_reference_on_cpu`` registers it as the CPU kernel of the custom op: the seam through
+which the MLP runs, and is tested, on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .activations import Activation
+from .layouts import merge_blocked, split_blocked
+
+
+def glu_derivatives(
+    activation: Activation, gate: torch.Tensor, up: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """d GLU / d gate and d GLU / d up, elementwise (clamp masks keep equality)."""
+    if activation.act_func == "dswiglu":
+        s = torch.sigmoid(gate)
+        return up * s * (1 + gate * (1 - s)), gate * s
+    if activation.act_func == "dgeglu":
+        a, high, low = activation.geglu_alpha, activation.glu_clamp_max, activation.glu_clamp_min
+        gc, uc = gate.clamp(max=high), up.clamp(low, high)
+        s = torch.sigmoid(a * gc)
+        d_gate = (uc + activation.linear_offset) * s * (1 + a * gc * (1 - s)) * (gate <= high)
+        return d_gate, gc * s * ((up >= low) & (up <= high))
+    b1, b2 = activation.situ_beta1, activation.situ_beta2
+    s, tg, tu = torch.sigmoid(gate), torch.tanh(gate / b1), torch.tanh(up / b2)
+    d_gate = b2 * tu * ((1 - tg * tg) * s + b1 * tg * s * (1 - s))
+    return d_gate, b1 * tg * s * (1 - tu * tu)
+
+
+def grouped_gemm_dglu_reference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    padded_offsets: torch.Tensor,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    prob: torch.Tensor,
+    activation: Activation,
+    compute_dtype: torch.dtype = torch.float64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """D (M, 2N), the dprob increment (M,) and dbias (L, 2N), all in ``compute_dtype``.
+
+    a (M, K[, 1]), b (N, K, L), c (M, 2N[, 1]), prob (M[, 1, 1]); rows past
+    padded_offsets[-1] get zeros.
+    """
+    m = a.shape[0]
+    n, _, experts = b.shape
+    a2 = a.reshape(m, -1).to(compute_dtype)
+    c2 = c.reshape(m, -1).to(compute_dtype)
+    p = prob.reshape(m).to(compute_dtype)
+    d = torch.zeros(m, 2 * n, dtype=compute_dtype, device=a.device)
+    dprob = torch.zeros(m, dtype=compute_dtype, device=a.device)
+    dbias = torch.zeros(experts, 2 * n, dtype=compute_dtype, device=a.device)
+    ends = padded_offsets.tolist()
+    alphas, betas = alpha.tolist(), beta.tolist()
+    for g, (start, end) in enumerate(zip([0, *ends], ends)):
+        if end == start:
+            continue
+        rows = slice(start, end)
+        r = alphas[g] ** 2 * (a2[rows] @ b[:, :, g].to(compute_dtype).T)
+        gate, up = split_blocked(c2[rows])
+        if activation.act_func == "dswiglu":
+            gate, up = gate * betas[g], up * betas[g]
+        d_gate, d_up = glu_derivatives(activation, gate, up)
+        rp = r * p[rows, None]
+        d[rows] = merge_blocked(rp * d_gate, rp * d_up)
+        dprob[rows] = (r * activation.forward(gate, up)).sum(dim=1)
+        dbias[g] = d[rows].sum(dim=0)
+    return d, dprob, dbias
+
+
+_registered = False
+
+
+def use_reference_on_cpu() -> None:
+    """Make ``torch.ops.dglu.grouped_gemm_dglu`` run the reference on CPU tensors (float32
+    arithmetic, outputs in the op's dtypes), for tests and debugging. Idempotent."""
+    global _registered
+    if _registered:
+        return
+    from .op import grouped_gemm_dglu_op
+
+    @grouped_gemm_dglu_op.register_kernel("cpu")
+    def _cpu(a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
+             dprob_tensor, b_tensor, b_ptrs, n, b_dtype, b_major, act_func, geglu_alpha,
+             glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
+             generate_dbias, use_dynamic_sched, mma_tiler_mn, cluster_shape_mn, d_dtype):
+        if b_tensor is None:
+            raise NotImplementedError("b_ptrs: the CPU reference needs dense b_tensor")
+        activation = Activation(act_func, geglu_alpha, glu_clamp_max, glu_clamp_min,
+                                linear_offset, situ_beta1, situ_beta2)
+        d, dprob, dbias = grouped_gemm_dglu_reference(
+            a_tensor, b_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor,
+            prob_tensor, activation, compute_dtype=torch.float32,
+        )
+        dprob_tensor.add_(dprob.view(dprob_tensor.shape))
+        d_row = d.to(d_dtype or torch.bfloat16).unsqueeze(-1)
+        if not generate_dbias:
+            return d_row, d_row.new_empty((0,), dtype=torch.bfloat16)
+        return d_row, dbias.to(torch.bfloat16).unsqueeze(-1)
+
+    _registered = True
