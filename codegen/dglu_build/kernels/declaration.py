@@ -88,12 +88,16 @@ def launch_arguments(params: Sequence[Param], values: Mapping[str, Any]) -> list
 
 def check_signature(kernel: Callable, params: Sequence[Param]) -> None:
     """Raise TypeError unless the (bound) ``kernel``'s parameters take ``params`` in order."""
-    annotations = [
-        getattr(p.annotation, "__name__", str(p.annotation)) for p in inspect.signature(kernel).parameters.values()
-    ]
+    annotations = [_type_name(p.annotation) for p in inspect.signature(kernel).parameters.values()]
     declared = [kind for param in params for kind in _ANNOTATIONS[type(param)]]
     if annotations != declared:
         raise TypeError(f"{kernel.__qualname__} takes {annotations}; its declaration says {declared}")
+
+
+def _type_name(annotation: Any) -> str:
+    """``Int32`` of cutlass.Int32, or of the string "cutlass.Int32" (postponed annotations)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.rsplit(".", 1)[-1]
 
 
 def manifest_params(params: Sequence[Param], extents: Callable[[str], list[str]]) -> list[dict]:

@@ -13,6 +13,7 @@ from .config import (
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
     FINISH_THREADS,
+    SWIZZLE_BITS,
     THREADS_PER_CTA,
     TILE_K,
     Config,
@@ -160,7 +161,7 @@ def tma_rules(config: Config) -> dict[str, dict]:
     ab = {**common, "dtype": config.ab_dtype}
     if config.b_n_major:
         # N innermost: a 128-byte swizzle row holds 64 of N, so a tile takes tile_n/64 boxes
-        b = {"b_expert": {**ab, "dims": [0, 1], "box": [64, TILE_K]}}
+        b = {"b_expert": {**ab, "dims": [0, 1], "box": [SWIZZLE_BITS // DTYPE_BITS[config.ab_dtype], TILE_K]}}
     elif config.discrete_weights:
         b = {"b_expert": {**ab, "dims": [1, 0], "box": [TILE_K, config.tile_n]}}
     else:
