@@ -3,6 +3,7 @@
 Compiles every variant of a baseline artifact directory (its manifest.json: name, key,
 sha256, kernels, tma) with ``dglu_build.kernels.compile_variant`` and compares:
 - the cubin's sha256 with the baseline's;
+- the entry's fields (docs/manifest.md VARIANT less what the build adds);
 - the entry's "kernels" (without the schema-v2 additions "attributes" and "expressions")
   and "tma" with the baseline manifest's.
 Exits 1 on any difference. Usage (a Python with CuTe DSL):
@@ -21,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 V2_KERNEL_ADDITIONS = ("attributes", "expressions")
+ENTRY_FIELDS = {"family", "m_aligned", "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma"}
 
 
 def _compile(name: str, key: dict) -> tuple[str, str, dict]:
@@ -37,6 +39,8 @@ def _v1_kernels(kernels: list[dict]) -> list[dict]:
 
 def _differences(baseline: dict, sha256: str, entry: dict) -> list[str]:
     found = []
+    if set(entry) != ENTRY_FIELDS:
+        found.append(f"entry fields {sorted(entry)} are not {sorted(ENTRY_FIELDS)}")
     if sha256 != baseline["sha256"]:
         found.append(f"cubin sha256 {sha256[:16]} != baseline {baseline['sha256'][:16]}")
     if _v1_kernels(entry["kernels"]) != baseline["kernels"]:
