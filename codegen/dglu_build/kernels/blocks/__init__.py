@@ -1,0 +1,1 @@
+"""Building blocks the kernel families compose (CuTe DSL; import only to compile)."""

@@ -1,0 +1,37 @@
+"""Row and column sums of an epilogue, added into global fp32 buffers."""
+
+import cutlass
+import cutlass.cute as cute
+
+WARP_SIZE = 32
+# the butterfly steps of a warp's reduce-scatter: 16, 8, 4, 2, 1
+BUTTERFLY_WIDTHS = tuple(WARP_SIZE >> step for step in range(1, WARP_SIZE.bit_length()))
+
+
+def atomic_add_f32(target, value) -> None:
+    """global[target] += value (fp32, relaxed, GPU scope, no return value)."""
+    cute.arch.red(target, value, op="add", dtype="f32", sem="relaxed", scope="gpu")
+
+
+@cute.jit
+def add_row_sums(row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32):
+    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane].
+
+    A butterfly reduce-scatter: at each step a lane keeps the half of its
+    rows selected by one bit of its lane index and adds in its partner's
+    partial sums of that half, so lane j ends with the full sum of row j.
+    """
+    for width in BUTTERFLY_WIDTHS:
+        upper = (lane & width) != 0
+        for i in cutlass.range_constexpr(width):
+            send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
+            keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
+            row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
+    atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
+
+
+def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:
+    """Add a lane's sums of two columns (``column`` and ``column + distance``) into ``row``."""
+    target = row.iterator + column
+    atomic_add_f32(target, first_sum)
+    atomic_add_f32(target + distance, second_sum)

@@ -1,0 +1,194 @@
+"""The sm90 BF16 family's configuration, in pure Python (no CuTe DSL).
+
+Its fixed geometry (warp roles, tile K, epilogue groups, shared-memory reserve), the
+numbers a variant key derives (pipeline stages, the epilogue's slot ring, C/D boxes) and
+the feasibility rules of a key. ``check_variant`` uses it without compiling; the DSL
+kernel (kernel.py) and the manifest declaration (interface.py) take their numbers from
+it, so nothing is restated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+THREADS_PER_WARPGROUP = 128
+NUM_MMA_WARPGROUPS = 2
+NUM_MMA_THREADS = NUM_MMA_WARPGROUPS * THREADS_PER_WARPGROUP
+EPILOGUE_WARPGROUP = 1 + NUM_MMA_WARPGROUPS
+EPILOGUE_THREADS = THREADS_PER_WARPGROUP
+THREADS_PER_CTA = (2 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+PRODUCER_WARP = 0
+MOVER_WARP = 1
+WARP_SIZE = 32
+# registers per thread after setmaxnreg: the load warpgroup gives most of its
+# share to the MMA and epilogue warpgroups (512 threads launch with 128 each)
+LOAD_REGISTERS = 40
+MMA_REGISTERS = 160
+EPILOGUE_REGISTERS = 152
+TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
+TILE_N_MULTIPLE = 64
+TILE_K = 64
+BLOCK_COLUMNS = 32  # gate/input interleave width of C and D: the pairs of one epilogue group
+GROUP_COLUMNS = 2 * BLOCK_COLUMNS  # columns of C and D per epilogue group
+EPILOGUE_SLOTS = 2  # C/D group buffers between the block mover and the epilogue
+SMEM_ARCH = "sm_90"
+# opt-in shared memory per block; compile.py checks it against the DSL's own table
+SMEM_CAPACITY = {SMEM_ARCH: 232448}
+SMEM_RESERVED = 1024  # mbarriers and alignment slack
+SWIZZLE_BITS = 1024  # 128-byte swizzle: the width of one TMA box row
+SWIZZLE_CHUNK_BITS = 128  # it permutes 16-byte chunks within the row
+MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
+CLUSTER_SIZES = (1, 2)
+ACC_BITS = 32  # fp32 accumulators
+
+DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """A block of C or D moved by TMA in boxes one 128-byte swizzle row wide
+    (64 16-bit or 32 fp32 columns) and ``rows`` tall."""
+
+    rows: int
+    cols: int
+    dtype: str
+
+    @property
+    def box_cols(self) -> int:
+        return SWIZZLE_BITS // DTYPE_BITS[self.dtype]
+
+    @property
+    def boxes(self) -> int:
+        return self.cols // self.box_cols
+
+    @property
+    def box(self) -> tuple[int, int]:
+        return (self.rows, self.box_cols)
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.cols * DTYPE_BITS[self.dtype] // 8
+
+
+@dataclass(frozen=True)
+class SlotRing:
+    """The epilogue's C/D group buffers. A slot holds one group of C, which the
+    epilogue overwrites with the group's D; C and D view the same bytes, each
+    in its own dtype, as boxes of one 128-byte swizzle row by ``rows``."""
+
+    rows: int
+    c_dtype: str
+    d_dtype: str
+
+    @property
+    def c(self) -> BlockShape:
+        return BlockShape(self.rows, GROUP_COLUMNS, self.c_dtype)
+
+    @property
+    def d(self) -> BlockShape:
+        return BlockShape(self.rows, GROUP_COLUMNS, self.d_dtype)
+
+    @property
+    def slot_boxes(self) -> int:
+        return max(self.c.boxes, self.d.boxes)
+
+    @property
+    def boxes(self) -> int:
+        return EPILOGUE_SLOTS * self.slot_boxes
+
+    @property
+    def bytes(self) -> int:
+        return EPILOGUE_SLOTS * max(self.c.bytes, self.d.bytes)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One variant of the family, as the kernels see it; ``from_key`` checks it builds."""
+
+    ab_dtype: str
+    c_dtype: str
+    d_dtype: str
+    act_func: str
+    act_params: Mapping[str, float]
+    dbias: bool
+    discrete_weights: bool
+    b_n_major: bool
+    dynamic_schedule: bool
+    tile_m: int
+    tile_n: int
+    cluster_m: int
+
+    @classmethod
+    def from_key(cls, key: Mapping[str, Any]) -> Config:
+        """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
+        config = cls(
+            ab_dtype=key["ab_dtype"],
+            c_dtype=key["c_dtype"],
+            d_dtype=key["d_dtype"],
+            act_func=key["act_func"],
+            act_params=dict(key.get("act_params") or {}),
+            dbias=key["dbias"],
+            discrete_weights=key["weight_mode"] == "discrete",
+            b_n_major=key["b_major"] == "n",
+            dynamic_schedule=key["scheduler"] == "dynamic",
+            tile_m=key["tile_m"],
+            tile_n=key["tile_n"],
+            cluster_m=key["cluster_m"],
+        )
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Raise ValueError naming the field(s) of a combination the kernels cannot build."""
+        if self.tile_m != TILE_M:
+            raise ValueError(f"tile_m must be {TILE_M}, got {self.tile_m}")
+        if self.tile_n % TILE_N_MULTIPLE:
+            raise ValueError(f"tile_n must be a multiple of {TILE_N_MULTIPLE}, got {self.tile_n}")
+        if self.b_n_major and not self.discrete_weights:
+            raise ValueError("b_major 'n' is for discrete weights; dense B is K-major")
+        if self.cluster_m not in CLUSTER_SIZES:
+            raise ValueError(f"cluster_m must be one of {list(CLUSTER_SIZES)}, got {self.cluster_m}")
+        if self.cluster_m > 1 and self.dynamic_schedule:
+            raise ValueError("a 2-CTA cluster walks its tiles statically: use scheduler 'static' with cluster_m 2")
+        if self.cluster_m > 1 and self.discrete_weights:
+            raise ValueError("2-CTA clusters are built for dense weights only: use cluster_m 1 with discrete weights")
+        if self.num_stages < MIN_STAGES:
+            raise ValueError(
+                f"tile {self.tile_m}x{self.tile_n} with C {self.c_dtype} and D {self.d_dtype} "
+                f"leaves shared memory for {self.num_stages} pipeline stages; it needs {MIN_STAGES}: "
+                "use a narrower tile_n"
+            )
+
+    @property
+    def slots(self) -> SlotRing:
+        """C and D move by TMA one group at a time: their boxes are the manifest's box rules."""
+        return SlotRing(self.tile_m, self.c_dtype, self.d_dtype)
+
+    @property
+    def staging_bytes(self) -> int:
+        """The fp32 accumulators of one tile, staged for the epilogue."""
+        return self.tile_m * self.tile_n * ACC_BITS // 8
+
+    @property
+    def ab_bytes(self) -> int:
+        """Bytes of A and B one pipeline stage holds (one k-tile)."""
+        return (self.tile_m + self.tile_n) * TILE_K * DTYPE_BITS[self.ab_dtype] // 8
+
+    @property
+    def num_stages(self) -> int:
+        """Operand pipeline stages: what shared memory holds after the epilogue's buffers."""
+        epilogue_bytes = self.staging_bytes + self.slots.bytes
+        return (SMEM_CAPACITY[SMEM_ARCH] - SMEM_RESERVED - epilogue_bytes) // self.ab_bytes
+
+    @property
+    def b_tile_n(self) -> int:
+        """Rows of B's tile each CTA loads: with a 2-CTA cluster, half, multicast to both."""
+        return self.tile_n // self.cluster_m
+DESCRIPTOR_THREADS = 128  # b_descriptors: experts per block
+FINISH_THREADS = 256  # dbias_finish: elements per block
+TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role
+# every role of the CTA reads the tile queue: MMA warpgroups, epilogue, block mover
+TILE_QUEUE_READERS = NUM_MMA_THREADS + EPILOGUE_THREADS + WARP_SIZE
+RASTER_BAND = 8  # m-tiles per raster band
