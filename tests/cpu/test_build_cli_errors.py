@@ -60,7 +60,7 @@ def test_bad_options_are_named_with_what_they_need(tmp_path, args, expected):
     [
         (["add", "--act", "relu"], "dglu-build add: field 'act_func': got 'relu', allowed: 'dswiglu', 'dgeglu'"),
         (["add", "--act", "dgeglu", "--tile", "128x100"], "dglu-build add: fields (tile_m, tile_n): got (128, 100), allowed: "),
-        (["add", "--act", "dgeglu", "--ab-dtype", "fp8"], "dglu-build add: field 'ab_dtype': got 'fp8', allowed: 'bf16'"),
+        (["add", "--act", "dgeglu", "--ab-dtype", "fp8"], "dglu-build add: field 'ab_dtype': got 'fp8', allowed with arch 'sm_90a': 'bf16'"),
         (["add", "--act", "dswiglu", "--act-param", "geglu_alpha=1"], "unknown parameter 'geglu_alpha' for dswiglu; allowed: none"),
         (["add", "--act", "dgeglu", "--act-param", "geglu_alpha=nan"], "geglu_alpha: got float nan, needs a finite number"),
         (["compile", SMOKE_SPECS, "--arch", "sm_80"], "--arch sm_80: field 'arch': got 'sm_80', allowed: 'sm_90a'"),

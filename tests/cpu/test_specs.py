@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dglu_build.kernels import SUPPORTED
-from dglu_build.specs import ACT_PARAM_DEFAULTS, FIELDS, JOINT_FIELDS, SpecError, load_specs, parse_specs
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELDS
+
+from dglu_build.specs import SpecError, load_specs, parse_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +29,7 @@ defaults:
   scheduler: static
 """
 DEFAULTS_LINES = DEFAULTS.count("\n")
+SUPPORTED = FAMILIES["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
 # Supported tile widths for the default tile_m of 128, and a tile other than the default.
 TILE_NS = [n for m, n in SUPPORTED["tile_mn"] if m == 128]
 OTHER_TILE = next(tile for tile in SUPPORTED["tile_mn"] if tuple(tile) != (128, 128))
@@ -78,7 +80,7 @@ def test_entry_fields_override_defaults():
 def test_key_has_every_field_in_canonical_order_with_act_param_defaults():
     (variant,) = parse_specs(spec("- {act_func: dgeglu, dbias: true}\n"))
     key = variant.key
-    assert list(key) == list(FIELDS)
+    assert list(key) == list(KEY_FIELDS)
     assert key["act_params"] == ACT_PARAM_DEFAULTS["dgeglu"]
     assert all(type(value) is float for value in key["act_params"].values())
     assert key["dbias"] is True and key["tile_m"] == 128
@@ -111,9 +113,9 @@ def test_names_are_filesystem_safe():
     assert all(re.fullmatch(r"[a-z0-9_]+", v.name) for v in variants)
 
 
-def test_supported_table_constrains_every_field_but_act_params():
+def test_the_family_constrains_every_field_but_act_params():
     constrained = {name for key in SUPPORTED for name in JOINT_FIELDS.get(key, (key,))}
-    assert constrained == set(FIELDS) - {"act_params"}
+    assert constrained == set(KEY_FIELDS) - {"act_params"}
 
 
 # --- bad specs: structure ------------------------------------------------------
@@ -159,7 +161,7 @@ def test_missing_file_is_named(tmp_path):
 def test_unknown_field_lists_the_allowed_ones():
     message = spec_error(spec("- {act_func: dswiglu, dbias: true, tile_nn: 128}\n"))
     assert f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): unknown field 'tile_nn'; allowed: " in message
-    assert ", ".join(FIELDS) in message
+    assert ", ".join(KEY_FIELDS) in message
 
 
 def test_unknown_field_in_defaults_is_named():
@@ -217,7 +219,7 @@ def _allowed(table_key: str) -> str:
         ("{act_func: relu, dbias: true}", f"field 'act_func': got 'relu', allowed: {_allowed('act_func')}"),
         ("{act_func: on, dbias: true}", f"field 'act_func': got 'on', allowed: {_allowed('act_func')}"),
         ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),
-        ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed: {_allowed('ab_dtype')}"),
+        ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed with arch 'sm_90a': {_allowed('ab_dtype')}"),
         ("{act_func: dswiglu, dbias: true, weight_mode: sparse}", f"field 'weight_mode': got 'sparse', allowed: {_allowed('weight_mode')}"),
         ("{act_func: dswiglu, dbias: true, tile_n: 100}", f"fields (tile_m, tile_n): got (128, 100), allowed: {_allowed('tile_mn')}"),
         ("{act_func: dswiglu, dbias: true, cluster_m: 3}", f"fields (cluster_m, cluster_n): got (3, 1), allowed: {_allowed('cluster_mn')}"),
