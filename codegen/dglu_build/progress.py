@@ -82,7 +82,8 @@ class BarProgress:
         self._drawn = False
 
     def note(self, line: str) -> None:
-        self._print_above(line)
+        if self._print_above(line):
+            self._draw()
 
     def start(self, total: int) -> None:
         self._eta, self._failed, self._last = _Eta(total), 0, ""
@@ -103,12 +104,12 @@ class BarProgress:
             self._stream.flush()
             self._drawn = False
 
-    def _print_above(self, line: str) -> None:
-        self._stream.write(("\r\033[K" if self._drawn else "") + line + "\n")
-        if self._drawn:
-            self._draw()
-        else:
-            self._stream.flush()
+    def _print_above(self, line: str) -> bool:
+        """Print ``line`` where the bar is; True if a bar was there (the caller redraws it below)."""
+        was_drawn, self._drawn = self._drawn, False
+        self._stream.write(("\r\033[K" if was_drawn else "") + line + "\n")
+        self._stream.flush()
+        return was_drawn
 
     def _draw(self) -> None:
         done, total = self._eta.done, self._eta.total

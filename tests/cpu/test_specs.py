@@ -29,10 +29,10 @@ defaults:
   scheduler: static
 """
 DEFAULTS_LINES = DEFAULTS.count("\n")
-SUPPORTED = FAMILIES["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
+ALLOWED = FAMILIES["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
 # Supported tile widths for the default tile_m of 128, and a tile other than the default.
-TILE_NS = [n for m, n in SUPPORTED["tile_mn"] if m == 128]
-OTHER_TILE = next(tile for tile in SUPPORTED["tile_mn"] if tuple(tile) != (128, 128))
+TILE_NS = [n for m, n in ALLOWED["tile_mn"] if m == 128]
+OTHER_TILE = next(tile for tile in ALLOWED["tile_mn"] if tuple(tile) != (128, 128))
 
 
 def spec(variants: str, defaults: str = DEFAULTS) -> str:
@@ -59,7 +59,18 @@ def test_smoke_spec_has_one_variant_per_activation():
 def test_default_spec_has_every_activation_with_and_without_dbias_at_128x128():
     variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
     at_128x128 = {(v.act_func, v.dbias) for v in variants if (v.tile_m, v.tile_n) == (128, 128)}
-    assert at_128x128 == {(act, dbias) for act in SUPPORTED["act_func"] for dbias in (True, False)}
+    assert at_128x128 == {(act, dbias) for act in ALLOWED["act_func"] for dbias in (True, False)}
+
+
+def test_default_spec_covers_the_contracts_c_and_d_dtypes_for_dswiglu_and_dgeglu():
+    variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
+    dtypes = ALLOWED["c_dtype"]
+    seeds = {(v.act_func, v.c_dtype, v.d_dtype, v.dbias) for v in variants if v.key["act_params"] == ACT_PARAM_DEFAULTS[v.act_func]}
+    wanted = {(act, c, d, dbias) for act in ("dswiglu", "dgeglu") for c in dtypes for d in dtypes for dbias in (True, False)}
+    assert wanted <= seeds
+    for variant in variants:
+        if "fp32" in (variant.c_dtype, variant.d_dtype):
+            assert (variant.tile_m, variant.tile_n) == (128, 64), variant.name  # see default.yaml's comment
 
 
 def test_lists_expand_to_the_cartesian_product_in_field_order():
@@ -114,7 +125,7 @@ def test_names_are_filesystem_safe():
 
 
 def test_the_family_constrains_every_field_but_act_params():
-    constrained = {name for key in SUPPORTED for name in JOINT_FIELDS.get(key, (key,))}
+    constrained = {name for key in ALLOWED for name in JOINT_FIELDS.get(key, (key,))}
     assert constrained == set(KEY_FIELDS) - {"act_params"}
 
 
@@ -209,7 +220,7 @@ def _allowed(table_key: str) -> str:
             return "(" + ", ".join(map(str, value)) + ")"
         return repr(value) if isinstance(value, str) else str(value)
 
-    return ", ".join(fmt(value) for value in SUPPORTED[table_key])
+    return ", ".join(fmt(value) for value in ALLOWED[table_key])
 
 
 @pytest.mark.parametrize(
