@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -261,7 +262,7 @@ def _build(variants: list, out: Path, jobs: int) -> None:
     from dglu_build.build import BuildFailed, build_artifacts
     from dglu_build.progress import progress_for
 
-    progress = progress_for(click.get_text_stream("stderr"))
+    progress = progress_for(sys.stderr)
     try:
         result = build_artifacts(variants, out, jobs=jobs, progress=progress)
     except BuildFailed as err:
