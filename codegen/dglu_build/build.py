@@ -15,7 +15,7 @@ dglu_build.artifact_store's.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,20 +69,21 @@ def build_artifacts(
     out_dir: str | Path,
     *,
     jobs: int | None = None,
-    progress: BuildProgress | None = None,
+    progress: BuildProgress | Callable[[str], None] | None = None,
     compile_fn: CompileFn | None = None,
 ) -> BuildResult:
     """Bring ``out_dir`` up to date with ``variants`` (and what it already holds).
 
     Compiles in ``jobs`` processes (default: every core); ``progress`` hears
-    each step (default: lines on stderr); ``compile_fn(key, symbol_prefix)``
+    each step (a callable gets them as lines, see LineProgress; default: lines
+    on stderr); ``compile_fn(key, symbol_prefix)``
     returns an object with ``cubin`` and ``entry`` (default:
     dglu_build.kernels.compile_variant, imported only then). Raises
     BuildFailed, after storing the variants that built, if any failed.
     """
     if not variants:
         raise BuildError("variants: got none, need at least one to build")
-    report = progress or LineProgress(print_to_stderr)
+    report = LineProgress(progress or print_to_stderr) if progress is None or callable(progress) else progress
     with open_store(out_dir, report.note) as store:
         result = build_in_store(store, variants, jobs or available_cores(), report, compile_fn or default_compile_fn())
     if result.failed:

@@ -329,10 +329,12 @@ def must_not_compile(key, symbol_prefix):
 
 
 def test_a_failed_compile_is_reported_and_the_rest_is_stored(tmp_path):
+    lines: list[str] = []  # a plain callable hears the progress as lines
     with pytest.raises(BuildFailed) as caught:
-        build_artifacts(SMOKE, tmp_path / "out", progress=LineProgress(lambda line: None), compile_fn=compile_all_but_dswiglu)
+        build_artifacts(SMOKE, tmp_path / "out", progress=lines.append, compile_fn=compile_all_but_dswiglu)
     result = caught.value.result
     (dswiglu,) = [v.name for v in SMOKE if v.act_func == "dswiglu"]
+    assert any(re.fullmatch(rf"\[\d/2, ETA \d+:\d\d\] FAILED {dswiglu}: RuntimeError: compiler crashed .*", line) for line in lines)
     assert list(result.failed) == [dswiglu]
     assert "RuntimeError: compiler crashed" in result.failed[dswiglu]
     assert f"{dswiglu}:\n    RuntimeError: compiler crashed" in str(caught.value)
