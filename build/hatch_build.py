@@ -39,6 +39,7 @@ class CubinBuildHook(BuildHookInterface):
         from dglu_build.build import BuildFailed, build_in_store
         from dglu_build.compile_pool import available_cores
         from dglu_build.kernels import compile_variant
+        from dglu_build.progress import LineProgress
         from dglu_build.specs import load_spec_files
         from dglu_build.wheel import ENV_BUILD_DIR, ENV_SPECS
 
@@ -54,7 +55,8 @@ class CubinBuildHook(BuildHookInterface):
         packed = self._temp_dir / "packed"
         self.app.display_info(f"dglu: building {len(variants)} variants from {', '.join(map(str, specs))} in {build_dir}")
         with open_store(build_dir, self.app.display_info) as store:
-            result = build_in_store(store, variants, available_cores(), self.app.display_info, compile_variant)
+            progress = LineProgress(self.app.display_info)
+            result = build_in_store(store, variants, available_cores(), progress, compile_variant)
             if result.failed:
                 raise BuildFailed(result)
             store.copy_to(packed, [variant.name for variant in variants])

@@ -27,17 +27,19 @@ class AbiMismatch(ValueError):
     """A launch description that disagrees with its cubin or with itself."""
 
 
-def check_variant_cubin(cubin: bytes, arch: str, kernels: list[dict], tma: dict[str, dict], where: str) -> CubinInfo:
-    """Check a variant's launch description against its cubin; return what the cubin says."""
+def check_variant_cubin(cubin: bytes, entry: dict, where: str) -> CubinInfo:
+    """Check a variant's manifest ``entry`` (its key's arch, ``kernels`` and ``tma``) against
+    its cubin; return what the cubin says."""
     try:
         info = read_cubin(cubin)
     except CubinError as err:
         raise AbiMismatch(f"{where}: the cubin is unreadable: {err}") from None
+    arch = entry["key"]["arch"]
     arch_sm = int("".join(ch for ch in arch if ch.isdigit()))
     if info.sm != arch_sm:
         raise AbiMismatch(f"{where}: cubin is for sm_{info.sm}, the variant's arch is {arch}")
-    check_kernels(kernels, info, where)
-    check_tma_rules(kernels, tma, where)
+    check_kernels(entry["kernels"], info, where)
+    check_tma_rules(entry["kernels"], entry["tma"], where)
     return info
 
 

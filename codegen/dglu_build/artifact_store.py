@@ -5,7 +5,7 @@ Layout (docs/manifest.md is the reader's view; readers need only the first two):
     DIR/manifest.json                      lists every variant of the directory
     DIR/<name>.<sha256[:16]>.cubin         one per variant, named by its content
     DIR/.dglu-build/lock                   the fcntl lock every writer holds
-    DIR/.dglu-build/records/<name>.json    per variant: manifest entry, build key, toolchain
+    DIR/.dglu-build/records/<name>.json    per variant: its manifest entry and build key
 
 Writers hold the lock for their whole run; every file is written atomically
 (temp file + rename). A cubin is never rewritten in place (its name changes
@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from dglu_build.atomic_write import TEMP_SUFFIX, write_atomic
+from dglu_build.manifest_io import MANIFEST_NAME, SCHEMA_VERSION, manifest_text
 
-MANIFEST_NAME = "manifest.json"
-SCHEMA_VERSION = 1
 STATE_DIR = ".dglu-build"
 LOCK_NAME = "lock"
 RECORDS_DIR = "records"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
+# Entry fields the store fills in from the cubin it writes.
+STORED_FIELDS = ("cubin", "sha256", "size")
 SAFE_NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
 
 
@@ -46,15 +47,19 @@ class StoreError(ValueError):
 
 @dataclass(frozen=True)
 class Record:
-    """A built variant: its manifest entry, the build key it was built under (None: unknown), and its toolchain."""
+    """A built variant: its manifest entry and the build key it was built under (None: unknown)."""
 
     entry: dict[str, Any]
     build_key: str | None
-    toolchain: dict[str, str]
 
     @property
     def name(self) -> str:
         return self.entry["name"]
+
+    @property
+    def described(self) -> dict[str, Any]:
+        """The entry without the fields the store derives from the cubin."""
+        return {field: value for field, value in self.entry.items() if field not in STORED_FIELDS}
 
 
 def check_name(name: Any, where: str) -> str:
@@ -80,8 +85,13 @@ def cubin_file_name(name: str, sha256: str) -> str:
     return f"{name}.{sha256[:16]}.cubin"
 
 
-def read_manifest_file(directory: Path) -> dict[str, Any]:
-    """The parsed manifest.json of ``directory``, its top level checked."""
+def read_manifest_file(directory: Path, *, older: bool = False) -> dict[str, Any]:
+    """The parsed manifest.json of ``directory``, its top level checked.
+
+    With ``older``, a manifest of an earlier schema version is returned too (a build
+    reads it to rebuild its variants); otherwise it is refused with the command that
+    rebuilds it.
+    """
     path = directory / MANIFEST_NAME
     try:
         manifest = json.loads(path.read_text())
@@ -89,11 +99,13 @@ def read_manifest_file(directory: Path) -> dict[str, Any]:
         raise StoreError(f"{directory}: no {MANIFEST_NAME} (not an artifact directory)") from None
     except (OSError, ValueError) as err:
         raise StoreError(f"{path}: unreadable: {err}") from None
-    if not isinstance(manifest, dict) or manifest.get("schema_version") != SCHEMA_VERSION:
-        found = manifest.get("schema_version") if isinstance(manifest, dict) else type(manifest).__name__
-        raise StoreError(f"{path}: schema_version {found!r}, this dglu-build reads {SCHEMA_VERSION}")
-    if not isinstance(manifest.get("variants"), list) or not isinstance(manifest.get("toolchain"), dict):
-        raise StoreError(f"{path}: needs a 'variants' list and a 'toolchain' object")
+    found = manifest.get("schema_version") if isinstance(manifest, dict) else type(manifest).__name__
+    is_older = type(found) is int and 1 <= found < SCHEMA_VERSION
+    if found != SCHEMA_VERSION and not (older and is_older):
+        rebuild = f"; rebuild it: dglu-build compile SPECS -o {directory}" if is_older else ""
+        raise StoreError(f"{path}: schema_version {found!r}, this dglu-build reads {SCHEMA_VERSION}{rebuild}")
+    if not isinstance(manifest.get("variants"), list):
+        raise StoreError(f"{path}: needs a 'variants' list")
     return manifest
 
 
@@ -113,21 +125,23 @@ class ArtifactStore:
                 if record is not None:
                     records[record.name] = record
         if (self.directory / MANIFEST_NAME).is_file():
-            manifest = read_manifest_file(self.directory)
+            manifest = read_manifest_file(self.directory, older=True)
             for index, entry in enumerate(manifest["variants"]):
                 check_entry(entry, f"{self.directory / MANIFEST_NAME}: variants[{index}]")
-                records.setdefault(entry["name"], Record(entry, None, manifest["toolchain"]))
+                records.setdefault(entry["name"], Record(entry, None))
         return records
 
     def _read_record(self, path: Path) -> Record | None:
-        """The record in ``path``, or None when it is not one this build wrote (it is then rebuilt)."""
+        """The record in ``path``; its build key is None when an older dglu-build wrote it (it is
+        then rebuilt); None when it is not a record at all."""
         try:
             data = json.loads(path.read_text())
-            record = Record(check_entry(data["entry"], str(path)), data["build_key"], data["toolchain"])
-            current = data["format"] == RECORD_FORMAT and record.name == path.stem
+            record = Record(check_entry(data["entry"], str(path)), data["build_key"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return record if current else None
+        if record.name != path.stem:
+            return None
+        return record if data.get("format") == RECORD_FORMAT else Record(record.entry, None)
 
     def cubin(self, record: Record) -> bytes | None:
         """The record's cubin if it is present and matches its sha256, else None."""
@@ -138,23 +152,15 @@ class ArtifactStore:
             return None
         return data if hashlib.sha256(data).hexdigest() == record.entry.get("sha256") else None
 
-    def put(self, described: dict[str, Any], cubin: bytes, build_key: str | None, toolchain: dict[str, str]) -> Record:
-        """Store a variant: ``described`` holds its name, key, kernels and tma; the cubin goes in first."""
+    def put(self, described: dict[str, Any], cubin: bytes, build_key: str | None) -> Record:
+        """Store a variant: ``described`` is its manifest entry but for STORED_FIELDS; the cubin goes in first."""
         name = check_name(described["name"], f"{self.directory}")
         sha256 = hashlib.sha256(cubin).hexdigest()
-        entry = {
-            "name": name,
-            "key": described["key"],
-            "cubin": cubin_file_name(name, sha256),
-            "sha256": sha256,
-            "size": len(cubin),
-            "kernels": described["kernels"],
-            "tma": described["tma"],
-        }
-        record = Record(entry, build_key, dict(toolchain))
+        entry = {**described, "cubin": cubin_file_name(name, sha256), "sha256": sha256, "size": len(cubin)}
+        record = Record(entry, build_key)
         write_atomic(self.directory / entry["cubin"], cubin)
         self._records_dir.mkdir(parents=True, exist_ok=True)
-        data = {"format": RECORD_FORMAT, "build_key": build_key, "toolchain": record.toolchain, "entry": entry}
+        data = {"format": RECORD_FORMAT, "build_key": build_key, "entry": entry}
         write_atomic(self._records_dir / f"{name}.json", _json_bytes(data))
         return record
 
@@ -165,16 +171,9 @@ class ArtifactStore:
         """
         manifest = None
         if records:
-            toolchains = {json.dumps(record.toolchain, sort_keys=True) for record in records}
-            if len(toolchains) != 1:
-                raise StoreError(f"{self.directory}: variants built by different toolchains: {sorted(toolchains)}")
-            ordered = sorted(records, key=lambda record: record.name)
-            manifest = {
-                "schema_version": SCHEMA_VERSION,
-                "toolchain": ordered[0].toolchain,
-                "variants": [record.entry for record in ordered],
-            }
-            write_atomic(self.directory / MANIFEST_NAME, _json_bytes(manifest))
+            text = manifest_text([record.entry for record in sorted(records, key=lambda record: record.name)])
+            write_atomic(self.directory / MANIFEST_NAME, text.encode())
+            manifest = json.loads(text)
         else:
             (self.directory / MANIFEST_NAME).unlink(missing_ok=True)
         self._remove_unreferenced_cubins(records)
@@ -209,7 +208,7 @@ class ArtifactStore:
 
 
 def _json_bytes(data: Any) -> bytes:
-    return (json.dumps(data, indent=2) + "\n").encode()
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
 
 @contextmanager

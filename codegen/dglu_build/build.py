@@ -5,28 +5,32 @@ already there) is up to date: it is recompiled only when its build key
 (dglu_build.build_key) differs from the one it was built under, or its cubin is
 missing or altered. Each compiled variant is checked against its own cubin,
 then stored at once (cubin, then record), so a build that fails or is killed
-keeps the work it finished; the manifest is rewritten last. The directory's
-format is docs/manifest.md; its safety rules are codegen.artifact_store's.
+keeps the work it finished; the manifest is rewritten last. A variant's
+manifest entry (docs/manifest.md, VARIANT) is what its kernel family declares
+(``CompiledVariant.entry``) plus what the build knows: name, key, the build's
+versions and the driver the cubin needs. The directory's safety rules are
+dglu_build.artifact_store's.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
-from dglu_build.artifact_store import ArtifactStore, Record, open_store
+from dglu_build.artifact_store import STORED_FIELDS, ArtifactStore, Record, open_store
 from dglu_build.build_key import SYMBOL_PREFIX, BuildInputs, current_build_inputs
 from dglu_build.compile_pool import CompileFn, CompileJob, CompileOutcome, available_cores, compile_all
-from dglu_build.kernels import compile_variant
+from dglu_build.progress import BuildProgress, LineProgress
 from dglu_build.specs import SpecError, Variant, expand_fields
 
-
-Progress = Callable[[str], None]
+# The VARIANT fields a kernel family declares for each variant it compiles (CompiledVariant.entry).
+COMPILED_FIELDS = ("family", "m_aligned", "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma")
+# The fields the build itself writes (the store adds STORED_FIELDS).
+BUILD_FIELDS = ("name", "key", "build", "min_driver")
 
 
 class BuildError(RuntimeError):
@@ -65,29 +69,37 @@ def build_artifacts(
     out_dir: str | Path,
     *,
     jobs: int | None = None,
-    progress: Progress | None = None,
-    compile_fn: CompileFn = compile_variant,
+    progress: BuildProgress | Callable[[str], None] | None = None,
+    compile_fn: CompileFn | None = None,
 ) -> BuildResult:
     """Bring ``out_dir`` up to date with ``variants`` (and what it already holds).
 
     Compiles in ``jobs`` processes (default: every core); ``progress`` hears
-    one line per step (default: stderr); ``compile_fn(key, symbol_prefix)``
-    returns an object with ``cubin``, ``kernels`` and ``tma``
-    (dglu_build.kernels.compile_variant). Raises BuildFailed, after storing the
-    variants that built, if any failed.
+    each step (a callable gets them as lines, see LineProgress; default: lines
+    on stderr); ``compile_fn(key, symbol_prefix)``
+    returns an object with ``cubin`` and ``entry`` (default:
+    dglu_build.kernels.compile_variant, imported only then). Raises
+    BuildFailed, after storing the variants that built, if any failed.
     """
     if not variants:
         raise BuildError("variants: got none, need at least one to build")
-    report = progress or print_to_stderr
-    with open_store(out_dir, report) as store:
-        result = build_in_store(store, variants, jobs or available_cores(), report, compile_fn)
+    report = LineProgress(progress or print_to_stderr) if progress is None or callable(progress) else progress
+    with open_store(out_dir, report.note) as store:
+        result = build_in_store(store, variants, jobs or available_cores(), report, compile_fn or default_compile_fn())
     if result.failed:
         raise BuildFailed(result)
     return result
 
 
+def default_compile_fn() -> CompileFn:
+    """dglu_build.kernels.compile_variant (importing it may import CuTe DSL)."""
+    from dglu_build.kernels import compile_variant
+
+    return compile_variant
+
+
 def build_in_store(
-    store: ArtifactStore, variants: Sequence[Variant], jobs: int, report: Progress, compile_fn: CompileFn
+    store: ArtifactStore, variants: Sequence[Variant], jobs: int, report: BuildProgress, compile_fn: CompileFn
 ) -> BuildResult:
     """``build_artifacts`` on a store whose lock the caller holds."""
     inputs = current_build_inputs()
@@ -104,20 +116,23 @@ def build_in_store(
         else:
             jobs_to_run.append(CompileJob(name, targets[name].key, SYMBOL_PREFIX + name))
     workers = min(jobs, len(jobs_to_run))
-    report(
+    report.note(
         f"{store.directory}: {len(targets)} variants, {len(current)} up to date, {len(jobs_to_run)} to compile"
         + (f" in {workers} process{'es' if workers > 1 else ''}" if workers else "")
     )
-    clock = _Eta(len(jobs_to_run))
-    for outcome in compile_all(jobs_to_run, jobs, compile_fn):
-        name = outcome.job.name
-        try:
-            current.append(_store_outcome(store, outcome, targets[name], inputs))
-            result.compiled.append(name)
-            report(f"{clock.tick()} {name} {outcome.seconds:.1f}s")
-        except (AbiMismatch, BuildError) as err:
-            result.failed[name] = str(err)
-            report(f"{clock.tick()} FAILED {name}: {' '.join(str(err).split())[:200]}")
+    report.start(len(jobs_to_run))
+    try:
+        for outcome in compile_all(jobs_to_run, jobs, compile_fn):
+            name = outcome.job.name
+            try:
+                current.append(_store_outcome(store, outcome, targets[name], inputs))
+                result.compiled.append(name)
+                report.finished(name, outcome.seconds)
+            except (AbiMismatch, BuildError) as err:
+                result.failed[name] = str(err)
+                report.finished(name, outcome.seconds, str(err))
+    finally:
+        report.close()
     result.manifest = store.write_manifest(current)
     return result
 
@@ -142,34 +157,34 @@ def _variants_of(records: dict[str, Record], directory: Path) -> dict[str, Varia
 
 def _store_outcome(store: ArtifactStore, outcome: CompileOutcome, variant: Variant, inputs: BuildInputs) -> Record:
     """Check one compiled variant against its cubin and store it; BuildError if it failed or disagrees."""
-    where = f"variant {variant.name}"
     if outcome.output is None:
         raise BuildError(outcome.error or "no output")
-    cubin, kernels, tma = outcome.output
-    info = check_variant_cubin(cubin, variant.arch, kernels, tma, where)
-    toolchain = {
-        "cutlass_dsl": inputs.toolchain.get("nvidia-cutlass-dsl", "unknown"),
-        "ptxas": info.toolkit,
-        "python": inputs.toolchain["python"],
+    cubin, compiled = outcome.output
+    where = f"variant {variant.name}"
+    _check_compiled_fields(compiled, where)
+    entry = {"name": variant.name, "key": variant.key, **compiled}
+    info = check_variant_cubin(cubin, entry, where)
+    entry["build"] = {
+        "dglu_version": inputs.dglu_version,
+        "source_hash": inputs.kernel_sources,
+        "toolchain": {
+            "cutlass_dsl": inputs.toolchain.get("nvidia-cutlass-dsl", "unknown"),
+            "ptxas": info.toolkit,
+            "python": inputs.toolchain["python"],
+        },
     }
-    described = {"name": variant.name, "key": variant.key, "kernels": kernels, "tma": tma}
-    return store.put(described, cubin, inputs.key_for(variant.key), toolchain)
+    entry["min_driver"] = info.min_driver
+    return store.put(entry, cubin, inputs.key_for(variant.key))
 
 
-class _Eta:
-    """Progress prefix "[done/total] ... ETA": the time left from the mean time per variant so far."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.start = total, 0, time.monotonic()
-
-    def tick(self) -> str:
-        self.done += 1
-        left = (time.monotonic() - self.start) / self.done * (self.total - self.done)
-        return f"[{self.done}/{self.total}, ETA {_minutes(left)}]"
-
-
-def _minutes(seconds: float) -> str:
-    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+def _check_compiled_fields(compiled: dict[str, Any], where: str) -> None:
+    """BuildError unless the family declared every COMPILED_FIELDS and none the build writes."""
+    missing = [name for name in COMPILED_FIELDS if name not in compiled]
+    if missing:
+        raise BuildError(f"{where}: the kernel family's entry lacks {', '.join(missing)}")
+    clashing = [name for name in (*BUILD_FIELDS, *STORED_FIELDS) if name in compiled]
+    if clashing:
+        raise BuildError(f"{where}: the kernel family's entry sets {', '.join(clashing)}, which the build writes")
 
 
 def print_to_stderr(line: str) -> None:

@@ -1,28 +1,31 @@
 """The content hash that decides whether a built variant is up to date.
 
 A variant's build key hashes everything its cubin and manifest entry depend
-on: the variant's fields, the kernel sources (every .py file under
+on: the variant's fields, the dglu version (the runtime's ``__version__``, which
+the entry records), the kernel sources (every .py file under
 codegen/dglu_build/kernels/), the toolchain (the installed CuTe DSL distributions and
 the Python version the manifest records), and the compile options (the
 manifest schema and symbol prefix the build writes, and every
 ``CUTE_DSL_*`` / ``CUTE_EXPERIMENTAL_DSL_*`` environment variable: some of
 them change what the DSL emits, e.g. CUTE_DSL_LINEINFO or
 CUTE_DSL_COMPILER_OPT, and telling those apart would need the DSL itself).
-Computing it imports no CuTe DSL.
+Computing it imports no CuTe DSL, and reads the dglu version without importing dglu.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dglu_build.artifact_store import SCHEMA_VERSION
+from dglu_build.manifest_io import SCHEMA_VERSION
 
 # The builder's own settings that shape a variant's cubin and entry.
 SYMBOL_PREFIX = "dglu_"
@@ -36,6 +39,7 @@ DSL_ENV_PREFIXES = ("CUTE_DSL_", "CUTE_EXPERIMENTAL_DSL_")
 class BuildInputs:
     """What every variant of one build shares; see the module docstring."""
 
+    dglu_version: str
     kernel_sources: str  # sha256 over the kernel source files
     toolchain: dict[str, str]
     compile_options: dict[str, Any]
@@ -44,6 +48,7 @@ class BuildInputs:
         """The build key (sha256 hex) of the variant with manifest key ``variant_key``."""
         content = {
             "variant": variant_key,
+            "dglu_version": self.dglu_version,
             "kernel_sources": self.kernel_sources,
             "toolchain": self.toolchain,
             "compile_options": self.compile_options,
@@ -54,6 +59,7 @@ class BuildInputs:
 def current_build_inputs() -> BuildInputs:
     """The inputs of a build run now, here."""
     return BuildInputs(
+        dglu_version=dglu_version(),
         kernel_sources=kernel_sources_hash(KERNELS_DIR),
         toolchain={**dsl_versions(), "python": platform.python_version()},
         compile_options={
@@ -61,6 +67,21 @@ def current_build_inputs() -> BuildInputs:
             "env": {name: value for name, value in sorted(os.environ.items()) if name.startswith(DSL_ENV_PREFIXES)},
         },
     )
+
+
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+
+
+def dglu_version() -> str:
+    """The ``__version__`` of the dglu package next to this one, read from its source
+    (importing dglu would run its package code)."""
+    spec = importlib.util.find_spec("dglu")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("dglu-build needs the dglu package (runtime/dglu) importable next to it")
+    match = _VERSION_LINE.search(Path(spec.origin).read_text())
+    if match is None:
+        raise RuntimeError(f"{spec.origin}: no __version__ = '...' line")
+    return match[1]
 
 
 def kernel_sources_hash(directory: Path) -> str:

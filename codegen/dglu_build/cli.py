@@ -1,23 +1,24 @@
 """``dglu-build``: compile kernel variants into artifact directories and wheels.
 
-Commands that compile import CuTe DSL when they run; ``--help``, ``list``,
-``show``, ``verify`` and ``merge`` never do.
+Commands that compile (``compile``, ``add``, ``wheel``) need the build extra
+(CuTe DSL) and import it when they run; ``--help``, ``check``, ``list``,
+``show``, ``verify`` and ``merge`` never do, so they work where only the
+wheel is installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-try:
-    import click
-except ModuleNotFoundError as missing:
-    raise SystemExit(f"dglu-build needs the build extra (no module {missing.name!r}): pip install 'dglu[build]'") from None
+import click
 
 from dglu_build.abi_check import AbiMismatch
 from dglu_build.artifact_store import Record, StoreError, open_store, read_manifest_file
@@ -46,6 +47,20 @@ def _user_errors(*more: type[Exception]) -> Iterator[None]:
 
 def _progress(line: str) -> None:
     click.echo(line, err=True)
+
+
+# Modules the compiling commands need beyond the wheel's own dependencies.
+BUILD_EXTRA_MODULES = ("cutlass",)
+
+
+def require_build_extra(command: str) -> None:
+    """Exit with what to install when the build extra is missing (checked before anything is written)."""
+    missing = [name for name in BUILD_EXTRA_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise click.ClickException(
+            f"dglu-build {command} compiles kernels and needs the build extra "
+            f"(no module {missing[0]!r}): pip install 'dglu[build]'"
+        )
 
 
 def _out_option(help_text: str):
@@ -126,6 +141,7 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields, load_spec_files
 
+    require_build_extra("compile")
     with _user_errors(SpecError, BuildError):
         variants = load_spec_files(specs)
         if archs:
@@ -230,6 +246,7 @@ def add(
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
 
+    require_build_extra("add")
     fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias}
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
@@ -243,13 +260,36 @@ def add(
 
 def _build(variants: list, out: Path, jobs: int) -> None:
     from dglu_build.build import BuildFailed, build_artifacts
+    from dglu_build.progress import progress_for
 
+    progress = progress_for(sys.stderr)
     try:
-        result = build_artifacts(variants, out, jobs=jobs, progress=_progress)
+        result = build_artifacts(variants, out, jobs=jobs, progress=progress)
     except BuildFailed as err:
         click.echo(err.result.summary(), err=True)
         raise click.ClickException(str(err)) from None
     click.echo(result.summary())
+
+
+@main.command()
+@_specs_argument
+def check(specs: tuple[Path, ...]) -> None:
+    """Validate the spec files SPECS and print the variants they give, without compiling.
+
+    Needs only the installed wheel (no CuTe DSL). Prints the first error,
+    naming the file, entry, line and field, and exits with status 1.
+
+    \b
+    Example:
+      dglu-build check kernel_specs/default.yaml
+    """
+    from dglu_build.specs import SpecError, load_spec_files
+
+    with _user_errors(SpecError):
+        variants = load_spec_files(specs)
+    for variant in variants:
+        click.echo(variant.name)
+    click.echo(f"{len(variants)} variants in {', '.join(map(str, specs))}: valid", err=True)
 
 
 @main.command(name="list")
@@ -274,8 +314,8 @@ def list_variants(directory: Path, as_json: bool) -> None:
         rows = [{"name": e["name"], "key": e["key"], "status": statuses[e["name"]]} for e in manifest["variants"]]
         click.echo(json.dumps(rows, indent=2))
         return
-    toolchain = ", ".join(f"{name} {version}" for name, version in manifest["toolchain"].items())
-    click.echo(f"{directory}: {len(manifest['variants'])} variants ({toolchain})")
+    toolchains = dict.fromkeys(_toolchain_text(entry) for entry in manifest["variants"])
+    click.echo(f"{directory}: {len(manifest['variants'])} variants (built with {'; '.join(toolchains)})")
     for entry in manifest["variants"]:
         click.echo(f"  {entry['name']}  [{statuses[entry['name']]}]\n      {describe_key(entry['key'])}")
 
@@ -315,6 +355,9 @@ def show(variant: str, directory: Path, as_json: bool) -> None:
         f"  key:     {describe_key(entry['key'])}",
         f"  cubin:   {directory / entry['cubin']} ({entry['size']} bytes, sha256 {entry['sha256']})",
         f"  status:  {_statuses(records)[variant]}",
+        f"  family:  {entry['family']}, rows of an expert aligned to {entry['m_aligned']}",
+        f"  build:   dglu {entry['build']['dglu_version']}, {_toolchain_text(entry)}, "
+        f"kernel sources {entry['build']['source_hash'][:16]}; needs driver {entry['min_driver']}",
     ]
     for kernel in entry["kernels"]:
         params = ", ".join(f"{param['name']}:{param['kind']}" for param in kernel["params"])
@@ -403,8 +446,9 @@ def merge(sources: tuple[Path, ...], out: Path) -> None:
 def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir: Path | None) -> None:
     """Build the dglu wheel with the variants of the spec files SPECS.
 
-    The wheel's only run-time dependency is cuda-bindings; `dglu[build]`
-    adds what dglu-build needs. A release job passes the directory its
+    The wheel's run-time dependencies are cuda-bindings, click and pyyaml
+    (`dglu-build check` runs with them); `dglu[build]` adds CuTe DSL and
+    hatchling, which compiling needs. A release job passes the directory its
     shards were merged into as --build-dir, so nothing is compiled again.
 
     \b
@@ -416,6 +460,7 @@ def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir
     from dglu_build.specs import SpecError, load_spec_files
     from dglu_build.wheel import build_wheel, check_source
 
+    require_build_extra("wheel")
     build_dir = build_dir or source / ".artifacts" / "wheel"
     with _user_errors(SpecError, BuildError):
         check_source(source)
@@ -442,6 +487,10 @@ def _statuses(records: dict[str, Record]) -> dict[str, str]:
         else "stale"
         for name, record in records.items()
     }
+
+
+def _toolchain_text(entry: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in entry["build"]["toolchain"].items())
 
 
 def describe_key(key: dict[str, Any]) -> str:

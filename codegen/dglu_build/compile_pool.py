@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-CompileFn = Callable[[dict, str], Any]  # (variant key, symbol prefix) -> object with cubin, kernels, tma
+CompileFn = Callable[[dict, str], Any]  # (variant key, symbol prefix) -> object with cubin and entry
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,10 @@ class CompileJob:
 
 @dataclass(frozen=True)
 class CompileOutcome:
-    """A finished job: its output (cubin, kernels, tma) or the compiler's message."""
+    """A finished job: its output (cubin, the kernel family's manifest fields) or the compiler's message."""
 
     job: CompileJob
-    output: tuple[bytes, list[dict], dict[str, dict]] | None
+    output: tuple[bytes, dict[str, Any]] | None
     error: str | None
     seconds: float
 
@@ -70,7 +70,7 @@ def _run(compile_fn: CompileFn, job: CompileJob) -> CompileOutcome:
     start = time.monotonic()
     try:
         result = compile_fn(job.key, job.symbol_prefix)
-        output = (bytes(result.cubin), result.kernels, result.tma)
+        output = (bytes(result.cubin), dict(result.entry))
         return CompileOutcome(job, output, None, time.monotonic() - start)
     except Exception as err:  # the compiler's failure is reported with the variant, not raised
         message = f"{type(err).__name__}: {err}".strip()

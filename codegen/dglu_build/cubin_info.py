@@ -67,6 +67,13 @@ class CubinInfo:
     toolkit: str  # CUDA toolkit of ptxas, e.g. "12.9"
     kernels: dict[str, CubinKernel]
 
+    @property
+    def min_driver(self) -> int:
+        """The oldest CUDA driver that loads the cubin, as cuDriverGetVersion counts it
+        (1000 * major + 10 * minor): that of the toolkit it was built with, e.g. 12.9 -> 12090."""
+        major, minor = (int(part) for part in self.toolkit.split("."))
+        return 1000 * major + 10 * minor
+
 
 def read_cubin(data: bytes) -> CubinInfo:
     """Parse the cubin ``data``; raises CubinError if it is not one."""

@@ -2,7 +2,8 @@
 
 Every source must verify (dglu_build.verify) and all must agree: a variant that
 two sources hold must be the same entry built under the same build key, and
-every variant must come from the same toolchain, since a manifest names one.
+every variant must come from the same toolchain (``build.toolchain``): the
+shards of one release are built alike.
 Conflicts are all reported, and refused, before anything is written. The
 output's existing variants take part like a source, so shards can be merged
 in as they arrive.
@@ -34,7 +35,7 @@ def merge_directories(sources: Sequence[Path], out_dir: Path, notify: Callable[[
     with open_store(out_dir, notify) as out:
         existing = [(out_dir, record, out.cubin(record)) for record in out.known_records().values()]
         chosen = _without_conflicts([*existing, *gathered])
-        records = [out.put(_described(record), cubin, record.build_key, record.toolchain) for _, record, cubin in chosen]
+        records = [out.put(record.described, cubin, record.build_key) for _, record, cubin in chosen]
         return out.write_manifest(records)
 
 
@@ -49,7 +50,7 @@ def _verified_records(store: ArtifactStore) -> list[tuple[Path, Record, bytes]]:
     for entry in manifest["variants"]:
         record = records[entry["name"]]
         if record.entry != entry:  # a record a killed build left, newer than the manifest
-            record = Record(entry, None, manifest["toolchain"])
+            record = Record(entry, None)
         verified.append((store.directory, record, store.cubin(record)))
     return verified
 
@@ -63,20 +64,16 @@ def _without_conflicts(candidates: list[tuple[Path, Record, bytes | None]]) -> l
             problems.append(f"{origin}: the cubin of {record.name} is missing or altered")
             continue
         first = chosen.setdefault(record.name, (origin, record, cubin))
-        if first[1].entry["sha256"] != record.entry["sha256"] or _described(first[1]) != _described(record):
+        if first[1].entry["sha256"] != record.entry["sha256"] or first[1].described != record.described:
             problems.append(f"{record.name}: {first[0]} and {origin} hold different builds of it")
         elif first[1].build_key != record.build_key:
             problems.append(f"{record.name}: {first[0]} and {origin} built it under different build keys")
     toolchains: dict[str, Path] = {}
     for origin, record, _ in chosen.values():
-        toolchains.setdefault(json.dumps(record.toolchain, sort_keys=True), origin)
+        toolchains.setdefault(json.dumps(record.entry["build"]["toolchain"], sort_keys=True), origin)
     if len(toolchains) > 1:
         problems.append("different toolchains: " + "; ".join(f"{origin}: {tc}" for tc, origin in toolchains.items()))
     if problems:
         raise MergeConflict("refusing to merge:\n  " + "\n  ".join(problems))
     return list(chosen.values())
 
-
-def _described(record: Record) -> dict[str, Any]:
-    """The parts of an entry a build produces (the store names the cubin file and hashes it)."""
-    return {field: record.entry[field] for field in ("name", "key", "kernels", "tma")}

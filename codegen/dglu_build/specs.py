@@ -4,18 +4,18 @@ A spec file is a mapping with an optional ``defaults:`` mapping and a
 ``variants:`` list. Each entry of ``variants`` is merged over ``defaults``;
 any field given as a list stands for each of its values, and an entry
 expands to the cartesian product of its lists. After expansion every
-variant has all of ``FIELDS``, each of the right type and inside what the
-kernels support (``dglu_build.kernels.SUPPORTED``); duplicates are rejected.
-Every error names the file, the entry (index and line) and the field.
-YAML is read strictly (see ``dglu_build.yaml_strict``): ``yes``/``on`` are
-strings here, not booleans.
+variant has all of the contract's key fields (``dglu.contract.keys``), each
+of the right type and among the values its kernel family allows, and the
+family's kernels can build the combination (``dglu_build.kernels.check_variant``,
+pure Python); duplicates are rejected. Every error names the file, the entry
+(index and line) and the field. YAML is read strictly (see
+``dglu_build.yaml_strict``): ``yes``/``on`` are strings here, not booleans.
+Nothing here imports CuTe DSL: spec files validate where only the wheel is installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,41 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELDS, Family, family_of, variant_name
 
-from dglu_build.kernels import SUPPORTED, check_variant
 from dglu_build.yaml_strict import StrictLoader
 
-# Field -> required type, in the canonical order of a variant's key.
-FIELDS: dict[str, type] = {
-    "arch": str,
-    "ab_dtype": str,
-    "c_dtype": str,
-    "d_dtype": str,
-    "act_func": str,
-    "act_params": dict,
-    "dbias": bool,
-    "weight_mode": str,
-    "b_major": str,
-    "tile_m": int,
-    "tile_n": int,
-    "cluster_m": int,
-    "cluster_n": int,
-    "scheduler": str,
-}
 _TYPE_NAMES = {str: "a string", bool: "a boolean (true or false)", int: "an integer", dict: "a mapping"}
-
-# Keys of the kernels' SUPPORTED table that constrain several fields jointly.
-JOINT_FIELDS: dict[str, tuple[str, ...]] = {
-    "tile_mn": ("tile_m", "tile_n"),
-    "cluster_mn": ("cluster_m", "cluster_n"),
-}
-
-# Activation -> its compile-time constants and their defaults.
-ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
-    "dswiglu": {},
-    "dgeglu": {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0},
-    "dsituglu": {"situ_beta1": 4.0, "situ_beta2": 25.0},
-}
 
 TOP_LEVEL_KEYS = ("defaults", "variants")
 
@@ -88,34 +58,14 @@ class Variant:
     @property
     def key(self) -> dict[str, Any]:
         """The variant's fields as the manifest's ``key`` mapping."""
-        key = {field: getattr(self, field) for field in FIELDS}
+        key = {field: getattr(self, field) for field in KEY_FIELDS}
         key["act_params"] = dict(self.act_params)
         return key
 
     @property
     def name(self) -> str:
-        """A readable, filesystem-safe name, unique per key."""
-        parts = [
-            self.arch.replace("_", ""),
-            self.ab_dtype,
-            self.c_dtype,
-            self.d_dtype,
-            self.act_func,
-            "dbias" if self.dbias else "nodbias",
-            self.weight_mode,
-            self.b_major,
-            f"{self.tile_m}x{self.tile_n}",
-            f"{self.cluster_m}x{self.cluster_n}",
-            self.scheduler,
-        ]
-        if dict(self.act_params) != ACT_PARAM_DEFAULTS[self.act_func]:
-            parts.append("p" + _params_hash(self.act_params))
-        return "_".join(parts)
-
-
-def _params_hash(params: tuple[tuple[str, float], ...]) -> str:
-    text = json.dumps(dict(params), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+        """A readable, filesystem-safe name, unique per key (it also names the kernel symbols)."""
+        return variant_name(self.key)
 
 
 def load_specs(path: str | Path) -> list[Variant]:
@@ -210,8 +160,8 @@ def _top_level_lines(root: yaml.MappingNode) -> dict[str, Any]:
 def _check_fields(fields: dict, where: str) -> None:
     """Reject unknown field names and values of the wrong type."""
     for name, value in fields.items():
-        if name not in FIELDS:
-            raise SpecError(f"{where}: unknown field {name!r}; allowed: {', '.join(FIELDS)}")
+        if name not in KEY_FIELDS:
+            raise SpecError(f"{where}: unknown field {name!r}; allowed: {', '.join(KEY_FIELDS)}")
         for item in value if isinstance(value, list) else [value]:
             _check_type(name, item, where)
         if value == []:
@@ -219,7 +169,7 @@ def _check_fields(fields: dict, where: str) -> None:
 
 
 def _check_type(name: str, value: Any, where: str) -> None:
-    wanted = FIELDS[name]
+    wanted = KEY_FIELDS[name]
     # bool is a subclass of int: check the exact type.
     if type(value) is not wanted:
         hint = " (quote it if you meant a string)" if isinstance(value, (bool, int, float)) and wanted is str else ""
@@ -227,31 +177,58 @@ def _check_type(name: str, value: Any, where: str) -> None:
 
 
 def _expand(fields: dict, where: str) -> list[dict]:
-    """The cartesian product over list-valued fields, in ``FIELDS`` order."""
-    missing = [name for name in FIELDS if name not in fields and name != "act_params"]
+    """The cartesian product over list-valued fields, in ``KEY_FIELDS`` order."""
+    missing = [name for name in KEY_FIELDS if name not in fields and name != "act_params"]
     if missing:
         raise SpecError(f"{where}: missing field(s) {', '.join(missing)} (give them in the entry or in defaults)")
-    names = [name for name in FIELDS if name in fields]
+    names = [name for name in KEY_FIELDS if name in fields]
     choices = [fields[name] if isinstance(fields[name], list) else [fields[name]] for name in names]
     return [dict(zip(names, combo)) for combo in itertools.product(*choices)]
 
 
 def _normalise(fields: dict, where: str) -> Variant:
-    """Check one expanded variant against SUPPORTED and fill in act_params."""
-    for table_key, allowed in SUPPORTED.items():
+    """Check one expanded variant against its family's allowed values and fill in act_params."""
+    family = _family(fields, where)
+    for table_key, allowed in family.allowed.items():
         names = JOINT_FIELDS.get(table_key, (table_key,))
         value = tuple(fields[name] for name in names) if len(names) > 1 else fields[table_key]
         if value not in allowed:
             label = f"fields ({', '.join(names)})" if len(names) > 1 else f"field {table_key!r}"
-            allowed_text = ", ".join(_format_value(item) for item in allowed)
-            raise SpecError(f"{where}: {label}: got {_format_value(value)}, allowed: {allowed_text}")
+            raise SpecError(f"{where}: {label}: got {_format_value(value)}, allowed: {_format_values(allowed)}")
     params = _normalise_act_params(fields["act_func"], fields.get("act_params", {}), where)
     variant = Variant(**{**fields, "act_params": params})
     try:
-        check_variant(variant.key)
+        check_buildable(variant.key)
     except ValueError as err:
         raise SpecError(f"{where}: {variant.name}: {err}") from None
     return variant
+
+
+def _family(fields: dict, where: str) -> Family:
+    """The kernel family of the variant's arch and ab_dtype; SpecError naming the field that has none."""
+    family = family_of(fields["arch"], fields["ab_dtype"])
+    if family is not None:
+        return family
+    archs = _union(f.allowed["arch"] for f in FAMILIES.values())
+    if fields["arch"] not in archs:
+        raise SpecError(f"{where}: field 'arch': got {_format_value(fields['arch'])}, allowed: {_format_values(archs)}")
+    ab_dtypes = _union(f.allowed["ab_dtype"] for f in FAMILIES.values() if fields["arch"] in f.allowed["arch"])
+    raise SpecError(
+        f"{where}: field 'ab_dtype': got {_format_value(fields['ab_dtype'])}, "
+        f"allowed with arch {fields['arch']!r}: {_format_values(ab_dtypes)}"
+    )
+
+
+def _union(groups) -> tuple:
+    """The values of ``groups`` in order of first appearance."""
+    return tuple(dict.fromkeys(value for group in groups for value in group))
+
+
+def check_buildable(key: dict[str, Any]) -> None:
+    """ValueError when the kernels cannot build ``key`` (pure Python: nothing is compiled)."""
+    from dglu_build.kernels import check_variant
+
+    check_variant(key)
 
 
 def _normalise_act_params(act_func: str, given: dict, where: str) -> tuple[tuple[str, float], ...]:
@@ -277,6 +254,10 @@ def _format_value(value: Any) -> str:
     if isinstance(value, tuple):
         return "(" + ", ".join(_format_value(item) for item in value) + ")"
     return repr(value) if isinstance(value, str) else str(value)
+
+
+def _format_values(values: Sequence[Any]) -> str:
+    return ", ".join(_format_value(item) for item in values)
 
 
 _KIND_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string", list: "list", dict: "mapping"}

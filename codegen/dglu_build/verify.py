@@ -1,9 +1,12 @@
 """Check an artifact directory the way the runtime will trust it.
 
-Every variant's cubin is re-hashed against the manifest's sha256 and size,
-and the manifest's launch description (kernels, parameters, TMA rules) is
-checked against what ptxas wrote into that cubin (dglu_build.abi_check). All
-problems are collected, one per variant at most, so one run names them all.
+The manifest must pass the runtime's own reader (dglu.contract.schema), so a
+directory that verifies is never refused at run time. Then every variant's
+cubin is re-hashed against the manifest's sha256 and size, and the
+manifest's launch description (kernels, parameters, TMA rules) and
+``min_driver`` are checked against what ptxas wrote into that cubin
+(dglu_build.abi_check). All problems are collected, one per variant at most
+(plus the reader's), so one run names them all.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
 from dglu_build.artifact_store import StoreError, check_entry, read_manifest_file
+from dglu_build.manifest_io import read_with_runtime_reader
 
 
 @dataclass
@@ -29,6 +33,10 @@ def verify_directory(directory: Path) -> Verification:
     """Check every variant of ``directory``'s manifest; StoreError if there is no readable manifest."""
     manifest = read_manifest_file(directory)
     verification = Verification(directory)
+    try:
+        read_with_runtime_reader(directory)
+    except (ValueError, OSError) as err:
+        verification.problems.append(f"the dglu runtime refuses the manifest: {err}")
     for index, entry in enumerate(manifest["variants"]):
         where = f"variants[{index}]"
         try:
@@ -55,4 +63,9 @@ def _check_variant(directory: Path, entry: dict, where: str) -> None:
     sha256 = hashlib.sha256(cubin).hexdigest()
     if sha256 != entry["sha256"]:
         raise StoreError(f"{where}: {path.name} has sha256 {sha256}, the manifest says {entry['sha256']}")
-    check_variant_cubin(cubin, entry["key"]["arch"], entry["kernels"], entry["tma"], where)
+    info = check_variant_cubin(cubin, entry, where)
+    if entry["min_driver"] != info.min_driver:
+        raise AbiMismatch(
+            f"{where}: min_driver {entry['min_driver']}, but the cubin was built by CUDA {info.toolkit} "
+            f"(needs {info.min_driver})"
+        )

@@ -202,8 +202,8 @@ def test_merge_refuses_other_toolchains_and_sources_that_do_not_verify(smoke_dir
     shutil.copytree(smoke_dir, second)
     _drop_variant(first, SMOKE[1])
     _drop_variant(second, SMOKE[0])
-    _edit_json(second / "manifest.json", lambda m: m["toolchain"].update(python="3.99.0"))
-    _edit_json(second / STATE_DIR / "records" / f"{SMOKE[1]}.json", lambda r: r["toolchain"].update(python="3.99.0"))
+    _edit_json(second / "manifest.json", lambda m: m["variants"][0]["build"]["toolchain"].update(python="3.99.0"))
+    _edit_json(second / STATE_DIR / "records" / f"{SMOKE[1]}.json", lambda r: r["entry"]["build"]["toolchain"].update(python="3.99.0"))
     message = dglu_build("merge", first, second, "-o", tmp_path / "out", expect=1)
     assert "different toolchains: " in message and "3.99.0" in message
     cubin = second / json.loads((second / "manifest.json").read_text())["variants"][0]["cubin"]
@@ -233,6 +233,24 @@ def test_verify_names_every_tampered_variant(smoke_dir, tmp_path):
     assert f"variant {entries[1]['name']}: kernel " in message and "the manifest says size 8 and align 4" in message
     flipped.unlink()
     assert f"variant {entries[0]['name']}: cannot read its cubin" in dglu_build("verify", directory, expect=1)
+
+
+def test_verify_checks_min_driver_against_the_cubins_toolkit(smoke_dir, tmp_path):
+    directory = copy_of(smoke_dir, tmp_path)
+    _edit_json(directory / "manifest.json", lambda m: m["variants"][0].update(min_driver=12000))
+    message = dglu_build("verify", directory, expect=1)
+    assert f"variant {SMOKE[0]}: min_driver 12000, but the cubin was built by CUDA 12.9 (needs 12090)" in message
+
+
+def test_a_directory_of_an_older_schema_is_refused_by_readers_and_rebuilt_by_a_build(smoke_dir, tmp_path):
+    directory = copy_of(smoke_dir, tmp_path)
+    shutil.rmtree(directory / STATE_DIR)
+    _edit_json(directory / "manifest.json", lambda m: m.update(schema_version=1, toolchain={}))
+    message = dglu_build("verify", directory, expect=1)
+    assert f"schema_version 1, this dglu-build reads 2; rebuild it: dglu-build compile SPECS -o {directory}" in message
+    output = dglu_build("add", "--act", "dswiglu", "--dbias", "-o", directory)  # one of the two it holds
+    assert f"{len(SMOKE)} variants, 0 up to date, {len(SMOKE)} to compile" in output
+    assert snapshot(directory) == snapshot(smoke_dir)
 
 
 # --- concurrent and killed builds ------------------------------------------------------

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from dglu_build.artifact_store import StoreError, check_entry
 from dglu_build.cli import main
 from dglu_build.shard import Shard
+from dglu_build.specs import load_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SPECS = REPO_ROOT / "kernel_specs" / "smoke.yaml"
@@ -60,7 +61,7 @@ def test_bad_options_are_named_with_what_they_need(tmp_path, args, expected):
     [
         (["add", "--act", "relu"], "dglu-build add: field 'act_func': got 'relu', allowed: 'dswiglu', 'dgeglu'"),
         (["add", "--act", "dgeglu", "--tile", "128x100"], "dglu-build add: fields (tile_m, tile_n): got (128, 100), allowed: "),
-        (["add", "--act", "dgeglu", "--ab-dtype", "fp8"], "dglu-build add: field 'ab_dtype': got 'fp8', allowed: 'bf16'"),
+        (["add", "--act", "dgeglu", "--ab-dtype", "fp8"], "dglu-build add: field 'ab_dtype': got 'fp8', allowed with arch 'sm_90a': 'bf16'"),
         (["add", "--act", "dswiglu", "--act-param", "geglu_alpha=1"], "unknown parameter 'geglu_alpha' for dswiglu; allowed: none"),
         (["add", "--act", "dgeglu", "--act-param", "geglu_alpha=nan"], "geglu_alpha: got float nan, needs a finite number"),
         (["compile", SMOKE_SPECS, "--arch", "sm_80"], "--arch sm_80: field 'arch': got 'sm_80', allowed: 'sm_90a'"),
@@ -97,7 +98,7 @@ def test_reading_commands_name_a_directory_without_a_manifest(tmp_path):
 
 
 def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path):
-    manifest = {"schema_version": 1, "toolchain": {}, "variants": [{"name": "x", "cubin": "../../etc/passwd", "sha256": "0"}]}
+    manifest = {"schema_version": 2, "variants": [{"name": "x", "cubin": "../../etc/passwd", "sha256": "0"}]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     message = failing("verify", tmp_path, status=1)
     assert "variants[0]: cubin '../../etc/passwd' is not a .cubin file name inside the directory" in message
@@ -127,4 +128,32 @@ def test_help_of_every_command_shows_an_example_without_importing_cutlass():
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-    assert COMMANDS == ["add", "compile", "list", "merge", "show", "verify", "wheel"]
+    assert COMMANDS == ["add", "check", "compile", "list", "merge", "show", "verify", "wheel"]
+
+
+
+# --- dglu-build check --------------------------------------------------------------------
+
+
+def test_check_prints_the_variants_of_valid_specs(tmp_path):
+    result = CliRunner().invoke(main, ["check", str(SMOKE_SPECS)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split() == [variant.name for variant in load_specs(SMOKE_SPECS)]
+    assert f"2 variants in {SMOKE_SPECS}: valid" in result.stderr
+
+
+def test_check_prints_the_first_error_and_exits_1(tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(SMOKE_SPECS.read_text().replace("act_func: dgeglu", "act_func: relu"))
+    message = failing("check", SMOKE_SPECS, spec, status=1)
+    assert f"Error: {spec}: variants[1] (line " in message and "field 'act_func': got 'relu', allowed: 'dswiglu'" in message
+    assert "sm90a_" not in message  # the variants are printed only when every file is valid
+
+
+def test_compiling_without_the_build_extra_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setattr("dglu_build.cli.BUILD_EXTRA_MODULES", ("dglu_no_such_module",))
+    expected = "needs the build extra (no module 'dglu_no_such_module'): pip install 'dglu[build]'"
+    for command, args in [("compile", [SMOKE_SPECS]), ("add", ["--act", "dswiglu"]), ("wheel", [SMOKE_SPECS])]:
+        message = failing(command, *args, "-o", tmp_path / "out", status=1)
+        assert f"Error: dglu-build {command} compiles kernels and {expected}" in message
+    assert not (tmp_path / "out").exists()

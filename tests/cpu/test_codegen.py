@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 
 from dglu_build.abi_check import AbiMismatch, check_kernels, check_tma_rules
-from dglu_build.artifact_store import STATE_DIR, cubin_file_name
-from dglu_build.build import BuildError, BuildFailed, build_artifacts
+from dglu_build.artifact_store import STATE_DIR, STORED_FIELDS, cubin_file_name
+from dglu_build.build import BUILD_FIELDS, COMPILED_FIELDS, BuildError, BuildFailed, build_artifacts
+from dglu_build.build_key import KERNELS_DIR, kernel_sources_hash
 from dglu_build.cubin_info import CubinError, read_cubin
 from dglu_build.kernels import compile_variant
+from dglu_build.progress import LineProgress
 from dglu_build.specs import load_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +46,7 @@ class Artifacts:
 def artifacts(tmp_path_factory) -> Artifacts:
     out_dir = tmp_path_factory.mktemp("artifacts") / "smoke"
     progress: list[str] = []
-    result = build_artifacts(SMOKE, out_dir, progress=progress.append)
+    result = build_artifacts(SMOKE, out_dir, progress=LineProgress(progress.append))
     return Artifacts(out_dir, result.manifest, progress)
 
 
@@ -64,13 +66,27 @@ def test_manifest_lists_each_variant_once_by_name_with_its_key(artifacts):
         assert variant["cubin"] == cubin_file_name(variant["name"], variant["sha256"])
 
 
-def test_toolchain_names_the_versions_that_built_the_cubins(artifacts):
+def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts):
     manifest = artifacts.manifest
-    assert manifest["schema_version"] == 1
-    toolchain = manifest["toolchain"]
-    assert toolchain["cutlass_dsl"] == importlib.metadata.version("nvidia-cutlass-dsl")
-    assert toolchain["python"] == platform.python_version()
-    assert {read_cubin(artifacts.cubin(v)).toolkit for v in manifest["variants"]} == {toolchain["ptxas"]}
+    assert manifest["schema_version"] == 2 and set(manifest) == {"schema_version", "variants"}
+    runtime_init = (REPO_ROOT / "runtime" / "dglu" / "__init__.py").read_text()
+    for variant in manifest["variants"]:
+        build, cubin = variant["build"], read_cubin(artifacts.cubin(variant))
+        assert f'__version__ = "{build["dglu_version"]}"' in runtime_init
+        assert build["source_hash"] == kernel_sources_hash(KERNELS_DIR)
+        assert build["toolchain"] == {
+            "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
+            "ptxas": cubin.toolkit,
+            "python": platform.python_version(),
+        }
+        major, minor = map(int, cubin.toolkit.split("."))
+        assert variant["min_driver"] == 1000 * major + 10 * minor  # e.g. CUDA 12.9 -> 12090
+
+
+def test_each_entry_holds_the_builds_the_stores_and_the_kernel_familys_fields(artifacts):
+    for variant in artifacts.manifest["variants"]:
+        assert set(variant) == {*BUILD_FIELDS, *STORED_FIELDS, *COMPILED_FIELDS}
+        assert variant["family"] == "sm90_bf16"
 
 
 def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
@@ -285,9 +301,19 @@ def compile_all_but_dswiglu(key, symbol_prefix):
 
 def compile_with_wrong_block(key, symbol_prefix):
     result = compile_variant(key, symbol_prefix)
-    kernels = copy.deepcopy(result.kernels)
-    kernels[0]["block"] = [128, 1, 1]
-    return dataclasses.replace(result, kernels=kernels)
+    entry = copy.deepcopy(result.entry)
+    entry["kernels"][0]["block"] = [128, 1, 1]
+    return dataclasses.replace(result, entry=entry)
+
+
+def compile_without_tma(key, symbol_prefix):
+    result = compile_variant(key, symbol_prefix)
+    return dataclasses.replace(result, entry={name: value for name, value in result.entry.items() if name != "tma"})
+
+
+def compile_claiming_a_name(key, symbol_prefix):
+    result = compile_variant(key, symbol_prefix)
+    return dataclasses.replace(result, entry={**result.entry, "name": "other", "min_driver": 1})
 
 
 def compile_for_sm100(key, symbol_prefix):
@@ -303,10 +329,12 @@ def must_not_compile(key, symbol_prefix):
 
 
 def test_a_failed_compile_is_reported_and_the_rest_is_stored(tmp_path):
+    lines: list[str] = []  # a plain callable hears the progress as lines
     with pytest.raises(BuildFailed) as caught:
-        build_artifacts(SMOKE, tmp_path / "out", progress=lambda line: None, compile_fn=compile_all_but_dswiglu)
+        build_artifacts(SMOKE, tmp_path / "out", progress=lines.append, compile_fn=compile_all_but_dswiglu)
     result = caught.value.result
     (dswiglu,) = [v.name for v in SMOKE if v.act_func == "dswiglu"]
+    assert any(re.fullmatch(rf"\[\d/2, ETA \d+:\d\d\] FAILED {dswiglu}: RuntimeError: compiler crashed .*", line) for line in lines)
     assert list(result.failed) == [dswiglu]
     assert "RuntimeError: compiler crashed" in result.failed[dswiglu]
     assert f"{dswiglu}:\n    RuntimeError: compiler crashed" in str(caught.value)
@@ -316,15 +344,30 @@ def test_a_failed_compile_is_reported_and_the_rest_is_stored(tmp_path):
 
 def test_output_that_disagrees_with_its_cubin_is_rejected_before_writing(tmp_path):
     with pytest.raises(BuildFailed) as caught:
-        build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_with_wrong_block)
+        build_artifacts(SMOKE[:1], tmp_path, progress=LineProgress(lambda line: None), compile_fn=compile_with_wrong_block)
     (message,) = caught.value.result.failed.values()
     assert re.match(r"variant sm90a_\w+: kernel dglu_\w+_main\w*: block \[128, 1, 1\]", message)
     assert not list(tmp_path.glob("*.cubin")) and not (tmp_path / "manifest.json").exists()
 
 
+@pytest.mark.parametrize(
+    ("compile_fn", "expected"),
+    [
+        (compile_without_tma, "the kernel family's entry lacks tma"),
+        (compile_claiming_a_name, "the kernel family's entry sets name, min_driver, which the build writes"),
+    ],
+)
+def test_a_family_entry_without_its_fields_or_with_the_builds_is_rejected(tmp_path, compile_fn, expected):
+    with pytest.raises(BuildFailed) as caught:
+        build_artifacts(SMOKE[:1], tmp_path, progress=LineProgress(lambda line: None), compile_fn=compile_fn)
+    (message,) = caught.value.result.failed.values()
+    assert message == f"variant {SMOKE[0].name}: {expected}"
+    assert not (tmp_path / "manifest.json").exists()
+
+
 def test_a_cubin_for_another_arch_is_rejected(tmp_path):
     with pytest.raises(BuildFailed) as caught:
-        build_artifacts(SMOKE[:1], tmp_path, progress=lambda line: None, compile_fn=compile_for_sm100)
+        build_artifacts(SMOKE[:1], tmp_path, progress=LineProgress(lambda line: None), compile_fn=compile_for_sm100)
     assert "cubin is for sm_100, the variant's arch is sm_90a" in str(caught.value)
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dglu_build.kernels import SUPPORTED
-from dglu_build.specs import ACT_PARAM_DEFAULTS, FIELDS, JOINT_FIELDS, SpecError, load_specs, parse_specs
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELDS
+
+from dglu_build.specs import SpecError, load_specs, parse_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,9 +29,10 @@ defaults:
   scheduler: static
 """
 DEFAULTS_LINES = DEFAULTS.count("\n")
+ALLOWED = FAMILIES["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
 # Supported tile widths for the default tile_m of 128, and a tile other than the default.
-TILE_NS = [n for m, n in SUPPORTED["tile_mn"] if m == 128]
-OTHER_TILE = next(tile for tile in SUPPORTED["tile_mn"] if tuple(tile) != (128, 128))
+TILE_NS = [n for m, n in ALLOWED["tile_mn"] if m == 128]
+OTHER_TILE = next(tile for tile in ALLOWED["tile_mn"] if tuple(tile) != (128, 128))
 
 
 def spec(variants: str, defaults: str = DEFAULTS) -> str:
@@ -57,7 +59,18 @@ def test_smoke_spec_has_one_variant_per_activation():
 def test_default_spec_has_every_activation_with_and_without_dbias_at_128x128():
     variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
     at_128x128 = {(v.act_func, v.dbias) for v in variants if (v.tile_m, v.tile_n) == (128, 128)}
-    assert at_128x128 == {(act, dbias) for act in SUPPORTED["act_func"] for dbias in (True, False)}
+    assert at_128x128 == {(act, dbias) for act in ALLOWED["act_func"] for dbias in (True, False)}
+
+
+def test_default_spec_covers_the_contracts_c_and_d_dtypes_for_dswiglu_and_dgeglu():
+    variants = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
+    dtypes = ALLOWED["c_dtype"]
+    seeds = {(v.act_func, v.c_dtype, v.d_dtype, v.dbias) for v in variants if v.key["act_params"] == ACT_PARAM_DEFAULTS[v.act_func]}
+    wanted = {(act, c, d, dbias) for act in ("dswiglu", "dgeglu") for c in dtypes for d in dtypes for dbias in (True, False)}
+    assert wanted <= seeds
+    for variant in variants:
+        if "fp32" in (variant.c_dtype, variant.d_dtype):
+            assert (variant.tile_m, variant.tile_n) == (128, 64), variant.name  # see default.yaml's comment
 
 
 def test_lists_expand_to_the_cartesian_product_in_field_order():
@@ -78,7 +91,7 @@ def test_entry_fields_override_defaults():
 def test_key_has_every_field_in_canonical_order_with_act_param_defaults():
     (variant,) = parse_specs(spec("- {act_func: dgeglu, dbias: true}\n"))
     key = variant.key
-    assert list(key) == list(FIELDS)
+    assert list(key) == list(KEY_FIELDS)
     assert key["act_params"] == ACT_PARAM_DEFAULTS["dgeglu"]
     assert all(type(value) is float for value in key["act_params"].values())
     assert key["dbias"] is True and key["tile_m"] == 128
@@ -111,9 +124,9 @@ def test_names_are_filesystem_safe():
     assert all(re.fullmatch(r"[a-z0-9_]+", v.name) for v in variants)
 
 
-def test_supported_table_constrains_every_field_but_act_params():
-    constrained = {name for key in SUPPORTED for name in JOINT_FIELDS.get(key, (key,))}
-    assert constrained == set(FIELDS) - {"act_params"}
+def test_the_family_constrains_every_field_but_act_params():
+    constrained = {name for key in ALLOWED for name in JOINT_FIELDS.get(key, (key,))}
+    assert constrained == set(KEY_FIELDS) - {"act_params"}
 
 
 # --- bad specs: structure ------------------------------------------------------
@@ -159,7 +172,7 @@ def test_missing_file_is_named(tmp_path):
 def test_unknown_field_lists_the_allowed_ones():
     message = spec_error(spec("- {act_func: dswiglu, dbias: true, tile_nn: 128}\n"))
     assert f"bad.yaml: variants[0] (line {DEFAULTS_LINES + 2}): unknown field 'tile_nn'; allowed: " in message
-    assert ", ".join(FIELDS) in message
+    assert ", ".join(KEY_FIELDS) in message
 
 
 def test_unknown_field_in_defaults_is_named():
@@ -207,7 +220,7 @@ def _allowed(table_key: str) -> str:
             return "(" + ", ".join(map(str, value)) + ")"
         return repr(value) if isinstance(value, str) else str(value)
 
-    return ", ".join(fmt(value) for value in SUPPORTED[table_key])
+    return ", ".join(fmt(value) for value in ALLOWED[table_key])
 
 
 @pytest.mark.parametrize(
@@ -217,7 +230,7 @@ def _allowed(table_key: str) -> str:
         ("{act_func: relu, dbias: true}", f"field 'act_func': got 'relu', allowed: {_allowed('act_func')}"),
         ("{act_func: on, dbias: true}", f"field 'act_func': got 'on', allowed: {_allowed('act_func')}"),
         ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),
-        ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed: {_allowed('ab_dtype')}"),
+        ("{act_func: dswiglu, dbias: true, ab_dtype: fp8}", f"field 'ab_dtype': got 'fp8', allowed with arch 'sm_90a': {_allowed('ab_dtype')}"),
         ("{act_func: dswiglu, dbias: true, weight_mode: sparse}", f"field 'weight_mode': got 'sparse', allowed: {_allowed('weight_mode')}"),
         ("{act_func: dswiglu, dbias: true, tile_n: 100}", f"fields (tile_m, tile_n): got (128, 100), allowed: {_allowed('tile_mn')}"),
         ("{act_func: dswiglu, dbias: true, cluster_m: 3}", f"fields (cluster_m, cluster_n): got (3, 1), allowed: {_allowed('cluster_mn')}"),

@@ -32,9 +32,11 @@ import dglu
 print(json.dumps({
     "file": dglu.__file__,
     "cutlass": sorted(m for m in sys.modules if m == "cutlass" or m.startswith("cutlass.")),
+    "dglu_build": sorted(m for m in sys.modules if m.split(".")[0] == "dglu_build"),
     "manifest": (importlib.resources.files("dglu") / "_cubins" / "manifest.json").is_file(),
 }))
 """
+RUN_TIME_DEPENDENCIES = ["cuda-bindings", "click", "pyyaml"]
 
 
 def run(args: list, **kwargs) -> str:
@@ -53,8 +55,8 @@ def clean_env(**extra: str) -> dict:
 def dglu_build_wheel(dist: Path, build_dir: Path) -> Path:
     """The README's build command (`dglu-build wheel`, here as `python3 -m dglu_build wheel`)."""
     command = [sys.executable, "-m", "dglu_build", "wheel", SMOKE_SPECS, "-o", dist, "--build-dir", build_dir]
-    build_side = os.pathsep.join(str(REPO_ROOT / part) for part in ("codegen", "runtime"))
-    output = run(command, cwd=REPO_ROOT, env=clean_env(PYTHONPATH=build_side))
+    checkout = os.pathsep.join(str(REPO_ROOT / part) for part in ("codegen", "runtime"))  # as the editable install has it
+    output = run(command, cwd=REPO_ROOT, env=clean_env(PYTHONPATH=checkout))
     (built,) = dist.glob("*.whl")
     assert f"wrote {built} (" in output
     return built
@@ -119,21 +121,21 @@ def test_wheel_holds_the_runtime_and_dglu_builds_code_and_nothing_else_of_the_re
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     runtime = {name.removeprefix("runtime/") for name in _tracked_python_files("runtime/dglu")}
-    assert runtime and runtime <= names
-    build_side = {name.removeprefix("codegen/") for name in _tracked_python_files("codegen/dglu_build")}
+    assert "dglu/contract/keys.py" in runtime and runtime <= names
+    build_side = {name.removeprefix("codegen/") for name in _tracked_python_files("codegen")}
     assert "dglu_build/kernels/__init__.py" in build_side and build_side <= names
     top_level = {name.split("/")[0] for name in names}
     assert top_level == {"dglu", "dglu_build", wheel.name.split("-py3")[0] + ".dist-info"}
     assert not [name for name in names if "/.dglu-build/" in name or "__pycache__" in name]
 
 
-def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
+def test_wheel_needs_cuda_bindings_click_and_pyyaml_at_run_time_and_cutlass_only_to_build(wheel):
     with zipfile.ZipFile(wheel) as archive:
         (metadata_name,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
         metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
     requires = metadata.get_all("Requires-Dist")
     run_time = [req for req in requires if "extra ==" not in req]
-    assert [re.match(r"[\w-]+", req).group() for req in run_time] == ["cuda-bindings"]
+    assert sorted(re.match(r"[\w-]+", req).group() for req in run_time) == sorted(RUN_TIME_DEPENDENCIES)
     cutlass = [req for req in requires if req.startswith("nvidia-cutlass-dsl")]
     assert cutlass and all(re.search(r"extra == ['\"]build['\"]", req) for req in cutlass)
     with zipfile.ZipFile(wheel) as archive:
@@ -141,26 +143,43 @@ def test_wheel_needs_cuda_bindings_at_run_time_and_cutlass_only_to_build(wheel):
     assert "[console_scripts]\ndglu-build = dglu_build.cli:main" in entry_points
 
 
-def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass(wheel, tmp_path):
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def wheel_venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv holding the wheel and its run-time dependencies (this environment's versions), no CuTe DSL."""
+    venv = tmp_path_factory.mktemp("venv") / "venv"
     run([sys.executable, "-m", "venv", venv])
     python = venv / "bin" / "python"
     run([python, "-m", "pip", "install", "--quiet", "--no-deps", wheel], env=clean_env())
-    cuda_bindings = f"cuda-bindings=={importlib.metadata.version('cuda-bindings')}"
-    run([python, "-m", "pip", "install", "--quiet", cuda_bindings], env=clean_env())
+    pinned = [f"{name}=={importlib.metadata.version(name)}" for name in RUN_TIME_DEPENDENCIES]
+    run([python, "-m", "pip", "install", "--quiet", *pinned], env=clean_env())
+    return venv
 
+
+def test_installed_wheel_imports_in_a_fresh_venv_without_cutlass_or_dglu_build(wheel_venv, tmp_path):
+    python = wheel_venv / "bin" / "python"
     probe = json.loads(run([python, "-c", IMPORT_PROBE], cwd=tmp_path, env=clean_env()))
-    assert Path(probe["file"]).is_relative_to(venv)
-    assert probe["cutlass"] == []
+    assert Path(probe["file"]).is_relative_to(wheel_venv)
+    assert probe["cutlass"] == [] and probe["dglu_build"] == []
     assert probe["manifest"]
     assert "cutlass" not in run([python, "-m", "pip", "list"], env=clean_env())
-    # the entry point is installed, and without the build extra it says what to install
-    done = subprocess.run([venv / "bin" / "dglu-build", "--help"], capture_output=True, text=True, env=clean_env())
-    assert done.returncode == 1
-    assert "dglu-build needs the build extra (no module 'click'): pip install 'dglu[build]'" in done.stderr
     # the installed runtime accepts the wheel's manifest (no GPU needed to list it)
     listing = run([python, "-m", "dglu"], cwd=tmp_path, env=clean_env(XDG_CACHE_HOME=str(tmp_path / "cache")))
     assert all(variant.name in listing for variant in load_specs(REPO_ROOT / SMOKE_SPECS))
+
+
+def test_dglu_build_check_runs_with_the_wheel_alone_and_compiling_says_what_to_install(wheel_venv, tmp_path):
+    dglu_build = wheel_venv / "bin" / "dglu-build"
+    checked = run([dglu_build, "check", REPO_ROOT / "kernel_specs" / "default.yaml"], cwd=tmp_path, env=clean_env())
+    assert checked.split() == [variant.name for variant in load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO_ROOT / SMOKE_SPECS).read_text().replace("dbias: false", "dbias: no"))
+    done = subprocess.run([dglu_build, "check", bad], capture_output=True, text=True, cwd=tmp_path, env=clean_env())
+    assert done.returncode == 1 and f"{bad}: variants[1] (line " in done.stderr and "field 'dbias'" in done.stderr
+    command = [dglu_build, "compile", REPO_ROOT / SMOKE_SPECS, "-o", tmp_path / "out"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=clean_env())
+    assert done.returncode == 1
+    assert "needs the build extra (no module 'cutlass'): pip install 'dglu[build]'" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_importing_the_wheel_loads_no_cutlass_even_where_it_is_installed(wheel, tmp_path):
@@ -169,4 +188,4 @@ def test_importing_the_wheel_loads_no_cutlass_even_where_it_is_installed(wheel, 
         archive.extractall(tmp_path / "site")
     probe = json.loads(run([sys.executable, "-c", IMPORT_PROBE], cwd=tmp_path, env=clean_env(PYTHONPATH=str(tmp_path / "site"))))
     assert Path(probe["file"]).is_relative_to(tmp_path / "site")
-    assert probe["cutlass"] == []
+    assert probe["cutlass"] == [] and probe["dglu_build"] == []

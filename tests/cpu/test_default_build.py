@@ -1,0 +1,79 @@
+"""Every variant of kernel_specs/default.yaml (the wheel's) compiles here, on the CPU, and each
+agrees with its own cubin: the ABI check the build runs, then `dglu-build verify`, whose checks
+include the runtime's own manifest reader. Built once per session, in two processes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dglu_build.abi_check import check_variant_cubin
+from dglu_build.build import BuildResult, build_artifacts
+from dglu_build.manifest_io import read_with_runtime_reader
+from dglu_build.progress import LineProgress
+from dglu_build.specs import Variant, load_specs
+from dglu_build.verify import verify_directory
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
+
+pytestmark = pytest.mark.slow
+
+
+@dataclasses.dataclass
+class DefaultBuild:
+    result: BuildResult
+    log: list[str]
+
+    def entries(self) -> list[dict]:
+        return self.result.manifest["variants"]
+
+
+@pytest.fixture(scope="session")
+def default_build(tmp_path_factory) -> DefaultBuild:
+    log: list[str] = []
+    out = tmp_path_factory.mktemp("default") / "artifacts"
+    return DefaultBuild(build_artifacts(DEFAULT, out, jobs=2, progress=LineProgress(log.append)), log)
+
+
+def test_every_default_variant_compiles(default_build):
+    result = default_build.result
+    assert result.failed == {}, "\n".join(default_build.log)
+    assert sorted(result.compiled) == sorted(variant.name for variant in DEFAULT)
+    assert [entry["name"] for entry in default_build.entries()] == sorted(variant.name for variant in DEFAULT)
+
+
+def test_every_default_variant_agrees_with_its_cubin(default_build):
+    for entry in default_build.entries():
+        cubin = (default_build.result.directory / entry["cubin"]).read_bytes()
+        info = check_variant_cubin(cubin, entry, entry["name"])
+        assert entry["min_driver"] == info.min_driver
+
+
+def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
+    verification = verify_directory(default_build.result.directory)
+    assert verification.problems == []
+    assert sorted(verification.checked) == sorted(variant.name for variant in DEFAULT)
+    read_with_runtime_reader(default_build.result.directory)
+
+
+def _roles(variant: Variant) -> list[str]:
+    """The kernels a variant launches, in order: B's descriptors for discrete weights, the fused
+    kernel, dbias's finisher with dbias."""
+    return [
+        *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
+        "main",
+        *(["dbias_finish"] if variant.dbias else []),
+    ]
+
+
+def test_every_default_variant_launches_the_kernels_of_its_key(default_build):
+    by_name = {variant.name: variant for variant in DEFAULT}
+    for entry in default_build.entries():
+        variant = by_name[entry["name"]]
+        assert [kernel["role"] for kernel in entry["kernels"]] == _roles(variant), entry["name"]
+        (main,) = [kernel for kernel in entry["kernels"] if kernel["role"] == "main"]
+        assert main["grid"] == {"rule": "persistent_tiles", "tile_m": variant.tile_m, "tile_n": variant.tile_n}
+        assert main["cluster"][:2] == [variant.cluster_m, variant.cluster_n]
