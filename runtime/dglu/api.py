@@ -35,7 +35,7 @@ from . import runner
 from .arrays import as_torch
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
-from .dtypes import torch_dtype
+from .dtypes import FLOAT_TYPES, torch_dtype
 from .errors import VariantNotFoundError
 from .contract.schema import Variant
 from .manifest import installed_variants, search_path
@@ -47,7 +47,15 @@ from .streams import on_stream, resolve_stream
 from .tuple_dict import TupleDict
 from .validation import check_offset_values, describe_tensors, element_types, view_of
 from .workspaces import is_capturing
-from .weights import DENSE, DISCRETE, DiscreteWeights, class_discrete, weight_mode, wrapper_discrete
+from .weights import (
+    DENSE,
+    DISCRETE,
+    DiscreteWeights,
+    check_b_major,
+    class_discrete,
+    weight_mode,
+    wrapper_discrete,
+)
 
 BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
 # Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
@@ -142,6 +150,11 @@ def _select(
     """The variant for the tensors' element types (checked first), the configuration and
     A's device; m_aligned checked against it."""
     types = element_types(tensors)
+    if types["c"] not in FLOAT_TYPES:  # the op's contract: C is BF16, FP16 or FP32
+        raise ValueError(
+            f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
+            "of torch.bfloat16, torch.float16, torch.float32"
+        )
     device = tensors["a"][1].device.index
     if config.discrete:
         config.discrete.check_dtype_of(tensors["a"][0], types["a"])
@@ -285,6 +298,7 @@ def _wrapper_config(
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
     discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
     checked = check_options(**options)
+    check_b_major(mode, checked.b_major)
     d_dtype_name = output_dtype_name("d_dtype", d_dtype)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
@@ -550,14 +564,15 @@ class GroupedGemmDglu:
         check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled)
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
         discrete = class_discrete(**self._discrete_args) if mode == DISCRETE else None
-        config = OpConfig(
-            mode, discrete, check_options(**self._options_given), None, "dbias" in self._samples
-        )
+        options = check_options(**self._options_given)
+        check_b_major(mode, options.b_major)
+        config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
         samples = (
             self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
         )
         variant = _select(config, samples, CLASS_SOURCES)
-        describe_tensors(variant, samples, config.given_scalars())
+        # discrete weights have no sample: execute() checks b_ptrs
+        describe_tensors(variant, samples, config.given_scalars(), ("b_ptrs",) if discrete else ())
         self._config, self._variant = config, variant
         return True
 

@@ -42,7 +42,7 @@ class DiscreteWeights(NamedTuple):
         """A and B have one dtype."""
         if a_dtype != self.dtype:
             raise ValueError(
-                f"{a_name}: dtype {a_dtype} differs from b_dtype {self.dtype}; "
+                f"b_dtype: {self.dtype} differs from {a_name}'s dtype {a_dtype}; "
                 "A and B must have the same dtype"
             )
 
@@ -69,6 +69,15 @@ def weight_mode(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> str
             f"take {', '.join(discrete)}), got None"
         )
     return DISCRETE
+
+
+def check_b_major(mode: str, b_major: str) -> None:
+    """b_major orders discrete weights' matrices; dense B is K-major (the BF16 contract)."""
+    if mode == DENSE and b_major != "k":
+        raise ValueError(
+            f"b_major: {b_major!r} applies to discrete weights (b_ptrs) only; dense B is "
+            "K-major, stride (K, 1, N*K): pass b_major='k'"
+        )
 
 
 def _positive_int(name: str, value: Any) -> int:

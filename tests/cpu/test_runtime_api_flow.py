@@ -106,7 +106,7 @@ def test_wrapper_hands_the_runner_b_ptrs_and_the_expert_template(
     )
     ((name, problem),) = runs
     assert name == variant_name(key)
-    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
+    assert [problem.scalars[s] for s in 'mnkl'] == [M, N, K, L]
     assert "b" not in problem.tensors
     assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
     template = problem.tensors["b_expert"]
