@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .contract.schema import MANIFEST_FILE, Manifest, Variant, read_manifest
+from .errors import ManifestError
 
 PACKAGE_ORIGIN = "package"
+
 
 class SearchEntry(NamedTuple):
     """One directory of the search path and why it is searched."""

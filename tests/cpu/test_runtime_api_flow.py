@@ -185,9 +185,12 @@ def test_seed_names_are_the_arch_neutral_implementation() -> None:
     assert issubclass(api.GroupedGemmDgluSm100, api.GroupedGemmDglu)
 
 
-@pytest.mark.parametrize("capability", [(8, 0), (10, 0)])
+@pytest.mark.parametrize(
+    ("capability", "needed"),
+    [((8, 0), "cubins dglu can build"), ((10, 0), "sm_100a cubins"), ((10, 3), "sm_103a cubins")],
+)
 def test_an_uncovered_architecture_names_device_capability_and_cover(
-    runs, monkeypatch, capability
+    runs, monkeypatch, capability, needed
 ) -> None:
     device = driver.DeviceInfo(0, "NVIDIA Test GPU", capability, 100, 232_448)
     monkeypatch.setattr(api, "device_info", lambda index: device)
@@ -195,6 +198,7 @@ def test_an_uncovered_architecture_names_device_capability_and_cover(
         api.GroupedGemmDgluSm100(**samples()).check_support()
     message = str(raised.value)
     assert "cuda:0 (NVIDIA Test GPU, compute capability %d.%d)" % capability in message
+    assert f"needs {needed}; none are installed" in message
     assert "they cover sm_90a" in message and runs == []
 
 
