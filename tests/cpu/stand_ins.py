@@ -79,6 +79,7 @@ def install(
         (api, "resolve_stream", lambda stream, device: STREAM),
         (api, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (workspaces, "is_capturing", lambda stream: False),
+        (api, "is_capturing", lambda stream: False),
         (
             workspaces,
             "_allocate",

@@ -1,23 +1,23 @@
 """From the public API to run_variant, on CPU tensors (needs torch): what each call hands
 the runner for discrete weights, the dynamic scheduler and a 2x1 cluster.
 
-Stand-ins: an H200, a hand-written artifact directory, no device check (the tensors live
-on the CPU), and load_variant / run_variant recording their arguments instead of loading
+Stand-ins: the shared ones (stand_ins: an H200, no device check, since the tensors live
+on the CPU) over a hand-written artifact directory, and load_variant / run_variant recording their arguments instead of loading
 and launching.
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
+import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
-from dglu import api, driver, validation  # noqa: E402
-from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
+from dglu import api, driver  # noqa: E402
+from dglu.manifest import read_manifest  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 
@@ -35,17 +35,8 @@ KEYS = [
 def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """(variant name, problem) of each run_variant call the API makes."""
     write_artifacts(tmp_path, KEYS)
-    variants = read_manifest(tmp_path).variants
-    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
+    stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     records: list[tuple] = []
-    monkeypatch.setattr(api, "device_info", lambda device: h200)
-    monkeypatch.setattr(api, "installed_variants", lambda: variants)
-    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
-    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
-    api.clear_caches()
-    monkeypatch.setattr(api, "resolve_stream", lambda stream, device: 7)
-    monkeypatch.setattr(api, "is_capturing", lambda stream: False)
-    monkeypatch.setattr(api, "on_stream", lambda stream, device: contextlib.nullcontext())
     monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
         api,

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
+import stand_ins  # noqa: E402
 from conftest_runtime import GEGLU_DEFAULTS, variant_key, variant_name, write_artifacts
-from dglu import api, driver
+from dglu import api
 from dglu.errors import VariantNotFoundError
-from dglu.manifest import SearchEntry, read_manifest
+from dglu.manifest import read_manifest
 from dglu.options import check_options
 from dglu.weights import DiscreteWeights
 
@@ -60,10 +61,7 @@ DEFAULTS = dict(
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     write_artifacts(tmp_path, KEYS)
     variants = read_manifest(tmp_path).variants
-    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
-    monkeypatch.setattr(api, "device_info", lambda device: h200)
-    monkeypatch.setattr(api, "installed_variants", lambda: variants)
-    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    stand_ins.install(monkeypatch, variants, tmp_path)
     return variants
 
 

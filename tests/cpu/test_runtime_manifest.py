@@ -269,6 +269,14 @@ BROKEN = {
         lambda m: _variant(m)["kernels"][0]["grid"].update(rule="spiral"),
         ["kernels[0], grid", "field 'rule' is 'spiral'", "persistent_tiles"],
     ),
+    "persistent_tiles without tile_n": (
+        lambda m: _variant(m)["kernels"][0]["grid"].pop("tile_n"),
+        ["kernels[0], grid", "missing field 'tile_n'"],
+    ),
+    "persistent_tiles of zero rows": (
+        lambda m: _variant(m)["kernels"][0]["grid"].update(tile_m=0),
+        ["kernels[0], grid", "field 'tile_m' must be positive, got 0"],
+    ),
     "elementwise count not a scalar": (
         lambda m: _variant(m)["kernels"][1]["grid"].update(count="everything"),
         ["kernels[1], grid", "field 'count' names unknown scalar(s) ['everything']"],
