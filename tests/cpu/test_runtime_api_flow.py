@@ -228,3 +228,28 @@ def test_dlpack_arrays_are_used_without_copies(runs) -> None:
     ((_, problem),) = runs
     assert problem.tensors["c"].pointer == arguments["c_tensor"].data_ptr()
     assert problem.tensors["prob"].pointer == arguments["prob_tensor"].data_ptr()
+
+
+def test_the_wrapper_runs_one_cached_class_api_op_per_configuration(runs, monkeypatch) -> None:
+    """The wrapper's single call path: GroupedGemmDglu._run of an op selected once per
+    configuration, element types and device, then reused."""
+    ops, selections = [], []
+    original_run, original_select = api.GroupedGemmDglu._run, api._select
+    monkeypatch.setattr(
+        api.GroupedGemmDglu, "_run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
+    )
+    monkeypatch.setattr(api, "_select", lambda *a: selections.append(1) or original_select(*a))
+    api.grouped_gemm_dglu(**dense_call())
+    api.grouped_gemm_dglu(**dense_call())
+    api.grouped_gemm_dglu(**dense_call(use_dynamic_sched=True))
+    first, again, dynamic = ops
+    assert isinstance(first, api.GroupedGemmDglu) and first is again and dynamic is not first
+    assert (first.variant_name, dynamic.variant_name) == (
+        variant_name(KEYS[0]),
+        variant_name(KEYS[1]),
+    )
+    assert len(selections) == 2 and [name for name, _ in runs] == [
+        variant_name(KEYS[0]),
+        variant_name(KEYS[0]),
+        variant_name(KEYS[1]),
+    ]
