@@ -319,6 +319,15 @@ def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDg
 _wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
 WRAPPER_OUTPUTS = ("d_row", "dbias")  # allocated by the wrapper when the variant takes them
+_COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
+# The roles of the tensors each call hands _run, in order: by weights (discrete or not) for
+# the wrapper, by the weights' role for execute() (and with dbias).
+_WRAPPER_ROLES = {
+    discrete: ("a", "b_ptrs" if discrete else "b", "c", *_COMMON_ROLES)
+    for discrete in (False, True)
+}
+_EXECUTE_ROLES = {b: ("a", b, "c", "d_row", *_COMMON_ROLES) for b in ("b", "b_ptrs")}
+_DBIAS_EXECUTE_ROLES = {b: (*roles, "dbias") for b, roles in _EXECUTE_ROLES.items()}
 
 
 def grouped_gemm_dglu(
@@ -404,18 +413,19 @@ def grouped_gemm_dglu(
         d_dtype=d_dtype,
         generate_dbias=generate_dbias,
     )
-    weights = b_ptrs if config.discrete else b_tensor
+    discrete = config.discrete is not None
     made = _wrapper_op(config, a_tensor, c_tensor)._run(
-        {
-            "a": a_tensor,
-            "b_ptrs" if config.discrete else "b": weights,
-            "c": c_tensor,
-            "padded_offsets": padded_offsets,
-            "alpha": alpha_tensor,
-            "beta": beta_tensor,
-            "prob": prob_tensor,
-            "dprob": dprob_tensor,
-        },
+        _WRAPPER_ROLES[discrete],
+        (
+            a_tensor,
+            b_ptrs if discrete else b_tensor,
+            c_tensor,
+            padded_offsets,
+            alpha_tensor,
+            beta_tensor,
+            prob_tensor,
+            dprob_tensor,
+        ),
         current_stream,
         allocate=True,
     )
@@ -607,58 +617,85 @@ class GroupedGemmDglu:
         current_stream: Any = None,
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
-        check_absent(
-            BLOCK_SCALED,
-            NotImplementedError,
-            d_col_tensor=d_col_tensor,
-            sfa_tensor=sfa_tensor,
-            sfb_tensor=sfb_tensor,
-            sfb_ptrs=sfb_ptrs,
-            sfd_row_tensor=sfd_row_tensor,
-            sfd_col_tensor=sfd_col_tensor,
-            amax_tensor=amax_tensor,
-            norm_const_tensor=norm_const_tensor,
-        )
-        given = _given_weight_mode(b_tensor, b_ptrs)
-        built = weight_mode("sample_b", self._sample_b, self._discrete_args)
-        if given is None or given != built:
+        # all None (the usual call): one comparison chain instead of check_absent's dict
+        if not (
+            d_col_tensor is sfa_tensor is sfb_tensor is sfb_ptrs is sfd_row_tensor
+            is sfd_col_tensor is amax_tensor is norm_const_tensor is None
+        ):
+            check_absent(
+                BLOCK_SCALED,
+                NotImplementedError,
+                d_col_tensor=d_col_tensor,
+                sfa_tensor=sfa_tensor,
+                sfb_tensor=sfb_tensor,
+                sfb_ptrs=sfb_ptrs,
+                sfd_row_tensor=sfd_row_tensor,
+                sfd_col_tensor=sfd_col_tensor,
+                amax_tensor=amax_tensor,
+                norm_const_tensor=norm_const_tensor,
+            )
+        built = self._built_mode
+        if _given_weight_mode(b_tensor, b_ptrs) != built:
             self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
-        compiled_dbias = "dbias" in self._samples
-        if dbias_tensor is not None and not compiled_dbias:
+        if (dbias_tensor is not None) != self._compiled_dbias:
+            self._refuse_dbias(dbias_tensor)
+        if self._loaded is None:
+            self.compile()
+        weights = (b_ptrs, "b_ptrs") if built == DISCRETE else (b_tensor, "b")
+        roles = _DBIAS_EXECUTE_ROLES[weights[1]] if dbias_tensor is not None else _EXECUTE_ROLES[weights[1]]
+        tensors = (
+            a_tensor,
+            weights[0],
+            c_tensor,
+            d_row_tensor,
+            padded_offsets,
+            alpha_tensor,
+            beta_tensor,
+            prob_tensor,
+            dprob_tensor,
+        )
+        if dbias_tensor is not None:
+            tensors += (dbias_tensor,)
+        self._run(roles, tensors, current_stream)
+
+    @functools.cached_property
+    def _built_mode(self) -> str:
+        """DENSE or DISCRETE: the weight mode of the constructor's arguments (raises while
+        they are inconsistent)."""
+        return weight_mode("sample_b", self._sample_b, self._discrete_args)
+
+    @property
+    def _compiled_dbias(self) -> bool:
+        return "dbias" in self._samples
+
+    def _refuse_dbias(self, dbias_tensor: Any) -> None:
+        """dbias_tensor given to an op without dbias, or missing from one with it."""
+        if dbias_tensor is not None:
             raise ValueError(
                 "dbias_tensor: this op was built without sample_dbias, so its kernel "
                 "has no dbias; construct it with sample_dbias to produce dbias"
             )
-        if dbias_tensor is None and compiled_dbias:
-            raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
-        if self._loaded is None:
-            self.compile()
-        tensors = {
-            "a": a_tensor,
-            "b_ptrs" if built == DISCRETE else "b": b_ptrs if built == DISCRETE else b_tensor,
-            "c": c_tensor,
-            "d_row": d_row_tensor,
-            "padded_offsets": padded_offsets,
-            "alpha": alpha_tensor,
-            "beta": beta_tensor,
-            "prob": prob_tensor,
-            "dprob": dprob_tensor,
-        }
-        if dbias_tensor is not None:
-            tensors["dbias"] = dbias_tensor
-        self._run(tensors, current_stream)
+        raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
 
     def _run(
-        self, tensors: dict[str, Any], current_stream: Any, allocate: bool = False
+        self,
+        roles: tuple[str, ...],
+        tensors: tuple[Any, ...],
+        current_stream: Any,
+        allocate: bool = False,
     ) -> dict[str, Any]:
-        """The one call path of execute() and the wrapper: check ``tensors`` (role -> tensor;
+        """The one call path of execute() and the wrapper: check ``tensors`` (of ``roles``;
         cached by their keys), allocate the wrapper's outputs when ``allocate`` (zeroing the
         accumulated ones on the stream), launch. Returns the outputs allocated."""
-        call = self._prepared(tensors, WRAPPER_OUTPUTS if allocate else ())
+        key = tensors_key(tensors)
+        call = self._calls.get((roles, key)) if key is not None else None
+        if call is None:
+            call = self._prepared(roles, tensors, key, WRAPPER_OUTPUTS if allocate else ())
         device = self._loaded.device
         stream = resolve_stream(current_stream, device)
         if offsets_check_enabled():
-            _check_offsets(tensors["padded_offsets"], call.problem, stream, self._variant.m_aligned)
+            _check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
+                           self._variant.m_aligned)
         if not call.outputs:
             run_variant(self._loaded, call.problem, stream)
             return {}
@@ -674,12 +711,17 @@ class GroupedGemmDglu:
         run_variant(self._loaded, call.with_outputs(made), stream, call.cleared)
         return made
 
-    def _prepared(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
-        """The PreparedCall of ``tensors``, cached by their keys (uncached when one is not a
-        torch tensor: the checks then convert or refuse it)."""
-        key = tensors_key(tuple(tensors.values()))
-        make = lambda: self._prepare(tensors, outputs)  # noqa: E731
-        return make() if key is None else self._calls.get_or_make((tuple(tensors), key), make)
+    def _prepared(
+        self,
+        roles: tuple[str, ...],
+        tensors: tuple[Any, ...],
+        key: tuple[Any, ...] | None,
+        outputs: tuple[str, ...],
+    ) -> PreparedCall:
+        """The PreparedCall of ``tensors``, stored by their ``key`` (not stored when one is
+        not a torch tensor: the checks then convert or refuse it)."""
+        make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
+        return make() if key is None else self._calls.get_or_make((roles, key), make)
 
     def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
         """Check the call's tensors against the compiled variant and device."""

@@ -129,6 +129,14 @@ def _plan(
     return CallPlan(tuple(clears), tuple(launches))
 
 
+class ReadyCall(NamedTuple):
+    """A call's plan and the pooled workspaces its addresses come from ((slot, workspace)
+    pairs): valid while the stream's pool still holds exactly those."""
+
+    plan: CallPlan
+    pooled: tuple[tuple[tuple[str, str, int], workspace_pool.Workspace], ...]
+
+
 def run_variant(
     loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...] = ()
 ) -> None:
@@ -139,32 +147,49 @@ def run_variant(
     launched: there is nothing to compute and the outputs keep their contents. Otherwise
     the stream's workspaces are acquired and the zeroed ones cleared on ``stream``
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
-    Grids and call plans are kept with the problem (Problem.launch_cache), per loaded
-    variant, stream, cleared tensors and workspace addresses: a repeated call only acquires
-    its workspaces, then enqueues its memsets and launches.
+    The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
+    stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
+    checks that its stream's pool still holds them (and is not capturing a graph), then
+    only enqueues its memsets and launches.
     """
+    memo = problem.launch_cache
+    key = (loaded.identity, stream, clear)
+    pool = workspace_pool.stream_pool(loaded.device, stream)
+    with pool.lock:
+        ready = memo.get(key)
+        if ready is None or not workspace_pool.still_pooled(pool, ready.pooled):
+            ready = _ready_call(loaded, problem, stream, clear, pool)
+            memo[key] = ready
+        with device_context(loaded.device):
+            for pointer, size in ready.plan.clears:
+                workspace_pool.clear(pointer, size, pool.cu_stream)
+            for launch in ready.plan.launches:
+                launch_kernel(launch)
+
+
+def _ready_call(
+    loaded: LoadedVariant,
+    problem: Problem,
+    stream: int,
+    clear: tuple[str, ...],
+    pool: workspace_pool.StreamWorkspaces,
+) -> ReadyCall:
+    """Acquire the call's workspaces and find or make its plan (kept per workspace
+    addresses, so a graph capture's fresh workspaces get their own). Hold ``pool.lock``."""
     memo = problem.launch_cache
     grids = memo.get(loaded.identity)
     if grids is None:
         grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-    pool = workspace_pool.stream_pool(loaded.device, stream)
-    with pool.lock:
-        workspaces = (
-            workspace_pool.acquire(
-                loaded.variant.workspaces, problem.scalars, loaded.device, pool
-            )
-            if grids
-            else {}
-        )
-        key = (loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
-        plan = memo.get(key)
-        if plan is None:
-            plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
-        with device_context(loaded.device):
-            for pointer, size in plan.clears:
-                workspace_pool.clear(pointer, size, pool.cu_stream)
-            for launch in plan.launches:
-                launch_kernel(launch)
+    rules = loaded.variant.workspaces
+    workspaces = (
+        workspace_pool.acquire(rules, problem.scalars, loaded.device, pool) if grids else {}
+    )
+    key = ("plan", loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
+    plan = memo.get(key)
+    if plan is None:
+        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
+    pooled = tuple((workspace_pool.pool_slot(n, w.rule), w) for n, w in workspaces.items())
+    return ReadyCall(plan, pooled)
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

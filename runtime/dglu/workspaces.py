@@ -85,6 +85,23 @@ def _allocate(
     return Workspace(name, rule, tensor.data_ptr(), elements, tensor)
 
 
+def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
+    """Where a stream's pool keeps the workspace ``name`` of ``rule``."""
+    return (name, rule.dtype, rule.align)
+
+
+def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], ...]) -> bool:
+    """True when every (slot, workspace) of ``pooled`` is still what ``pool`` holds there
+    and ``pool``'s stream is not capturing a graph: an earlier call's workspaces serve
+    again. Hold ``pool.lock``."""
+    if not pooled:
+        return True
+    if is_capturing(pool.cu_stream):
+        return False
+    held = pool.workspaces
+    return all(held.get(slot) is workspace for slot, workspace in pooled)
+
+
 def acquire(
     rules: Mapping[str, WorkspaceRule],
     scalars: Mapping[str, int],
@@ -100,7 +117,7 @@ def acquire(
     made = {}
     for name, rule in rules.items():
         elements = rule.count.value(scalars)
-        slot = (name, rule.dtype, rule.align)
+        slot = pool_slot(name, rule)
         workspace = None if capturing else pool.workspaces.get(slot)
         if workspace is None or workspace.elements < elements:
             workspace = _allocate(name, rule, elements, device, pool.stream)

@@ -122,6 +122,7 @@ class FakePool:
     def __init__(self, device: int, stream: int) -> None:
         self.lock = contextlib.nullcontext()
         self.stream = self.cu_stream = stream
+        self.workspaces: dict = {}  # the fake acquire pools nothing
 
 
 WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
