@@ -218,6 +218,7 @@ def _check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned
 
 def clear_caches() -> None:
     """Forget every cached call, op, launch plan, loaded variant and pooled workspace."""
+    _wrapper_calls.clear()
     _wrapper_ops.clear()
     _wrapper_configs.clear()
     runner.clear_caches()
@@ -269,19 +270,17 @@ def _configure_wrapper(**arguments: Any) -> OpConfig:
     """OpConfig of the arguments, cached by their values and types (96 and 96.0, or
     True and 1, are different arguments) when they are hashable."""
     values = tuple(arguments.values())
-    key = (values, tuple(map(type, values)), _element_types(arguments))
+    pairs = _pair_types(arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
+    key = (values, tuple(map(type, values)), pairs)
     try:
         return _wrapper_configs.get_or_make(key, lambda: _wrapper_config(**arguments))
     except TypeError:  # an unhashable argument: check it uncached (and raise if bad)
         return _wrapper_config(**arguments)
 
 
-def _element_types(arguments: dict[str, Any]) -> tuple[Any, ...]:
+def _pair_types(*pairs: Any) -> tuple[Any, ...]:
     """The element types of the pair arguments (so (128, 128.0) differs from (128, 128))."""
-    return tuple(
-        tuple(map(type, value)) if isinstance(value, tuple) else None
-        for value in (arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
-    )
+    return tuple(tuple(map(type, value)) if isinstance(value, tuple) else None for value in pairs)
 
 
 def _wrapper_config(
@@ -316,8 +315,43 @@ def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDg
     return make() if key is None else _wrapper_ops.get_or_make(key, make)
 
 
+# The wrapper's non-tensor arguments, in the order grouped_gemm_dglu hands them over.
+WRAPPER_SETTINGS = (
+    "has_b_tensor", "has_b_ptrs", "n", "b_dtype", "acc_dtype", "mma_tiler_mn",
+    "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
+    "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
+    "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
+    "d_dtype", "generate_dbias",
+)
+
+
+def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+    """The op of a wrapper call: one dictionary read when these settings (by value and
+    type), A's and C's dtypes and A's device were seen before; else the settings are
+    checked (_configure_wrapper) and the op selected (_wrapper_op)."""
+    try:
+        key = (
+            settings,
+            tuple(map(type, settings)),
+            _pair_types(settings[5], settings[6]),
+            a_tensor.dtype,
+            c_tensor.dtype,
+            a_tensor.device,
+        )
+        op = _wrapper_calls.get(key)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable setting: uncached
+        key = op = None
+    if op is None:
+        config = _configure_wrapper(**dict(zip(WRAPPER_SETTINGS, settings)))
+        op = _wrapper_op(config, a_tensor, c_tensor)
+        if key is not None:
+            _wrapper_calls.get_or_make(key, lambda: op)
+    return op
+
+
 _wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
+_wrapper_calls: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
 WRAPPER_OUTPUTS = ("d_row", "dbias")  # allocated by the wrapper when the variant takes them
 _COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
 # The roles of the tensors each call hands _run, in order: by weights (discrete or not) for
@@ -387,34 +421,38 @@ def grouped_gemm_dglu(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    config = _configure_wrapper(
-        has_b_tensor=b_tensor is not None,
-        has_b_ptrs=b_ptrs is not None,
-        n=n,
-        b_dtype=b_dtype,
-        acc_dtype=acc_dtype,
-        mma_tiler_mn=mma_tiler_mn,
-        cluster_shape_mn=cluster_shape_mn,
-        sf_vec_size=sf_vec_size,
-        vector_f32=vector_f32,
-        m_aligned=m_aligned,
-        discrete_col_sfd=discrete_col_sfd,
-        act_func=act_func,
-        geglu_alpha=geglu_alpha,
-        glu_clamp_max=glu_clamp_max,
-        glu_clamp_min=glu_clamp_min,
-        linear_offset=linear_offset,
-        situ_beta1=situ_beta1,
-        situ_beta2=situ_beta2,
-        b_major=b_major,
-        epilogue_op=epilogue_op,
-        use_dynamic_sched=use_dynamic_sched,
-        cd_major=cd_major,
-        d_dtype=d_dtype,
-        generate_dbias=generate_dbias,
+    op = _wrapper_op_for(
+        (
+            b_tensor is not None,
+            b_ptrs is not None,
+            n,
+            b_dtype,
+            acc_dtype,
+            mma_tiler_mn,
+            cluster_shape_mn,
+            sf_vec_size,
+            vector_f32,
+            m_aligned,
+            discrete_col_sfd,
+            act_func,
+            geglu_alpha,
+            glu_clamp_max,
+            glu_clamp_min,
+            linear_offset,
+            situ_beta1,
+            situ_beta2,
+            b_major,
+            epilogue_op,
+            use_dynamic_sched,
+            cd_major,
+            d_dtype,
+            generate_dbias,
+        ),
+        a_tensor,
+        c_tensor,
     )
-    discrete = config.discrete is not None
-    made = _wrapper_op(config, a_tensor, c_tensor)._run(
+    discrete = op._config.discrete is not None
+    made = op._run(
         _WRAPPER_ROLES[discrete],
         (
             a_tensor,
