@@ -6,6 +6,8 @@ and cuda.bindings are imported on first use, and nothing is ever compiled at run
 Run ``python -m dglu`` to list the installed variants and the device found.
 """
 
+__version__ = "0.1.0"  # before the imports: dglu.manifest compares variants' build with it
+
 from .api import (
     GroupedGemmDglu,
     GroupedGemmDgluSm90,
@@ -24,7 +26,6 @@ from .errors import (
 )
 from .tuple_dict import TupleDict
 
-__version__ = "0.1.0"
 
 __all__ = [
     "CudaDriverError",

@@ -1,4 +1,5 @@
-"""``python -m dglu``: list the installed variants, where they come from, and the device found."""
+"""``python -m dglu``: list the installed variants, where they come from, the stale ones (with
+the command that rebuilds each), and the device found."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 from . import __version__
 from .driver import device_count, device_info
 from .errors import DgluError
-from .manifest import MANIFEST_FILE, VariantKey, load_manifests, merged_variants, search_path
-from .selection import arch_for_capability
+from .contract.schema import MANIFEST_FILE, VariantKey
+from .manifest import load_manifests, merged_variants, search_path
+from .selection import arch_for_capability, build_command
 
 
 def _describe_key(key: VariantKey) -> str:
@@ -33,14 +35,24 @@ def _print_variants() -> int:
     except DgluError as exc:
         print(f"error: {exc}")
         return 1
-    variants = merged_variants(manifests)
+    variants, stale = merged_variants(manifests)
+    stale_ones = [s.variant for s in stale]
     print(f"variants ({len(variants)}):")
-    for manifest in manifests:
+    for _, manifest in manifests:
         for variant in manifest.variants:
+            if variant in stale_ones:
+                continue
             hidden = "" if variant in variants else "  (hidden by an earlier directory)"
             print(
                 f"  {variant.name}\n    {_describe_key(variant.key)}\n"
                 f"    from {manifest.path}{hidden}"
+            )
+    if stale:
+        print(f"stale variants, never used ({len(stale)}):")
+        for variant, reason in stale:
+            print(
+                f"  {variant.name}\n    {reason}\n    from {variant.directory}\n"
+                f"    rebuild: {build_command(variant.key.as_dict())} -o {variant.directory}"
             )
     return 0
 
@@ -50,10 +62,7 @@ def _print_devices() -> None:
         count = device_count()
         for ordinal in range(count):
             info = device_info(ordinal)
-            try:
-                arch = arch_for_capability(info.capability)
-            except DgluError:
-                arch = "unsupported"
+            arch = arch_for_capability(info.capability) or "none (no dglu kernels)"
             major, minor = info.capability
             print(
                 f"device {ordinal}: {info.name}, compute capability {major}.{minor} "

@@ -29,22 +29,23 @@ import os
 from contextlib import nullcontext
 from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import runner
 from .arrays import as_torch
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
-from .dtypes import torch_dtype
+from .dtypes import FLOAT_TYPES, torch_dtype
 from .errors import VariantNotFoundError
-from .manifest import Variant, installed_variants, search_path
-from .options import M_ALIGNED, OpOptions, check_absent, check_options, output_dtype_name
+from .contract.schema import Variant
+from .manifest import installed_variants, search_path
+from .options import OpOptions, check_absent, check_m_aligned, check_options, output_dtype_name
 from .problem import Problem
 from .runner import LoadedVariant, load_variant, run_variant
 from .selection import VariantRequest, arch_for_capability, select_variant
 from .streams import on_stream, resolve_stream
 from .tuple_dict import TupleDict
-from .validation import check_offset_values, describe_tensors, output_view
+from .validation import check_offset_values, describe_tensors, element_types, view_of
 from .workspaces import is_capturing
 from .weights import (
     DENSE,
@@ -120,26 +121,54 @@ def _named(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
     }
 
 
+@dataclass(frozen=True)
+class OpConfig:
+    """An op's checked non-tensor arguments: weight mode, options, D_row's dtype (None: the
+    class API's sample_d_row gives it), dbias."""
+
+    mode: str
+    discrete: DiscreteWeights | None
+    options: OpOptions
+    d_dtype: str | None
+    dbias: bool
+
+    def __hash__(self) -> int:  # hashed on every wrapper call: computed once
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.mode, self.discrete, self.options, self.d_dtype, self.dbias))
+
+    def given_scalars(self) -> dict[str, tuple[int, str]]:
+        """Scalars the weight arguments fix (discrete weights' n, k, l)."""
+        return self.discrete.given_scalars() if self.discrete else {}
+
+
 def _select(
-    problem: Problem,
-    options: OpOptions,
-    *,
-    d_dtype: str,
-    dbias: bool,
-    weights: str,
-    sources: dict[str, str],
+    config: OpConfig, tensors: dict[str, tuple[str, Any]], sources: dict[str, str]
 ) -> Variant:
-    device = problem.tensors["a"].device
+    """The variant for the tensors' element types (checked first), the configuration and
+    A's device; m_aligned checked against it."""
+    types = element_types(tensors)
+    if types["c"] not in FLOAT_TYPES:  # the op's contract: C is BF16, FP16 or FP32
+        raise ValueError(
+            f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
+            "of torch.bfloat16, torch.float16, torch.float32"
+        )
+    device = tensors["a"][1].device.index
+    if config.discrete:
+        config.discrete.check_dtype_of(tensors["a"][0], types["a"])
+    options = config.options
     tile = options.tile or (None, None)
     request = VariantRequest(
         arch=device_arch(device),
-        ab_dtype=problem.tensors["a"].dtype,
-        c_dtype=problem.tensors["c"].dtype,
-        d_dtype=d_dtype,
+        ab_dtype=types["a"],
+        c_dtype=types["c"],
+        d_dtype=config.d_dtype or types["d_row"],
         act_func=options.act_func,
         act_params=options.act_params,
-        dbias=dbias,
-        weight_mode=weights,
+        dbias=config.dbias,
+        weight_mode=config.mode,
         b_major=options.b_major,
         tile_m=tile[0],
         tile_n=tile[1],
@@ -149,25 +178,25 @@ def _select(
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
-    return select_variant(
+    variant = select_variant(
         installed_variants(), request, searched, {**sources, "act_params": constants}
     )
+    check_m_aligned(options, variant)
+    return variant
 
 
 def device_arch(device: int) -> str:
-    """The cubin architecture of ``device``, if the installed cubins cover it; else raise
-    naming the device, its compute capability and the architectures they cover."""
+    """The exact cubin architecture of ``device``, if installed cubins cover it; else raise
+    naming the device, its compute capability and the architectures installed."""
     info = device_info(device)
     covered = sorted({variant.key.arch for variant in installed_variants()})
-    try:
-        arch = arch_for_capability(info.capability)
-    except VariantNotFoundError:
-        arch = None
+    arch = arch_for_capability(info.capability)
     if arch not in covered:
         major, minor = info.capability
+        needed = f"{arch} cubins" if arch else "cubins dglu can build"
         raise VariantNotFoundError(
-            f"cuda:{info.ordinal} ({info.name}, compute capability {major}.{minor}): no installed "
-            f"cubins for it; they cover {', '.join(covered) or 'no architecture'} "
+            f"cuda:{info.ordinal} ({info.name}, compute capability {major}.{minor}) needs "
+            f"{needed}; none are installed: they cover {', '.join(covered) or 'no architecture'} "
             f"(searched {', '.join(str(entry.directory) for entry in search_path())})"
         )
     return arch
@@ -178,89 +207,80 @@ def offsets_check_enabled() -> bool:
     return os.environ.get(CHECK_OFFSETS_ENV, "") not in ("", "0")
 
 
-def _check_offsets(padded_offsets: Any, problem: Problem, stream: int) -> None:
+def _check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned: int) -> None:
     """Check padded_offsets' values on the host, unless ``stream`` is capturing a graph."""
     if is_capturing(stream):
         return
     with on_stream(stream, problem.tensors["a"].device):
         values = as_torch(padded_offsets).tolist()
-    check_offset_values("padded_offsets", values, problem.m, M_ALIGNED)
+    check_offset_values("padded_offsets", values, problem.scalars["m"], m_aligned)
 
 
 def clear_caches() -> None:
-    """Forget every cached call, launch plan, loaded variant and pooled workspace."""
+    """Forget every cached call, op, launch plan, loaded variant and pooled workspace."""
     _wrapper_calls.clear()
+    _wrapper_ops.clear()
     _wrapper_configs.clear()
     runner.clear_caches()
 
 
-@dataclass(frozen=True)
-class WrapperConfig:
-    """The wrapper's checked non-tensor arguments: weight mode, options, outputs."""
+class OutputRule(NamedTuple):
+    """An output the wrapper allocates: its role, shape, torch dtype, and whether the
+    kernels accumulate into it (then it is zeroed on the call's stream)."""
 
-    mode: str
-    discrete: DiscreteWeights | None
-    options: OpOptions
-    d_dtype_name: str
-    dbias: bool
-
-    def __hash__(self) -> int:  # hashed on every call: computed once
-        return self._hash
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.mode, self.discrete, self.options, self.d_dtype_name, self.dbias))
+    role: str
+    shape: tuple[int, ...]
+    dtype: Any
+    accumulate: bool
 
 
 class PreparedCall:
-    """What a call's tensors and configuration resolve to, cached by their keys; for the
-    wrapper, also the problem with each pair of output addresses it has seen."""
+    """What a call's tensors resolve to, cached by their keys: the problem and, for the
+    wrapper, the outputs to allocate and the problem with each set of output addresses."""
 
-    def __init__(self, problem: Problem, loaded: LoadedVariant, outputs: Any = None) -> None:
+    def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
         self.problem = problem
-        self.loaded = loaded
-        self.outputs = outputs  # the wrapper's OutputSpec
+        self.outputs = tuple(
+            OutputRule(
+                role,
+                tuple(e.value(problem.scalars) for e in variant.arguments[role].shape),
+                torch_dtype(variant.arguments[role].dtypes[0]),
+                variant.arguments[role].io == "accumulate",
+            )
+            for role in outputs
+        )
+        self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
+        self._variant = variant
         self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
 
-    def with_outputs(self, d_row: Any, dbias: Any) -> Problem:
-        """The problem with the wrapper's freshly allocated D_row (and dbias) added."""
-        key = (d_row.data_ptr(), None if dbias is None else dbias.data_ptr())
-        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(d_row, dbias))
+    def with_outputs(self, made: dict[str, Any]) -> Problem:
+        """The problem with the freshly allocated outputs' views added."""
+        key = tuple(tensor.data_ptr() for tensor in made.values())
+        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made))
 
-    def _add_outputs(self, d_row: Any, dbias: Any) -> Problem:
+    def _add_outputs(self, made: dict[str, Any]) -> Problem:
         problem = self.problem
         views = dict(problem.tensors)
-        views["d_row"] = output_view("d_row", d_row, problem)
-        if dbias is not None:
-            views["dbias"] = output_view("dbias", dbias, problem)
-        return Problem(problem.m, problem.n, problem.k, problem.l, views)
+        for role, tensor in made.items():
+            views[role] = view_of(tensor, self._variant.arguments[role], problem.scalars)
+        return Problem(problem.scalars, problem.origins, views)
 
 
-@dataclass(frozen=True)
-class OutputSpec:
-    """How the wrapper allocates its outputs: D_row's torch dtype, the torch device."""
-
-    d_dtype: Any
-    device: Any
-
-
-def _configure_wrapper(**arguments: Any) -> WrapperConfig:
-    """WrapperConfig of the arguments, cached by their values and types (96 and 96.0, or
+def _configure_wrapper(**arguments: Any) -> OpConfig:
+    """OpConfig of the arguments, cached by their values and types (96 and 96.0, or
     True and 1, are different arguments) when they are hashable."""
     values = tuple(arguments.values())
-    key = (values, tuple(map(type, values)), _element_types(arguments))
+    pairs = _pair_types(arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
+    key = (values, tuple(map(type, values)), pairs)
     try:
         return _wrapper_configs.get_or_make(key, lambda: _wrapper_config(**arguments))
     except TypeError:  # an unhashable argument: check it uncached (and raise if bad)
         return _wrapper_config(**arguments)
 
 
-def _element_types(arguments: dict[str, Any]) -> tuple[Any, ...]:
+def _pair_types(*pairs: Any) -> tuple[Any, ...]:
     """The element types of the pair arguments (so (128, 128.0) differs from (128, 128))."""
-    return tuple(
-        tuple(map(type, value)) if isinstance(value, tuple) else None
-        for value in (arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
-    )
+    return tuple(tuple(map(type, value)) if isinstance(value, tuple) else None for value in pairs)
 
 
 def _wrapper_config(
@@ -272,7 +292,7 @@ def _wrapper_config(
     d_dtype: Any,
     generate_dbias: Any,
     **options: Any,
-) -> WrapperConfig:
+) -> OpConfig:
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
     discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
@@ -281,41 +301,67 @@ def _wrapper_config(
     d_dtype_name = output_dtype_name("d_dtype", d_dtype)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
-    return WrapperConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
+    return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
 
 
-_wrapper_calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
-_wrapper_configs: BoundedCache[WrapperConfig] = BoundedCache(CALL_CACHE_CAPACITY)
+def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+    """The compiled class-API op serving wrapper calls of this configuration, element
+    types and device (cached; uncached when A or C is no tensor, for the checks to say)."""
+    try:
+        key = (config, a_tensor.dtype, c_tensor.dtype, a_tensor.device)
+    except AttributeError:
+        key = None
+    make = lambda: GroupedGemmDglu._for_wrapper(config, a_tensor, c_tensor)  # noqa: E731
+    return make() if key is None else _wrapper_ops.get_or_make(key, make)
 
 
-def _cached(
-    cache: BoundedCache[PreparedCall],
-    config: Any,
-    tensors: tuple[Any, ...],
-    prepare: Callable[[], PreparedCall],
-) -> PreparedCall:
-    """``prepare()``'s PreparedCall, cached by ``config`` and the keys of ``tensors`` (the
-    call's tensor arguments in a fixed order); uncached when one is not a torch tensor."""
-    key = tensors_key(tensors)
-    if key is None:
-        return prepare()
-    return cache.get_or_make((config, key), prepare)
+# The wrapper's non-tensor arguments, in the order grouped_gemm_dglu hands them over.
+WRAPPER_SETTINGS = (
+    "has_b_tensor", "has_b_ptrs", "n", "b_dtype", "acc_dtype", "mma_tiler_mn",
+    "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
+    "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
+    "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
+    "d_dtype", "generate_dbias",
+)
 
 
-def _prepare_wrapper(config: WrapperConfig, tensors: dict[str, tuple[str, Any]]) -> PreparedCall:
-    """Check the wrapper's tensors, pick and load its variant."""
-    problem = describe_tensors(tensors, config.options.b_major, config.discrete)
-    variant = _select(
-        problem,
-        config.options,
-        d_dtype=config.d_dtype_name,
-        dbias=config.dbias,
-        weights=config.mode,
-        sources=WRAPPER_SOURCES,
-    )
-    loaded = load_variant(variant, problem.tensors["a"].device)
-    outputs = OutputSpec(torch_dtype(config.d_dtype_name), tensors["a"][1].device)
-    return PreparedCall(problem, loaded, outputs)
+def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+    """The op of a wrapper call: one dictionary read when these settings (by value and
+    type), A's and C's dtypes and A's device were seen before; else the settings are
+    checked (_configure_wrapper) and the op selected (_wrapper_op)."""
+    try:
+        key = (
+            settings,
+            tuple(map(type, settings)),
+            _pair_types(settings[5], settings[6]),
+            a_tensor.dtype,
+            c_tensor.dtype,
+            a_tensor.device,
+        )
+        op = _wrapper_calls.get(key)
+    except (AttributeError, TypeError):  # no tensor, or an unhashable setting: uncached
+        key = op = None
+    if op is None:
+        config = _configure_wrapper(**dict(zip(WRAPPER_SETTINGS, settings)))
+        op = _wrapper_op(config, a_tensor, c_tensor)
+        if key is not None:
+            _wrapper_calls.get_or_make(key, lambda: op)
+    return op
+
+
+_wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
+_wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
+_wrapper_calls: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
+WRAPPER_OUTPUTS = ("d_row", "dbias")  # allocated by the wrapper when the variant takes them
+_COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
+# The roles of the tensors each call hands _run, in order: by weights (discrete or not) for
+# the wrapper, by the weights' role for execute() (and with dbias).
+_WRAPPER_ROLES = {
+    discrete: ("a", "b_ptrs" if discrete else "b", "c", *_COMMON_ROLES)
+    for discrete in (False, True)
+}
+_EXECUTE_ROLES = {b: ("a", b, "c", "d_row", *_COMMON_ROLES) for b in ("b", "b_ptrs")}
+_DBIAS_EXECUTE_ROLES = {b: (*roles, "dbias") for b, roles in _EXECUTE_ROLES.items()}
 
 
 def grouped_gemm_dglu(
@@ -367,8 +413,6 @@ def grouped_gemm_dglu(
     bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past
     valid_m (owned by no expert) are left uninitialised.
     """
-    import torch
-
     check_absent(
         BLOCK_SCALED,
         NotImplementedError,
@@ -377,78 +421,57 @@ def grouped_gemm_dglu(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    config = _configure_wrapper(
-        has_b_tensor=b_tensor is not None,
-        has_b_ptrs=b_ptrs is not None,
-        n=n,
-        b_dtype=b_dtype,
-        acc_dtype=acc_dtype,
-        mma_tiler_mn=mma_tiler_mn,
-        cluster_shape_mn=cluster_shape_mn,
-        sf_vec_size=sf_vec_size,
-        vector_f32=vector_f32,
-        m_aligned=m_aligned,
-        discrete_col_sfd=discrete_col_sfd,
-        act_func=act_func,
-        geglu_alpha=geglu_alpha,
-        glu_clamp_max=glu_clamp_max,
-        glu_clamp_min=glu_clamp_min,
-        linear_offset=linear_offset,
-        situ_beta1=situ_beta1,
-        situ_beta2=situ_beta2,
-        b_major=b_major,
-        epilogue_op=epilogue_op,
-        use_dynamic_sched=use_dynamic_sched,
-        cd_major=cd_major,
-        d_dtype=d_dtype,
-        generate_dbias=generate_dbias,
-    )
-    weights = b_ptrs if config.discrete else b_tensor
-    call = _cached(
-        _wrapper_calls,
-        config,
-        (a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
-         dprob_tensor),
-        lambda: _prepare_wrapper(
-            config,
-            _named(
-                False,
-                a=a_tensor,
-                **({"b_ptrs": weights} if config.discrete else {"b": weights}),
-                c=c_tensor,
-                padded_offsets=padded_offsets,
-                alpha=alpha_tensor,
-                beta=beta_tensor,
-                prob=prob_tensor,
-                dprob=dprob_tensor,
-            ),
+    op = _wrapper_op_for(
+        (
+            b_tensor is not None,
+            b_ptrs is not None,
+            n,
+            b_dtype,
+            acc_dtype,
+            mma_tiler_mn,
+            cluster_shape_mn,
+            sf_vec_size,
+            vector_f32,
+            m_aligned,
+            discrete_col_sfd,
+            act_func,
+            geglu_alpha,
+            glu_clamp_max,
+            glu_clamp_min,
+            linear_offset,
+            situ_beta1,
+            situ_beta2,
+            b_major,
+            epilogue_op,
+            use_dynamic_sched,
+            cd_major,
+            d_dtype,
+            generate_dbias,
         ),
+        a_tensor,
+        c_tensor,
     )
-    problem = call.problem
-    device = call.loaded.device
-    stream = resolve_stream(current_stream, device)
-    if offsets_check_enabled():
-        _check_offsets(padded_offsets, problem, stream)
-    # None resolved to torch's current stream: torch allocates on it already
-    with on_stream(stream, device) if current_stream is not None else nullcontext():
-        d_row = torch.empty(
-            (problem.m, 2 * problem.n, 1), dtype=call.outputs.d_dtype, device=call.outputs.device
-        )
-        dbias = (
-            torch.empty(
-                (problem.l, 2 * problem.n, 1), dtype=torch.bfloat16, device=call.outputs.device
-            )
-            if config.dbias
-            else None
-        )
-    # the kernels add into dbias: run_variant zeroes it on the stream (a memset, no kernel)
-    clear = ("dbias",) if config.dbias else ()
-    run_variant(call.loaded, call.with_outputs(d_row, dbias), stream, clear)
+    discrete = op._config.discrete is not None
+    made = op._run(
+        _WRAPPER_ROLES[discrete],
+        (
+            a_tensor,
+            b_ptrs if discrete else b_tensor,
+            c_tensor,
+            padded_offsets,
+            alpha_tensor,
+            beta_tensor,
+            prob_tensor,
+            dprob_tensor,
+        ),
+        current_stream,
+        allocate=True,
+    )
     return TupleDict(
-        d_row_tensor=d_row,
+        d_row_tensor=made["d_row"],
         d_col_tensor=None,
         dprob_tensor=dprob_tensor,
-        dbias_tensor=dbias,
+        dbias_tensor=made.get("dbias"),
         amax_tensor=None,
         sfd_row_tensor=None,
         sfd_col_tensor=None,
@@ -540,8 +563,7 @@ class GroupedGemmDglu:
         }
         self._sample_b = sample_b
         self._discrete_args = dict(zip(CLASS_DISCRETE, (num_experts, b_shape, b_dtype)))
-        self._discrete: DiscreteWeights | None = None
-        self._config = {
+        self._options_given = {
             "acc_dtype": acc_dtype,
             "mma_tiler_mn": mma_tiler_mn,
             "cluster_shape_mn": cluster_shape_mn,
@@ -560,11 +582,25 @@ class GroupedGemmDglu:
             "epilogue_op": epilogue_op,
             "use_dynamic_sched": use_dynamic_sched,
         }
-        self._options: OpOptions | None = None
-        self._mode: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self._config: OpConfig | None = None
         self._variant: Variant | None = None
         self._loaded: LoadedVariant | None = None
         self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
+
+    @classmethod
+    def _for_wrapper(cls, config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+        """A compiled op for wrapper calls: selected from A's and C's element types and
+        device and the wrapper's configuration (the wrapper's tensors are checked per call)."""
+        op = cls.__new__(cls)
+        op._reset()
+        tensors = _named(False, a=a_tensor, c=c_tensor)
+        op._config = config
+        op._variant = _select(config, tensors, WRAPPER_SOURCES)
+        op._loaded = load_variant(op._variant, tensors["a"][1].device.index)
+        return op
 
     @property
     def variant_name(self) -> str | None:
@@ -576,33 +612,23 @@ class GroupedGemmDglu:
         check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled)
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
         discrete = class_discrete(**self._discrete_args) if mode == DISCRETE else None
-        options = check_options(**self._config)
+        options = check_options(**self._options_given)
         check_b_major(mode, options.b_major)
+        config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
         samples = (
             self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
         )
-        problem = describe_tensors(samples, options.b_major, discrete)
-        self._variant = _select(
-            problem,
-            options,
-            d_dtype=problem.tensors["d_row"].dtype,
-            dbias="dbias" in self._samples,
-            weights=mode,
-            sources=CLASS_SOURCES,
-        )
-        self._options = options
-        self._mode = mode
-        self._discrete = discrete
+        variant = _select(config, samples, CLASS_SOURCES)
+        # discrete weights have no sample: execute() checks b_ptrs
+        describe_tensors(variant, samples, config.given_scalars(), ("b_ptrs",) if discrete else ())
+        self._config, self._variant = config, variant
         return True
 
     def compile(self) -> None:
         """Load the chosen prebuilt cubin on the samples' device (checks support first)."""
         if self._variant is None:
             self.check_support()
-        self._loaded = load_variant(self._variant, self._samples_device())
-
-    def _samples_device(self) -> int:
-        return self._samples["a"][1].device.index
+        self._loaded = load_variant(self._variant, self._samples["a"][1].device.index)
 
     def execute(
         self,
@@ -629,67 +655,129 @@ class GroupedGemmDglu:
         current_stream: Any = None,
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
-        check_absent(
-            BLOCK_SCALED,
-            NotImplementedError,
-            d_col_tensor=d_col_tensor,
-            sfa_tensor=sfa_tensor,
-            sfb_tensor=sfb_tensor,
-            sfb_ptrs=sfb_ptrs,
-            sfd_row_tensor=sfd_row_tensor,
-            sfd_col_tensor=sfd_col_tensor,
-            amax_tensor=amax_tensor,
-            norm_const_tensor=norm_const_tensor,
+        # all None (the usual call): one comparison chain instead of check_absent's dict
+        if not (
+            d_col_tensor is sfa_tensor is sfb_tensor is sfb_ptrs is sfd_row_tensor
+            is sfd_col_tensor is amax_tensor is norm_const_tensor is None
+        ):
+            check_absent(
+                BLOCK_SCALED,
+                NotImplementedError,
+                d_col_tensor=d_col_tensor,
+                sfa_tensor=sfa_tensor,
+                sfb_tensor=sfb_tensor,
+                sfb_ptrs=sfb_ptrs,
+                sfd_row_tensor=sfd_row_tensor,
+                sfd_col_tensor=sfd_col_tensor,
+                amax_tensor=amax_tensor,
+                norm_const_tensor=norm_const_tensor,
+            )
+        built = self._built_mode
+        if _given_weight_mode(b_tensor, b_ptrs) != built:
+            self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
+        if (dbias_tensor is not None) != self._compiled_dbias:
+            self._refuse_dbias(dbias_tensor)
+        if self._loaded is None:
+            self.compile()
+        weights = (b_ptrs, "b_ptrs") if built == DISCRETE else (b_tensor, "b")
+        roles = _DBIAS_EXECUTE_ROLES[weights[1]] if dbias_tensor is not None else _EXECUTE_ROLES[weights[1]]
+        tensors = (
+            a_tensor,
+            weights[0],
+            c_tensor,
+            d_row_tensor,
+            padded_offsets,
+            alpha_tensor,
+            beta_tensor,
+            prob_tensor,
+            dprob_tensor,
         )
-        given = _given_weight_mode(b_tensor, b_ptrs)
-        if given is None or given != self._mode:
-            self._check_weight_mode(weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
-        compiled_dbias = "dbias" in self._samples
-        if dbias_tensor is not None and not compiled_dbias:
+        if dbias_tensor is not None:
+            tensors += (dbias_tensor,)
+        self._run(roles, tensors, current_stream)
+
+    @functools.cached_property
+    def _built_mode(self) -> str:
+        """DENSE or DISCRETE: the weight mode of the constructor's arguments (raises while
+        they are inconsistent)."""
+        return weight_mode("sample_b", self._sample_b, self._discrete_args)
+
+    @property
+    def _compiled_dbias(self) -> bool:
+        return "dbias" in self._samples
+
+    def _refuse_dbias(self, dbias_tensor: Any) -> None:
+        """dbias_tensor given to an op without dbias, or missing from one with it."""
+        if dbias_tensor is not None:
             raise ValueError(
                 "dbias_tensor: this op was built without sample_dbias, so its kernel "
                 "has no dbias; construct it with sample_dbias to produce dbias"
             )
-        if dbias_tensor is None and compiled_dbias:
-            raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
-        if self._loaded is None:
-            self.compile()
-        weights = b_ptrs if self._discrete else b_tensor
-        call = _cached(
-            self._calls,
-            None,
-            (a_tensor, weights, c_tensor, d_row_tensor, padded_offsets, alpha_tensor,
-             beta_tensor, prob_tensor, dprob_tensor, dbias_tensor),
-            lambda: self._prepare(
-                _named(
-                    False,
-                    a=a_tensor,
-                    **({"b_ptrs": weights} if self._discrete else {"b": weights}),
-                    c=c_tensor,
-                    d_row=d_row_tensor,
-                    padded_offsets=padded_offsets,
-                    alpha=alpha_tensor,
-                    beta=beta_tensor,
-                    prob=prob_tensor,
-                    dprob=dprob_tensor,
-                    **({"dbias": dbias_tensor} if dbias_tensor is not None else {}),
-                )
-            ),
-        )
-        stream = resolve_stream(current_stream, self._loaded.device)
+        raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
+
+    def _run(
+        self,
+        roles: tuple[str, ...],
+        tensors: tuple[Any, ...],
+        current_stream: Any,
+        allocate: bool = False,
+    ) -> dict[str, Any]:
+        """The one call path of execute() and the wrapper: check ``tensors`` (of ``roles``;
+        cached by their keys), allocate the wrapper's outputs when ``allocate`` (zeroing the
+        accumulated ones on the stream), launch. Returns the outputs allocated."""
+        key = tensors_key(tensors)
+        call = self._calls.get((roles, key)) if key is not None else None
+        if call is None:
+            call = self._prepared(roles, tensors, key, WRAPPER_OUTPUTS if allocate else ())
+        device = self._loaded.device
+        stream = resolve_stream(current_stream, device)
         if offsets_check_enabled():
-            _check_offsets(padded_offsets, call.problem, stream)
-        run_variant(self._loaded, call.problem, stream)
+            _check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
+                           self._variant.m_aligned)
+        if not call.outputs:
+            run_variant(self._loaded, call.problem, stream)
+            return {}
+        import torch
 
-    def _prepare(self, tensors: dict[str, tuple[str, Any]]) -> PreparedCall:
-        """Check execute()'s tensors against the contract and the compiled samples."""
-        problem = describe_tensors(tensors, self._options.b_major, self._discrete)
-        self._check_compiled_for(problem)
-        return PreparedCall(problem, self._loaded)
+        torch_device = torch.device("cuda", device) if device is not None else None
+        # None resolved to torch's current stream: torch allocates on it already
+        with on_stream(stream, device) if current_stream is not None else nullcontext():
+            made = {
+                rule.role: torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
+                for rule in call.outputs
+            }
+        run_variant(self._loaded, call.with_outputs(made), stream, call.cleared)
+        return made
 
-    def _check_weight_mode(self, mode: str) -> None:
+    def _prepared(
+        self,
+        roles: tuple[str, ...],
+        tensors: tuple[Any, ...],
+        key: tuple[Any, ...] | None,
+        outputs: tuple[str, ...],
+    ) -> PreparedCall:
+        """The PreparedCall of ``tensors``, stored by their ``key`` (not stored when one is
+        not a torch tensor: the checks then convert or refuse it)."""
+        make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
+        return make() if key is None else self._calls.get_or_make((roles, key), make)
+
+    def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
+        """Check the call's tensors against the compiled variant and device."""
+        variant = self._variant
+        outputs = tuple(role for role in outputs if role in variant.arguments)
+        named = _named(False, **tensors)
+        element_types(named)
+        problem = describe_tensors(variant, named, self._config.given_scalars(), outputs)
+        device = problem.tensors["a"].device
+        if device != self._loaded.device:
+            raise ValueError(
+                f"a_tensor: on cuda:{device}, but the op was compiled for "
+                f"cuda:{self._loaded.device} (its samples' device)"
+            )
+        return PreparedCall(problem, variant, outputs)
+
+    def _check_weight_mode(self, built: str, mode: str) -> None:
         """Refuse weights of the other mode than the op was built for."""
-        built = self._mode or weight_mode("sample_b", self._sample_b, self._discrete_args)
         if mode != built:
             given, wanted, built_by = (
                 ("b_tensor", "b_ptrs", "num_experts, b_shape and b_dtype")
@@ -698,23 +786,6 @@ class GroupedGemmDglu:
             )
             raise ValueError(
                 f"{given}: this op was built for {built} weights ({built_by}); pass {wanted}"
-            )
-
-    def _check_compiled_for(self, problem: Problem) -> None:
-        """Refuse tensors whose dtypes or device differ from the compiled samples'."""
-        key = self._variant.key
-        for role, field in (("a", "ab_dtype"), ("c", "c_dtype"), ("d_row", "d_dtype")):
-            got = problem.tensors[role].dtype
-            if got != getattr(key, field):
-                raise ValueError(
-                    f"{ARGUMENT_NAMES[role]}: dtype {got} differs from the "
-                    f"{getattr(key, field)} the op was compiled for (its samples)"
-                )
-        device = problem.tensors["a"].device
-        if device != self._loaded.device:
-            raise ValueError(
-                f"a_tensor: on cuda:{device}, but the op was compiled for "
-                f"cuda:{self._loaded.device} (its samples' device)"
             )
 
 

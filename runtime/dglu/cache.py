@@ -10,6 +10,7 @@ other.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
@@ -57,14 +58,18 @@ class BoundedCache(Generic[V]):
 def tensors_key(tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """(address, shape, strides, dtype) of each torch tensor (None stays None); None when
     one of them is neither a torch tensor nor None (the full checks then explain it)."""
+    tensor_type = _tensor_type()
+    key = [
+        None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        for t in tensors
+        if t is None or isinstance(t, tensor_type)
+    ]
+    return tuple(key) if len(key) == len(tensors) else None
+
+
+@functools.cache
+def _tensor_type() -> type:
+    """torch.Tensor, imported on first use (importing dglu does not import torch)."""
     from torch import Tensor
 
-    key = []
-    for tensor in tensors:
-        if tensor is None:
-            key.append(None)
-        elif isinstance(tensor, Tensor):
-            key.append((tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype))
-        else:
-            return None
-    return tuple(key)
+    return Tensor

@@ -65,6 +65,13 @@ def device_count() -> int:
     return checked("cuDeviceGetCount")
 
 
+@functools.cache
+def driver_version() -> int:
+    """The CUDA driver's version as cuDriverGetVersion reports it (1000 * major + 10 * minor)."""
+    initialize()
+    return checked("cuDriverGetVersion")
+
+
 class DeviceInfo(NamedTuple):
     """Facts about one device that selection and launch need."""
 

@@ -28,10 +28,12 @@ ELEMENT_TYPES: dict[str, ElementType] = {
 FLOAT_TYPES = ("bf16", "fp16", "fp32")
 
 
+_BY_TORCH_NAME = {e.torch_name: e for e in ELEMENT_TYPES.values()}
+
+
 def element_type_of(torch_dtype: Any) -> ElementType | None:
     """The element type of a torch dtype, or None when dglu has no name for it."""
-    torch_name = str(torch_dtype).removeprefix("torch.")
-    return next((e for e in ELEMENT_TYPES.values() if e.torch_name == torch_name), None)
+    return _BY_TORCH_NAME.get(str(torch_dtype).removeprefix("torch."))
 
 
 def torch_dtype(name: str) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from .errors import IntegrityError
-from .manifest import Variant
+from .contract.schema import Variant
 
 _REMEDY = "rebuild the artifacts or reinstall dglu"
 

@@ -1,9 +1,6 @@
-"""Launch one kernel with cuLaunchKernelEx on a stream, its cluster shape (when it has one)
-set as an attribute.
-
-A kernel without clusters is launched without the attribute: a cluster launch, even of
-1x1x1 clusters, ran the persistent kernels 10-15% slower on the H200 (dsv3-like 1.82 ms
-against 1.65 ms, same cubin; bench/RESULTS.md).
+"""Launch one kernel with cuLaunchKernelEx on a stream, with exactly the launch attributes
+its manifest entry lists (``attributes``: ``cluster_dimension`` for a kernel launched in
+clusters); the runtime derives none itself.
 
 A Launch holds everything cuLaunchKernelEx reads (the launch configuration and the packed
 parameters), built once and reused by every call with the same problem on the same stream:
@@ -16,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .driver import checked
 from .grid import Grid
-from .manifest import KernelSpec
+from .contract.schema import KernelSpec
 from .params import KernelArguments
 
 
@@ -42,14 +39,17 @@ def prepare_launch(
     config.blockDimX, config.blockDimY, config.blockDimZ = kernel.block
     config.sharedMemBytes = kernel.dynamic_smem_bytes
     config.hStream = driver.CUstream(stream)
-    if tuple(kernel.cluster) != (1, 1, 1):
+    attributes = []
+    if "cluster_dimension" in kernel.attributes:
         cluster = driver.CUlaunchAttribute()
         cluster.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = (
-            kernel.cluster
+            kernel.attributes["cluster_dimension"]
         )
-        config.attrs = [cluster]
-        config.numAttrs = 1
+        attributes.append(cluster)
+    if attributes:
+        config.attrs = attributes
+        config.numAttrs = len(attributes)
     return Launch(function, kernel, grid, stream, arguments, config)
 
 

@@ -4,7 +4,8 @@ Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): b
 inputs and options, vector_f32, and activation constants given for an activation that does
 not use them. use_dynamic_sched picks the scheduler (False: "static", True: "dynamic");
 cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
-mma_tiler_mn=None leaves the tile to the selection (dglu.selection). A tile, cluster or
+mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
+selected variant's. A tile, cluster or
 scheduler that no installed variant has is refused by the selection, with the command that
 builds it.
 """
@@ -15,29 +16,15 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .contract.keys import ACT_PARAM_DEFAULTS, ALL_ACT_PARAMS
 from .dtypes import FLOAT_TYPES, element_type_of
 
-# Constants of each available activation, with the seed's defaults.
-ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
-    "dswiglu": {},
-    "dgeglu": {
-        "geglu_alpha": 1.702,
-        "glu_clamp_max": 7.0,
-        "glu_clamp_min": -7.0,
-        "linear_offset": 1.0,
-    },
-    "dsituglu": {"situ_beta1": 4.0, "situ_beta2": 25.0},
-}
-ALL_ACT_PARAMS = {name: v for params in ACT_PARAM_DEFAULTS.values() for name, v in params.items()}
 B_MAJORS = ("k", "n")
-
-M_ALIGNED = 256
 SINGLE_CTA_CLUSTER = (1, 1)
 
 # Arguments with one accepted value here: (name, value, exception type, why).
 _FIXED = (
     ("cd_major", "n", ValueError, "C and D must be N-major"),
-    ("m_aligned", M_ALIGNED, ValueError, f"experts own {M_ALIGNED}-row aligned ranges"),
     ("sf_vec_size", 16, ValueError, "scale-factor vectors belong to the block-scaled backend"),
     (
         "discrete_col_sfd",
@@ -59,6 +46,7 @@ class OpOptions(NamedTuple):
     tile: tuple[int, int] | None  # None: the selection's default
     cluster: tuple[int, int]
     scheduler: str  # "static" or "dynamic"
+    m_aligned: int  # checked against the selected variant's
 
 
 def _pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -137,6 +125,8 @@ def check_options(
         )
     if b_major not in B_MAJORS:
         raise ValueError(f"b_major: expected one of {list(B_MAJORS)}, got {b_major!r}")
+    if type(m_aligned) is not int or m_aligned <= 0:
+        raise ValueError(f"m_aligned: expected a positive int, got {m_aligned!r}")
     if not isinstance(use_dynamic_sched, bool):
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
@@ -147,7 +137,17 @@ def check_options(
         tile=_pair("mma_tiler_mn", mma_tiler_mn),
         cluster=_pair("cluster_shape_mn", cluster_shape_mn) or SINGLE_CTA_CLUSTER,
         scheduler="dynamic" if use_dynamic_sched else "static",
+        m_aligned=m_aligned,
     )
+
+
+def check_m_aligned(options: OpOptions, variant: Any) -> None:
+    """m_aligned must be the selected variant's row alignment of expert ranges."""
+    if options.m_aligned != variant.m_aligned:
+        raise ValueError(
+            f"m_aligned: must be {variant.m_aligned} (variant {variant.name}'s experts own "
+            f"{variant.m_aligned}-row aligned ranges), got {options.m_aligned!r}"
+        )
 
 
 def check_absent(reason: str, error: type[Exception], **arguments: Any) -> None:

@@ -2,8 +2,8 @@
 
 Each parameter becomes its own little-endian byte string, checked against the manifest's
 size: ``tensormap``: the 128-byte CUtensorMap; ``i32_tuple``: consecutive int32 scalars;
-``pointer``: a 64-bit device address (NULL for an optional one the call lacks); ``i32`` /
-``f32``: one scalar. The buffers and the ``void**`` array that cuLaunchKernelEx reads live
+``pointer``: a 64-bit device address (NULL for an optional one the variant does not list);
+``i32`` / ``f32``: one scalar. Scalars are EXPRESSIONs evaluated on the call's scalars. The buffers and the ``void**`` array that cuLaunchKernelEx reads live
 in KernelArguments.
 """
 
@@ -14,7 +14,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from .errors import ParamPackingError
-from .manifest import KernelSpec, ParamSpec
+from .contract.schema import KernelSpec, ParamSpec
 
 _SCALAR_FORMATS = {"i32": "<i", "i32_tuple": "<i", "f32": "<f"}
 
@@ -38,9 +38,9 @@ def _pack_one(
         return value if param.kind == "tensormap" else struct.pack("<Q", value)
     fmt = _SCALAR_FORMATS[param.kind]
     try:
-        return b"".join(struct.pack(fmt, scalars[name]) for name in param.values)
+        return b"".join(struct.pack(fmt, expr.value(scalars)) for expr in param.values)
     except struct.error as exc:
-        shown = {name: scalars[name] for name in param.values}
+        shown = {expr.text(): expr.value(scalars) for expr in param.values}
         raise ParamPackingError(
             f"parameter '{param.name}' ({param.kind}): {shown} does not fit: {exc}"
         ) from exc

@@ -1,4 +1,4 @@
-"""One call's problem: the named scalars and tensor views that manifest parameters refer to."""
+"""One call's problem: its scalars (where each came from) and the tensor views the kernels see."""
 
 from __future__ import annotations
 
@@ -9,49 +9,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .dtypes import ELEMENT_TYPES
-
-SCALAR_NAMES = ("m", "n", "k", "l", "n2", "l_n2")
-TENSOR_NAMES = (
-    "a",
-    "b",
-    "c",
-    "d_row",
-    "padded_offsets",
-    "alpha",
-    "beta",
-    "prob",
-    "dprob",
-    "dbias",
-    "b_ptrs",
-)
-# Descriptor views a manifest may name besides the tensors: one expert's (N, K) matrix of
-# discrete weights, the template that the b_descriptors kernel copies per expert.
-DERIVED_VIEWS = ("b_expert",)
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """A scratch tensor the runtime allocates on the call's stream before the first kernel."""
-
-    dtype: str
-    elements: int  # per unit
-    units: str | None  # the problem scalar counting the units; None: one unit
-    zeroed: bool  # False: left uninitialised (the kernels write it before reading it)
-    align: int  # bytes its address must be a multiple of
-
-    def count(self, scalars: Mapping[str, int]) -> int:
-        """Number of elements for a problem with these scalars."""
-        return self.elements * (scalars[self.units] if self.units else 1)
-
-
-WORKSPACES: dict[str, Workspace] = {
-    # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish
-    "dbias_ws": Workspace(dtype="fp32", elements=1, units="l_n2", zeroed=True, align=16),
-    # discrete weights: one 128-byte TMA descriptor per expert, written by b_descriptors
-    "b_desc_ws": Workspace(dtype="i64", elements=16, units="l", zeroed=False, align=128),
-    # dynamic scheduler: the int32 count of tiles claimed past the first wave (16 bytes)
-    "tile_counter": Workspace(dtype="i32", elements=4, units=None, zeroed=True, align=16),
-}
 
 
 class TensorView(NamedTuple):
@@ -71,12 +28,11 @@ class TensorView(NamedTuple):
 
 @dataclass(frozen=True)
 class Problem:
-    """Sizes of one call (M rows, compact width N, reduction K, L experts) and its tensors."""
+    """One call: every scalar its variant names (m, n, k, l and the derived ones), the
+    argument each base scalar came from, and the views of its tensors."""
 
-    m: int
-    n: int
-    k: int
-    l: int
+    scalars: Mapping[str, int]
+    origins: Mapping[str, str]
     tensors: Mapping[str, TensorView]
 
     @functools.cached_property
@@ -84,14 +40,11 @@ class Problem:
         """Launch facts the runner derived for this problem (grids, plans), kept with it."""
         return {}
 
-    @functools.cached_property
-    def scalars(self) -> dict[str, int]:
-        """Every problem scalar a manifest parameter or grid rule may name."""
-        return {
-            "m": self.m,
-            "n": self.n,
-            "k": self.k,
-            "l": self.l,
-            "n2": 2 * self.n,
-            "l_n2": self.l * 2 * self.n,
-        }
+    def explain(self) -> str:
+        """The scalars and their sources, e.g. ``M=8, K=16 (M, K from a_tensor)``."""
+        values = ", ".join(f"{name.upper()}={self.scalars[name]}" for name in self.origins)
+        by_source: dict[str, list[str]] = {}
+        for name, source in self.origins.items():
+            by_source.setdefault(source, []).append(name.upper())
+        sources = "; ".join(f"{', '.join(names)} from {source}" for source, names in by_source.items())
+        return f"{values} ({sources})"

@@ -15,14 +15,14 @@ from typing import Any, NamedTuple
 
 from . import workspaces as workspace_pool
 from .cache import BoundedCache
-from .driver import device_context, device_info, kernel_function, module_for
+from .contract.schema import Variant
+from .driver import device_context, device_info, driver_version, kernel_function, module_for
 from .errors import CudaDriverError
 from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
-from .manifest import Variant
 from .params import KernelArguments, pack_params
-from .problem import WORKSPACES, Problem, TensorView
+from .problem import Problem, TensorView
 from .tma import encode_tensor_map
 
 LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
@@ -43,11 +43,6 @@ class LoadedVariant:
         """(variant name, cubin sha256, device): a cheap cache key for this loaded variant."""
         return (self.variant.name, self.variant.sha256, self.device)
 
-    @functools.cached_property
-    def workspace_names(self) -> list[str]:
-        """The workspaces the variant's kernels require."""
-        return required_workspaces(self.variant)
-
 
 def load_variant(variant: Variant, device: int) -> LoadedVariant:
     """Load (once per context and cubin) and return the variant's kernels on ``device``."""
@@ -55,7 +50,18 @@ def load_variant(variant: Variant, device: int) -> LoadedVariant:
     return _loaded.get_or_make(key, lambda: _load(variant, device))
 
 
+def _version_text(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
 def _load(variant: Variant, device: int) -> LoadedVariant:
+    installed = driver_version()
+    if installed < variant.min_driver:
+        raise CudaDriverError(
+            f"variant {variant.name} needs CUDA driver {_version_text(variant.min_driver)} or "
+            f"newer (its cubin's PTX ISA); this driver is {_version_text(installed)} "
+            f"(cuDriverGetVersion {installed}): update the NVIDIA driver"
+        )
     limit = device_info(device).max_dynamic_smem_bytes
     for kernel in variant.kernels:
         if kernel.dynamic_smem_bytes > limit:
@@ -78,26 +84,8 @@ def clear_caches() -> None:
     workspace_pool.release_all()
 
 
-def required_workspaces(variant: Variant) -> list[str]:
-    """Workspaces some kernel of the variant requires (an optional pointer only accepts one)."""
-    return sorted(
-        {
-            p.tensor
-            for k in variant.kernels
-            for p in k.params
-            if p.tensor in WORKSPACES and not p.optional
-        }
-    )
-
-
 def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorView:
-    return TensorView(
-        device,
-        workspace.pointer,
-        (workspace.elements,),
-        (1,),
-        WORKSPACES[workspace.name].dtype,
-    )
+    return TensorView(device, workspace.pointer, (workspace.elements,), (1,), workspace.rule.dtype)
 
 
 class CallPlan(NamedTuple):
@@ -141,6 +129,14 @@ def _plan(
     return CallPlan(tuple(clears), tuple(launches))
 
 
+class ReadyCall(NamedTuple):
+    """A call's plan and the pooled workspaces its addresses come from ((slot, workspace)
+    pairs): valid while the stream's pool still holds exactly those."""
+
+    plan: CallPlan
+    pooled: tuple[tuple[tuple[str, str, int], workspace_pool.Workspace], ...]
+
+
 def run_variant(
     loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...] = ()
 ) -> None:
@@ -151,30 +147,49 @@ def run_variant(
     launched: there is nothing to compute and the outputs keep their contents. Otherwise
     the stream's workspaces are acquired and the zeroed ones cleared on ``stream``
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
-    Grids and call plans are kept with the problem (Problem.launch_cache), per loaded
-    variant, stream, cleared tensors and workspace addresses: a repeated call only acquires
-    its workspaces, then enqueues its memsets and launches.
+    The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
+    stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
+    checks that its stream's pool still holds them (and is not capturing a graph), then
+    only enqueues its memsets and launches.
     """
+    memo = problem.launch_cache
+    key = (loaded.identity, stream, clear)
+    pool = workspace_pool.stream_pool(loaded.device, stream)
+    with pool.lock:
+        ready = memo.get(key)
+        if ready is None or not workspace_pool.still_pooled(pool, ready.pooled):
+            ready = _ready_call(loaded, problem, stream, clear, pool)
+            memo[key] = ready
+        with device_context(loaded.device):
+            for pointer, size in ready.plan.clears:
+                workspace_pool.clear(pointer, size, pool.cu_stream)
+            for launch in ready.plan.launches:
+                launch_kernel(launch)
+
+
+def _ready_call(
+    loaded: LoadedVariant,
+    problem: Problem,
+    stream: int,
+    clear: tuple[str, ...],
+    pool: workspace_pool.StreamWorkspaces,
+) -> ReadyCall:
+    """Acquire the call's workspaces and find or make its plan (kept per workspace
+    addresses, so a graph capture's fresh workspaces get their own). Hold ``pool.lock``."""
     memo = problem.launch_cache
     grids = memo.get(loaded.identity)
     if grids is None:
         grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-    pool = workspace_pool.stream_pool(loaded.device, stream)
-    with pool.lock:
-        workspaces = (
-            workspace_pool.acquire(loaded.workspace_names, problem.scalars, loaded.device, pool)
-            if grids
-            else {}
-        )
-        key = (loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
-        plan = memo.get(key)
-        if plan is None:
-            plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
-        with device_context(loaded.device):
-            for pointer, size in plan.clears:
-                workspace_pool.clear(pointer, size, pool.cu_stream)
-            for launch in plan.launches:
-                launch_kernel(launch)
+    rules = loaded.variant.workspaces
+    workspaces = (
+        workspace_pool.acquire(rules, problem.scalars, loaded.device, pool) if grids else {}
+    )
+    key = ("plan", loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
+    plan = memo.get(key)
+    if plan is None:
+        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
+    pooled = tuple((workspace_pool.pool_slot(n, w.rule), w) for n, w in workspaces.items())
+    return ReadyCall(plan, pooled)
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

@@ -11,12 +11,16 @@ differing fields) and how to build the missing one.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, variant_name
+from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
-from .manifest import KEY_FIELDS, Variant, VariantKey
+
+log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
 # Launch shape of a suggested entry when no installed variant can lend one.
@@ -29,17 +33,10 @@ FALLBACK_LAUNCH_SHAPE = {
 }
 
 
-def arch_for_capability(capability: tuple[int, int]) -> str:
-    """The cubin architecture dglu builds for a compute capability."""
-    major, minor = capability
-    if (major, minor) == (9, 0):
-        return "sm_90a"
-    if major == 10:
-        return "sm_100a"
-    raise VariantNotFoundError(
-        f"dglu has no kernels for compute capability {major}.{minor}: it builds sm_90a "
-        f"(capability 9.0, Hopper) and sm_100a (capability 10.x, Blackwell)"
-    )
+def arch_for_capability(capability: tuple[int, int]) -> str | None:
+    """The exact cubin architecture of a compute capability (an "a" target runs only on
+    its own capability), or None when dglu has no name for it."""
+    return ARCH_OF_CAPABILITY.get(tuple(capability))
 
 
 @dataclass(frozen=True)
@@ -140,7 +137,7 @@ def missing_variant_message(
         lines.append("  searched: " + "; ".join(searched))
     entry = _suggested_key(request, ranked[0] if ranked else None)
     lines += [
-        "  build it with:",
+        f"  build it ({variant_name(entry)}) with:",
         f"    {build_command(entry)}",
         "  or add this entry to the `variants:` list of a kernel_specs/*.yaml file and rebuild:",
         f"    - {json.dumps(entry)}",
@@ -160,4 +157,6 @@ def select_variant(
     matches = [variant for variant in variants if not _differences(variant.key, wanted)]
     if not matches:
         raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
-    return max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)
+    chosen = max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)
+    log.debug("dglu: selected variant %s from %s", chosen.name, chosen.directory)
+    return chosen

@@ -18,7 +18,7 @@ from .dtypes import ELEMENT_TYPES
 from .problem import TensorView
 
 if TYPE_CHECKING:
-    from .manifest import TmaRule
+    from .contract.schema import TmaRule
 
 TENSOR_MAP_BYTES = 128
 

@@ -1,212 +1,138 @@
-"""Check the op's tensors against the seed's BF16 contract and describe them as a Problem.
+"""Check the op's tensors against the chosen variant's ARGUMENT rules and describe the call.
 
 Order of the checks, all before anything is allocated or launched:
-1. each argument is a torch.Tensor of an accepted rank and dtype;
-2. M and K come from A; N and L from B, or for discrete weights (dglu.weights) N from n
-   (or b_shape) and L from b_ptrs' length (or num_experts); then N % 32 == 0, K rows of
-   16-byte multiples, 1 <= L <= 1024, A and B of one dtype (and A's K equal to b_shape's);
-3. each tensor's shape and strides are the seed's (A (M, K[, 1]) K-major; B (N, K, L) with
-   stride (K, 1, N*K), or (1, N, N*K) for b_major "n"; b_ptrs (L,) int64, contiguous;
-   C and D_row (M, 2N[, 1]) N-major; padded_offsets, alpha, beta (L,); prob, dprob
-   (M, 1, 1); dbias (L, 2N, 1)); a dimension of size 1 may have any stride; data pointers
-   are aligned (16 bytes for A, B, C, D_row, dbias; one element for the vectors);
-4. every tensor lives on the same CUDA device.
-``check_offset_values`` checks padded_offsets' values once they are on the host. The
-addresses inside b_ptrs are the caller's to keep valid, (N, K) in b_major order and
-16-byte aligned: they are only read on the device.
+1. (``element_types``, before the selection) each argument is a torch.Tensor of an element
+   type dglu names;
+2. (``describe_tensors``, against the variant) each argument's rank and dtype; its shape
+   binds the scalars it names first (after those the call gives itself: discrete weights'
+   n, k, l); the derived scalars; the variant's limits, naming the argument a scalar came
+   from; every shape, stride (dimensions of size > 1) and data pointer alignment;
+3. every tensor lives on the same CUDA device.
+``check_offset_values`` checks padded_offsets' values once they are on the host. Every
+rule comes from the manifest (docs/manifest.md): nothing here knows the kernels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, element_type_of
+from .contract.schema import Argument, Expr, Variant, ViewRule
+from .dtypes import ELEMENT_TYPES, element_type_of
 from .problem import Problem, TensorView
-from .weights import DiscreteWeights
-
-MAX_EXPERTS = 1024
-COLUMN_BLOCK = 32
-TMA_ALIGN_BYTES = 16
-
-
-class Dims(NamedTuple):
-    """Problem sizes, and where they were read from (for error messages)."""
-
-    m: int
-    n: int
-    k: int
-    l: int
-    b_major: str
-    origin: str
-
-    def explain(self) -> str:
-        return f"M={self.m}, N={self.n}, K={self.k}, L={self.l} ({self.origin})"
-
-
-class _Rule(NamedTuple):
-    shape_text: str
-    rank: int
-    shape: Callable[[Dims | Problem], tuple[int, ...]]  # outputs' rules get the Problem
-    strides: Callable[[Dims | Problem], tuple[int, ...]]
-    dtypes: tuple[str, ...]
-    align: int | None  # bytes; None: one element
-    rank2_ok: bool = False
-
-
-def _b_strides(d: Dims) -> tuple[int, ...]:
-    return (d.k, 1, d.n * d.k) if d.b_major == "k" else (1, d.n, d.n * d.k)
-
-
-_CD = _Rule(
-    "(M, 2N, 1)",
-    3,
-    lambda d: (d.m, 2 * d.n, 1),
-    lambda d: (2 * d.n, 1, 2 * d.m * d.n),
-    FLOAT_TYPES,
-    TMA_ALIGN_BYTES,
-    rank2_ok=True,
-)
-_PER_EXPERT = _Rule("(L,)", 1, lambda d: (d.l,), lambda d: (1,), ("fp32",), None)
-_PER_ROW = _Rule("(M, 1, 1)", 3, lambda d: (d.m, 1, 1), lambda d: (1, 1, 1), ("fp32",), None)
-
-RULES: dict[str, _Rule] = {
-    "a": _Rule(
-        "(M, K, 1)",
-        3,
-        lambda d: (d.m, d.k, 1),
-        lambda d: (d.k, 1, d.m * d.k),
-        FLOAT_TYPES,
-        TMA_ALIGN_BYTES,
-        rank2_ok=True,
-    ),
-    "b": _Rule("(N, K, L)", 3, lambda d: (d.n, d.k, d.l), _b_strides, FLOAT_TYPES, TMA_ALIGN_BYTES),
-    "c": _CD,
-    "d_row": _CD,
-    "padded_offsets": _Rule("(L,)", 1, lambda d: (d.l,), lambda d: (1,), ("i32",), None),
-    "alpha": _PER_EXPERT,
-    "beta": _PER_EXPERT,
-    "prob": _PER_ROW,
-    "dprob": _PER_ROW,
-    "b_ptrs": _Rule("(L,)", 1, lambda d: (d.l,), lambda d: (1,), ("i64",), None),
-    "dbias": _Rule(
-        "(L, 2N, 1)",
-        3,
-        lambda d: (d.l, 2 * d.n, 1),
-        lambda d: (2 * d.n, 1, 1),
-        ("bf16",),
-        TMA_ALIGN_BYTES,
-    ),
-}
 
 TensorArgs = Mapping[str, tuple[str, Any]]  # role -> (argument name, tensor)
+GivenScalars = Mapping[str, tuple[int, str]]  # scalar -> (value, the argument that gave it)
 
 
-def _check_type_and_rank(name: str, tensor: Any, rule: _Rule) -> None:
+def _torch_names(dtypes: Sequence[str]) -> str:
+    return ", ".join(f"torch.{ELEMENT_TYPES[t].torch_name}" for t in dtypes)
+
+
+def shape_text(exprs: Sequence[Expr]) -> str:
+    """A rule's shape for messages, e.g. ``(M, 2N, 1)``."""
+    return "(" + ", ".join(e.text() for e in exprs) + (",)" if len(exprs) == 1 else ")")
+
+
+def element_types(args: TensorArgs) -> dict[str, str]:
+    """Role -> element type name of each argument; refuse non-tensors and unknown dtypes."""
     import torch
 
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(
-            f"{name}: expected a torch.Tensor of shape {rule.shape_text}, got "
-            f"{type(tensor).__name__}"
-        )
-    ranks = (rule.rank - 1, rule.rank) if rule.rank2_ok else (rule.rank,)
+    types = {}
+    for role, (name, tensor) in args.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        element = element_type_of(tensor.dtype)
+        if element is None:
+            raise ValueError(
+                f"{name}: dtype {tensor.dtype} is not accepted; expected one of "
+                f"{_torch_names(list(ELEMENT_TYPES))}"
+            )
+        types[role] = element.name
+    return types
+
+
+def _seed_shape(tensor: Any, rule: Argument) -> tuple[int, ...]:
+    """The tensor's shape at the rule's rank (a dropped trailing 1 put back)."""
+    shape = tuple(tensor.shape)
+    return shape + (1,) if rule.rank_drop and len(shape) + 1 == len(rule.shape) else shape
+
+
+def _check_rank_and_dtype(name: str, tensor: Any, rule: Argument, variant: Variant) -> None:
+    ranks = (len(rule.shape) - 1, len(rule.shape)) if rule.rank_drop else (len(rule.shape),)
     if tensor.dim() not in ranks:
         raise ValueError(
-            f"{name}: expected shape {rule.shape_text}, got rank {tensor.dim()} "
+            f"{name}: expected shape {shape_text(rule.shape)}, got rank {tensor.dim()} "
             f"shape {tuple(tensor.shape)}"
         )
-    element = element_type_of(tensor.dtype)
-    if element is None or element.name not in rule.dtypes:
-        allowed = ", ".join(f"torch.{ELEMENT_TYPES[t].torch_name}" for t in rule.dtypes)
-        raise ValueError(f"{name}: dtype {tensor.dtype} is not accepted; expected one of {allowed}")
-
-
-def _sources(args: TensorArgs, discrete: DiscreteWeights | None) -> tuple[int, str, int, str]:
-    """N, the argument it comes from, L, the argument it comes from."""
-    if discrete is None:
-        b_name, b = args["b"]
-        return b.shape[0], b_name, b.shape[2], b_name
-    if discrete.l is not None:
-        return discrete.n, discrete.n_from, discrete.l, discrete.l_from
-    b_ptrs_name, b_ptrs = args["b_ptrs"]
-    return discrete.n, discrete.n_from, b_ptrs.shape[0], b_ptrs_name
-
-
-def _dims(args: TensorArgs, b_major: str, discrete: DiscreteWeights | None) -> Dims:
-    a_name, a = args["a"]
-    n, n_from, l, l_from = _sources(args, discrete)
-    nl_origin = f"N, L from {n_from}" if n_from == l_from else f"N from {n_from}; L from {l_from}"
-    dims = Dims(
-        m=a.shape[0],
-        n=n,
-        k=a.shape[1],
-        l=l,
-        b_major=b_major,
-        origin=f"M, K from {a_name}; {nl_origin}",
-    )
-    if dims.n <= 0 or dims.n % COLUMN_BLOCK:
+    if element_type_of(tensor.dtype).name not in rule.dtypes:
         raise ValueError(
-            f"{n_from}: N = {dims.n} must be a positive multiple of {COLUMN_BLOCK} "
-            f"(gate/input columns come in blocks of {COLUMN_BLOCK})"
-        )
-    if not 1 <= dims.l <= MAX_EXPERTS:
-        raise ValueError(f"{l_from}: L = {dims.l} experts, expected 1..{MAX_EXPERTS}")
-    k_multiple = TMA_ALIGN_BYTES // a.element_size()
-    if dims.k <= 0 or dims.k % k_multiple:
-        raise ValueError(
-            f"{a_name}: K = {dims.k} must be a positive multiple of {k_multiple} "
-            f"(rows of {a.dtype} must span a multiple of {TMA_ALIGN_BYTES} bytes)"
-        )
-    if discrete is None:
-        _check_same_dtype(a_name, a, *args["b"])
-    else:
-        _check_discrete(a_name, a, discrete)
-    return dims
-
-
-def _check_same_dtype(a_name: str, a: Any, b_name: str, b: Any) -> None:
-    if a.dtype != b.dtype:
-        raise ValueError(
-            f"{b_name}: dtype {b.dtype} differs from {a_name}'s {a.dtype}; "
-            "A and B must have the same dtype"
+            f"{name}: dtype {tensor.dtype} is not accepted; expected one of "
+            f"{_torch_names(rule.dtypes)} (variant {variant.name})"
         )
 
 
-def _check_discrete(a_name: str, a: Any, discrete: DiscreteWeights) -> None:
-    """A against what the discrete weights' arguments say of B: its dtype and K."""
-    b_dtype = f"torch.{ELEMENT_TYPES[discrete.dtype].torch_name}"
-    if str(a.dtype) != b_dtype:
-        raise ValueError(
-            f"{a_name}: dtype {a.dtype} differs from b_dtype {b_dtype}; "
-            "A and B must have the same dtype"
-        )
-    if discrete.k is not None and a.shape[1] != discrete.k:
-        raise ValueError(
-            f"{a_name}: K = {a.shape[1]} differs from b_shape's K = {discrete.k} "
-            "(each expert's matrix is (N, K))"
-        )
+def _bind(name: str, tensor: Any, rule: Argument, variant: Variant, scalars: dict, origins: dict) -> None:
+    """Bind every unbound base scalar the rule's shape names bare, from this tensor."""
+    for size, expr in zip(_seed_shape(tensor, rule), rule.shape, strict=True):
+        if expr.factor == 1 and len(expr.names) == 1:
+            scalar = expr.names[0]
+            if scalar not in scalars and scalar not in variant.scalars:
+                scalars[scalar] = size
+                origins[scalar] = name
 
 
-def _check_layout(name: str, tensor: Any, rule: _Rule, dims: Dims) -> None:
-    shape = rule.shape(dims)
+def _derive(variant: Variant, scalars: dict[str, int]) -> None:
+    for name, expr in variant.scalars.items():
+        unbound = [n for n in expr.names if n not in scalars]
+        if unbound:
+            raise ValueError(
+                f"variant {variant.name}: scalar {name} = {expr.text()} needs {unbound}, which "
+                "no argument of the call gives"
+            )
+        scalars[name] = expr.value(scalars)
+
+
+def _check_limits(variant: Variant, scalars: Mapping[str, int], origins: Mapping[str, str]) -> None:
+    for scalar, limit in variant.limits.items():
+        if scalar not in scalars:
+            continue
+        value = scalars[scalar]
+        problems = [
+            f"must be at least {limit.min}" if limit.min is not None and value < limit.min else "",
+            f"must be at most {limit.max}" if limit.max is not None and value > limit.max else "",
+            f"must be a multiple of {limit.multiple_of}"
+            if limit.multiple_of is not None and value % limit.multiple_of
+            else "",
+        ]
+        problems = [p for p in problems if p]
+        if problems:
+            source = origins.get(scalar, f"variant {variant.name}'s scalars")
+            raise ValueError(
+                f"{source}: {scalar.upper()} = {value} {' and '.join(problems)} ({limit.why})"
+            )
+
+
+def _check_layout(name: str, tensor: Any, rule: Argument, problem: Problem) -> None:
+    expected = tuple(e.value(problem.scalars) for e in rule.shape)
     actual = tuple(tensor.shape)
-    if actual != shape and not (rule.rank2_ok and actual + (1,) == shape):
+    if _seed_shape(tensor, rule) != expected:
         raise ValueError(
-            f"{name}: shape {actual} does not match {rule.shape_text} = {shape} "
-            f"with {dims.explain()}"
+            f"{name}: shape {actual} does not match {shape_text(rule.shape)} = {expected} "
+            f"with {problem.explain()}"
         )
-    expected = rule.strides(dims)
-    for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=True)):
-        if size > 1 and stride != expected[axis]:
+    strides = tuple(e.value(problem.scalars) for e in rule.strides)
+    for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=False)):
+        if size > 1 and stride != strides[axis]:
             raise ValueError(
                 f"{name}: strides {tuple(tensor.stride())} differ from the required "
-                f"{expected[:len(actual)]} (dimension {axis}); pass a contiguous "
+                f"{strides[:len(actual)]} (dimension {axis}); pass a contiguous "
                 "tensor in the seed layout"
             )
-    align = rule.align or tensor.element_size()
-    if tensor.data_ptr() % align:
-        raise ValueError(f"{name}: data pointer {tensor.data_ptr():#x} is not {align}-byte aligned")
+    if tensor.data_ptr() % rule.align:
+        raise ValueError(
+            f"{name}: data pointer {tensor.data_ptr():#x} is not {rule.align}-byte aligned"
+        )
 
 
 def _check_devices(args: TensorArgs) -> None:
@@ -222,56 +148,71 @@ def _check_devices(args: TensorArgs) -> None:
 
 
 def describe_tensors(
-    args: TensorArgs, b_major: str, discrete: DiscreteWeights | None = None
+    variant: Variant,
+    args: TensorArgs,
+    given: GivenScalars | None = None,
+    later: Collection[str] = (),
 ) -> Problem:
-    """Check every tensor (see the module docstring) and return the call's Problem.
-
-    ``args`` holds "b" for dense weights, or (with ``discrete``) "b_ptrs" when the call has
-    them; its views then include "b_expert", the template of one expert's descriptor.
-    """
-    for role, (name, tensor) in args.items():
-        _check_type_and_rank(name, tensor, RULES[role])
-    dims = _dims(args, b_major, discrete)
-    for role, (name, tensor) in args.items():
-        _check_layout(name, tensor, RULES[role], dims)
+    """Check ``args`` against ``variant``'s arguments (see the module docstring) and return
+    the call's Problem. ``given``: scalars the call fixes itself; ``later``: arguments the
+    runtime allocates after the checks (the wrapper's outputs)."""
+    unknown = [name for role, (name, _) in args.items() if role not in variant.arguments]
+    if unknown:
+        raise ValueError(f"{unknown[0]}: variant {variant.name} takes no such argument")
+    missing = [r for r in variant.arguments if r not in args and r not in later]
+    if missing:
+        raise ValueError(f"{missing[0]}: required by variant {variant.name}, got None")
+    scalars = {name: value for name, (value, _) in (given or {}).items()}
+    origins = {name: source for name, (_, source) in (given or {}).items()}
+    checked = [(args[role], rule) for role, rule in variant.arguments.items() if role in args]
+    for (name, tensor), rule in checked:
+        _check_rank_and_dtype(name, tensor, rule, variant)
+        _bind(name, tensor, rule, variant, scalars, origins)
+    _derive(variant, scalars)
+    _check_limits(variant, scalars, origins)
+    problem = Problem(scalars=scalars, origins=origins, tensors={})
+    for (name, tensor), rule in checked:
+        _check_layout(name, tensor, rule, problem)
     _check_devices(args)
-    views = {role: _view(role, tensor, dims) for role, (_, tensor) in args.items()}
-    if discrete is not None and "b_ptrs" in views:
-        views["b_expert"] = _expert_template(views["b_ptrs"], dims, discrete.dtype)
-    return Problem(m=dims.m, n=dims.n, k=dims.k, l=dims.l, tensors=views)
+    views = {
+        role: view_of(args[role][1], rule, scalars)
+        for role, rule in variant.arguments.items()
+        if role in args
+    }
+    views.update(derived_views(variant, views, scalars))
+    return Problem(scalars=scalars, origins=origins, tensors=views)
 
 
-def _expert_template(b_ptrs: TensorView, dims: Dims, dtype: str) -> TensorView:
-    """One expert's (N, K, 1) matrix in b_major order, for the b_expert descriptor template.
-
-    Its address is b_ptrs' own rounded down to 16 bytes (inside the same allocation, which
-    CUDA aligns to at least 256): the b_descriptors kernel puts each expert's address from
-    b_ptrs into its copy, so the template's address is never read.
-    """
-    return TensorView(
-        device=b_ptrs.device,
-        pointer=b_ptrs.pointer - b_ptrs.pointer % TMA_ALIGN_BYTES,
-        shape=(dims.n, dims.k, 1),
-        strides=_b_strides(dims),
-        dtype=dtype,
-    )
-
-
-def _view(role: str, tensor: Any, sizes: Dims | Problem) -> TensorView:
-    """A checked tensor as the kernels see it: seed-rank shape, the seed's strides."""
-    rule = RULES[role]
+def view_of(tensor: Any, rule: Argument, scalars: Mapping[str, int]) -> TensorView:
+    """A tensor as the kernels see it: the rule's seed-rank shape and strides."""
     return TensorView(
         device=tensor.device.index,
         pointer=tensor.data_ptr(),
-        shape=rule.shape(sizes),
-        strides=rule.strides(sizes),
+        shape=tuple(e.value(scalars) for e in rule.shape),
+        strides=tuple(e.value(scalars) for e in rule.strides),
         dtype=element_type_of(tensor.dtype).name,
     )
 
 
-def output_view(role: str, tensor: Any, problem: Problem) -> TensorView:
-    """The view of an output the runtime allocated itself in the seed layout (unchecked)."""
-    return _view(role, tensor, problem)
+def _derived_view(rule: ViewRule, of: TensorView, scalars: Mapping[str, int]) -> TensorView:
+    return TensorView(
+        device=of.device,
+        pointer=of.pointer - of.pointer % rule.address_align_down,
+        shape=tuple(e.value(scalars) for e in rule.shape),
+        strides=tuple(e.value(scalars) for e in rule.strides),
+        dtype=rule.dtype,
+    )
+
+
+def derived_views(
+    variant: Variant, views: Mapping[str, TensorView], scalars: Mapping[str, int]
+) -> dict[str, TensorView]:
+    """The variant's VIEWs of the tensors the call has (docs/manifest.md, VIEW_RULE)."""
+    return {
+        name: _derived_view(rule, views[rule.of], scalars)
+        for name, rule in variant.views.items()
+        if rule.of in views
+    }
 
 
 def check_offset_values(name: str, values: Sequence[int], m: int, m_aligned: int) -> int:

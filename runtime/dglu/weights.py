@@ -3,9 +3,10 @@
 As in the seed, the mode follows from the arguments: b_tensor (sample_b in the class API)
 for dense weights; b_ptrs with n and b_dtype (num_experts, b_shape and b_dtype in the class
 API) for discrete ones. Both or neither, or discrete weights missing one of their
-arguments, is a ValueError. Discrete weights are bf16 (the BF16 contract). b_ptrs itself
-is checked with the other tensors (dglu.validation) and never read on the host: the
-b_descriptors kernel reads it on the device, so a captured CUDA graph stays correct.
+arguments, is a ValueError. b_dtype must be A's dtype (A and B of one dtype); which
+weights a variant takes, and how, is its manifest entry's. b_ptrs itself is checked with
+the other tensors (dglu.validation) and never read on the host: the kernels read it on the
+device, so a captured CUDA graph stays correct.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .dtypes import FLOAT_TYPES, element_type_of
+
 DENSE, DISCRETE = "dense", "discrete"
-DISCRETE_DTYPE = "bf16"
 
 
 class DiscreteWeights(NamedTuple):
@@ -25,7 +27,24 @@ class DiscreteWeights(NamedTuple):
     k: int | None = None  # class API: b_shape's K, which A's K must equal
     l: int | None = None  # class API: num_experts, which b_ptrs' length must equal
     l_from: str = "b_ptrs"
-    dtype: str = DISCRETE_DTYPE
+    dtype: str = "bf16"  # b_dtype's element type name
+
+    def given_scalars(self) -> dict[str, tuple[int, str]]:
+        """The scalars these arguments fix, each with the argument it came from."""
+        given = {"n": (self.n, self.n_from)}
+        if self.k is not None:
+            given["k"] = (self.k, "b_shape")
+        if self.l is not None:
+            given["l"] = (self.l, self.l_from)
+        return given
+
+    def check_dtype_of(self, a_name: str, a_dtype: str) -> None:
+        """A and B have one dtype."""
+        if a_dtype != self.dtype:
+            raise ValueError(
+                f"b_dtype: {self.dtype} differs from {a_name}'s dtype {a_dtype}; "
+                "A and B must have the same dtype"
+            )
 
 
 def weight_mode(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> str:
@@ -67,25 +86,25 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _check_dtype(b_dtype: Any) -> None:
-    import torch
-
-    if b_dtype != torch.bfloat16:
+def _dtype_name(b_dtype: Any) -> str:
+    element = element_type_of(b_dtype)
+    if element is None or element.name not in FLOAT_TYPES:
         raise ValueError(
-            f"b_dtype: expected torch.bfloat16 (discrete weights are bf16 matrices), "
-            f"got {b_dtype!r}"
+            f"b_dtype: expected the torch dtype of the experts' matrices (torch.bfloat16, "
+            f"torch.float16 or torch.float32), got {b_dtype!r}"
         )
+    return element.name
 
 
 def wrapper_discrete(n: Any, b_dtype: Any) -> DiscreteWeights:
     """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length."""
-    _check_dtype(b_dtype)
-    return DiscreteWeights(n=_positive_int("n", n), n_from="n")
+    dtype = _dtype_name(b_dtype)
+    return DiscreteWeights(n=_positive_int("n", n), n_from="n", dtype=dtype)
 
 
 def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any) -> DiscreteWeights:
     """The class API's discrete weights: (N, K) from ``b_shape``, L from ``num_experts``."""
-    _check_dtype(b_dtype)
+    dtype = _dtype_name(b_dtype)
     if (
         not isinstance(b_shape, tuple | list)
         or len(b_shape) != 2
@@ -99,4 +118,5 @@ def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any) -> DiscreteWeig
         k=k,
         l=_positive_int("num_experts", num_experts),
         l_from="num_experts",
+        dtype=dtype,
     )

@@ -1,7 +1,8 @@
-"""The runtime's scratch memory (dglu.problem.WORKSPACES), reused per (device, stream).
+"""The scratch memory a variant's manifest entry asks for (``workspaces``), reused per
+(device, stream).
 
 Each stream keeps its own workspaces and grows them when a call needs more, so a repeated
-call allocates nothing. Zeroed workspaces are cleared with cuMemsetD32Async on the call's
+call allocates nothing. Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
 stream before its first kernel: calls on one stream run in order, and calls on different
 streams never share a workspace. A stream that is capturing a CUDA graph gets fresh
 allocations instead (from the graph's private pool, as torch does for anything allocated
@@ -11,21 +12,22 @@ during capture), so a replay never shares memory with eager calls or other graph
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .driver import checked
 from .dtypes import ELEMENT_TYPES, torch_dtype
-from .problem import WORKSPACES
+from .contract.schema import WorkspaceRule
 from .streams import on_stream
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 
 
 class Workspace(NamedTuple):
-    """One workspace: its address, its size in elements, and the tensor that owns it."""
+    """One workspace: its name and rule, address, size in elements, and owning tensor."""
 
     name: str
+    rule: WorkspaceRule
     pointer: int
     elements: int
     owner: Any
@@ -41,7 +43,7 @@ class StreamWorkspaces:
         self.lock = threading.Lock()
         self.stream = stream
         self.cu_stream = driver.CUstream(stream)
-        self.workspaces: dict[str, Workspace] = {}
+        self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
 
 
 _pools: dict[tuple[int, int], StreamWorkspaces] = {}
@@ -66,38 +68,61 @@ def is_capturing(stream: Any) -> bool:
     return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 
 
-def _allocate(name: str, elements: int, device: int, stream: int) -> Workspace:
+def _allocate(
+    name: str, rule: WorkspaceRule, elements: int, device: int, stream: int
+) -> Workspace:
     """A new workspace, allocated on ``stream`` and checked for alignment."""
     import torch
 
-    spec = WORKSPACES[name]
     cuda_device = torch.device("cuda", device)
     with on_stream(stream, device):
-        tensor = torch.empty(elements, dtype=torch_dtype(spec.dtype), device=cuda_device)
-    if tensor.data_ptr() % spec.align:
+        tensor = torch.empty(elements, dtype=torch_dtype(rule.dtype), device=cuda_device)
+    if tensor.data_ptr() % rule.align:
         raise RuntimeError(
             f"workspace {name}: torch allocated it at {tensor.data_ptr():#x}, "
-            f"which is not {spec.align}-byte aligned as the kernels need"
+            f"which is not {rule.align}-byte aligned as the kernels need"
         )
-    return Workspace(name, tensor.data_ptr(), elements, tensor)
+    return Workspace(name, rule, tensor.data_ptr(), elements, tensor)
+
+
+def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
+    """Where a stream's pool keeps the workspace ``name`` of ``rule``."""
+    return (name, rule.dtype, rule.align)
+
+
+def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], ...]) -> bool:
+    """True when every (slot, workspace) of ``pooled`` is still what ``pool`` holds there
+    and ``pool``'s stream is not capturing a graph: an earlier call's workspaces serve
+    again. Hold ``pool.lock``."""
+    if not pooled:
+        return True
+    if is_capturing(pool.cu_stream):
+        return False
+    held = pool.workspaces
+    return all(held.get(slot) is workspace for slot, workspace in pooled)
 
 
 def acquire(
-    names: Sequence[str], scalars: Mapping[str, int], device: int, pool: StreamWorkspaces
+    rules: Mapping[str, WorkspaceRule],
+    scalars: Mapping[str, int],
+    device: int,
+    pool: StreamWorkspaces,
 ) -> dict[str, Workspace]:
-    """The named workspaces, at least as large as the problem needs: the pool's (grown
-    when too small), or fresh ones while the stream captures a graph. Hold ``pool.lock``."""
-    if not names:
+    """The workspaces of ``rules``, at least as large as the problem needs: the pool's
+    (grown when too small), or fresh ones while the stream captures a graph. Hold
+    ``pool.lock``."""
+    if not rules:
         return {}
     capturing = is_capturing(pool.cu_stream)
     made = {}
-    for name in names:
-        elements = WORKSPACES[name].count(scalars)
-        workspace = None if capturing else pool.workspaces.get(name)
+    for name, rule in rules.items():
+        elements = rule.count.value(scalars)
+        slot = pool_slot(name, rule)
+        workspace = None if capturing else pool.workspaces.get(slot)
         if workspace is None or workspace.elements < elements:
-            workspace = _allocate(name, elements, device, pool.stream)
+            workspace = _allocate(name, rule, elements, device, pool.stream)
             if not capturing:
-                pool.workspaces[name] = workspace
+                pool.workspaces[slot] = workspace
         made[name] = workspace
     return made
 
@@ -105,12 +130,12 @@ def acquire(
 def zeroed_ranges(
     workspaces: Mapping[str, Workspace], scalars: Mapping[str, int]
 ) -> list[tuple[int, int]]:
-    """(pointer, bytes) of the part a problem uses of each workspace that
-    dglu.problem.WORKSPACES marks zeroed: what a call clears before its kernels."""
+    """(pointer, bytes) of the part a problem uses of each ``zero: each_call`` workspace:
+    what a call clears before its kernels."""
     return [
-        (workspace.pointer, spec.count(scalars) * ELEMENT_TYPES[spec.dtype].size)
-        for workspace in workspaces.values()
-        if (spec := WORKSPACES[workspace.name]).zeroed
+        (w.pointer, w.rule.count.value(scalars) * ELEMENT_TYPES[w.rule.dtype].size)
+        for w in workspaces.values()
+        if w.rule.zero == "each_call"
     ]
 
 

@@ -1,6 +1,7 @@
 """Helpers for the runtime's CPU tests: hand-written artifact directories (docs/manifest.md).
 
 Imported by the tests/cpu/test_runtime_*.py modules (pytest puts tests/cpu on sys.path).
+The entries mirror what the build writes for the sm90_bf16 family (schema version 2).
 The cubins written here are random bytes: the runtime only hashes them on the CPU.
 """
 
@@ -107,6 +108,10 @@ def variant_name(key: dict[str, Any]) -> str:
     )
 
 
+def _attributes(cluster: list[int]) -> dict[str, Any]:
+    return {"cluster_dimension": cluster} if cluster != [1, 1, 1] else {}
+
+
 def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
     """The kernels of a variant as the contract describes them (discrete weights start with
     b_descriptors; dbias adds a finisher)."""
@@ -119,17 +124,20 @@ def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
                 "block": [128, 1, 1],
                 "cluster": [1, 1, 1],
                 "dynamic_smem_bytes": 0,
+                "attributes": {},
                 "grid": {"rule": "elementwise", "count": "l"},
                 "params": copy.deepcopy(DESCRIPTOR_PARAMS),
             }
         )
+    cluster = [key["cluster_m"], key["cluster_n"], 1]
     kernels.append(
         {
             "role": "main",
             "symbol": f"{symbol}_main_0",
             "block": [384, 1, 1],
-            "cluster": [key["cluster_m"], key["cluster_n"], 1],
+            "cluster": cluster,
             "dynamic_smem_bytes": 200_000,
+            "attributes": _attributes(cluster),
             "grid": {"rule": "persistent_tiles", "tile_m": key["tile_m"], "tile_n": key["tile_n"]},
             "params": main_params(key),
         }
@@ -142,6 +150,7 @@ def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
                 "block": [256, 1, 1],
                 "cluster": [1, 1, 1],
                 "dynamic_smem_bytes": 0,
+                "attributes": {},
                 "grid": {"rule": "elementwise", "count": "l_n2"},
                 "params": copy.deepcopy(FINISH_PARAMS),
             }
@@ -159,34 +168,121 @@ def b_tma_rule(key: dict[str, Any]) -> dict[str, Any]:
     return {"b_expert": {**TMA_COMMON, "dims": [0, 1], "box": [64, 64]}}
 
 
-def write_artifacts(directory: Path, keys: list[dict[str, Any]], **top: Any) -> dict[str, Any]:
-    """Write random cubins and a manifest for ``keys`` into ``directory``; return the manifest."""
+def _tensor(shape: list, strides: list, dtypes: list[str], align: int, io: str = "in",
+            rank_drop: bool = False) -> dict[str, Any]:
+    rule = {"shape": shape, "strides": strides, "dtypes": dtypes, "align": align, "io": io}
+    return {**rule, "rank_drop": True} if rank_drop else rule
+
+
+def arguments(key: dict[str, Any]) -> dict[str, Any]:
+    """The seed's tensors as ARGUMENT rules (docs/manifest.md), in check order."""
+    ab = key["ab_dtype"]
+    weights = (
+        {"b": _tensor(["n", "k", "l"], ["k", 1, "n*k"], [ab], 16)}
+        if key["weight_mode"] == "dense"
+        else {"b_ptrs": _tensor(["l"], [1], ["i64"], 8)}
+    )
+    cd_shape, cd_strides = ["m", "2*n", 1], ["2*n", 1, "2*m*n"]
+    per_expert = _tensor(["l"], [1], ["fp32"], 4)
+    per_row = _tensor(["m", 1, 1], [1, 1, 1], ["fp32"], 4)
+    rules = {
+        "a": _tensor(["m", "k", 1], ["k", 1, "m*k"], [ab], 16, rank_drop=True),
+        **weights,
+        "c": _tensor(cd_shape, cd_strides, [key["c_dtype"]], 16, rank_drop=True),
+        "d_row": _tensor(cd_shape, cd_strides, [key["d_dtype"]], 16, "out", rank_drop=True),
+        "padded_offsets": _tensor(["l"], [1], ["i32"], 4),
+        "alpha": per_expert,
+        "beta": per_expert,
+        "prob": per_row,
+        "dprob": {**per_row, "io": "accumulate"},
+    }
+    if key["dbias"]:
+        rules["dbias"] = _tensor(["l", "2*n", 1], ["2*n", 1, 1], ["bf16"], 16, "accumulate")
+    return copy.deepcopy(rules)
+
+
+LIMITS = {
+    "n": {"min": 32, "multiple_of": 32, "why": "gate/input columns come in blocks of 32"},
+    "k": {"min": 8, "multiple_of": 8, "why": "rows of A span a multiple of 16 bytes"},
+    "l": {"min": 1, "max": 1024, "why": "the kernels search at most 1024 experts"},
+}
+SOURCE_HASH = "5" * 64
+
+
+def workspaces(key: dict[str, Any]) -> dict[str, Any]:
+    """The workspaces the variant's kernels use."""
+    rules = {}
+    if key["dbias"]:
+        rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
+    if key["weight_mode"] == "discrete":
+        rules["b_desc_ws"] = {"dtype": "i64", "count": "16*l", "align": 128, "zero": "never"}
+    if key["scheduler"] == "dynamic":
+        rules["tile_counter"] = {"dtype": "i32", "count": 4, "align": 16, "zero": "each_call"}
+    return rules
+
+
+def views(key: dict[str, Any]) -> dict[str, Any]:
+    """Discrete weights: the b_expert template of one expert's (N, K) matrix."""
+    if key["weight_mode"] != "discrete":
+        return {}
+    strides = ["k", 1, "n*k"] if key["b_major"] == "k" else [1, "n", "n*k"]
+    return {
+        "b_expert": {
+            "of": "b_ptrs",
+            "dtype": key["ab_dtype"],
+            "shape": ["n", "k", 1],
+            "strides": strides,
+            "address_align_down": 16,
+        }
+    }
+
+
+def variant_entry(key: dict[str, Any], cubin: bytes, **changes: Any) -> dict[str, Any]:
+    """A complete v2 VARIANT entry for ``key`` and its cubin bytes."""
+    import dglu
+
+    name = variant_name(key)
+    sha256 = hashlib.sha256(cubin).hexdigest()
+    entry = {
+        "name": name,
+        "family": "sm90_bf16",
+        "key": key,
+        "cubin": f"{name}.{sha256[:16]}.cubin",
+        "sha256": sha256,
+        "size": len(cubin),
+        "build": {
+            "dglu_version": dglu.__version__,
+            "source_hash": SOURCE_HASH,
+            "toolchain": {"cutlass_dsl": "4.8.1", "python": "3.11.7"},
+        },
+        "min_driver": 12090,
+        "m_aligned": 256,
+        "arguments": arguments(key),
+        "scalars": {"n2": "2*n", "l_n2": "l*n2"},
+        "limits": copy.deepcopy(LIMITS),
+        "views": views(key),
+        "workspaces": workspaces(key),
+        "kernels": kernel_entries(key, f"dglu_{name}"),
+        "tma": {
+            "a": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_m"]]},
+            **b_tma_rule(key),
+        },
+    }
+    entry.update(changes)
+    return entry
+
+
+def write_artifacts(directory: Path, keys: list[dict[str, Any]], **changes: Any) -> dict[str, Any]:
+    """Write random cubins and a v2 manifest for ``keys`` into ``directory`` (``changes``
+    replace fields of every entry); return the manifest."""
     directory.mkdir(parents=True, exist_ok=True)
     variants = []
     for key in keys:
-        name = variant_name(key)
         cubin = os.urandom(512 + len(variants))
-        (directory / f"{name}.cubin").write_bytes(cubin)
-        variants.append(
-            {
-                "name": name,
-                "key": key,
-                "cubin": f"{name}.cubin",
-                "sha256": hashlib.sha256(cubin).hexdigest(),
-                "size": len(cubin),
-                "kernels": kernel_entries(key, f"dglu_{name}"),
-                "tma": {
-                    "a": {**TMA_COMMON, "dims": [1, 0], "box": [64, key["tile_m"]]},
-                    **b_tma_rule(key),
-                },
-            }
-        )
-    manifest = {
-        "schema_version": 1,
-        "toolchain": {"cutlass_dsl": "4.8.1", "python": "3.11.7"},
-        "variants": variants,
-        **top,
-    }
+        entry = variant_entry(key, cubin, **changes)
+        (directory / entry["cubin"]).write_bytes(cubin)
+        variants.append(entry)
+    manifest = {"schema_version": 2, "variants": variants}
     write_manifest(directory, manifest)
     return manifest
 

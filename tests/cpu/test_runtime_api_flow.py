@@ -1,23 +1,23 @@
 """From the public API to run_variant, on CPU tensors (needs torch): what each call hands
 the runner for discrete weights, the dynamic scheduler and a 2x1 cluster.
 
-Stand-ins: an H200, a hand-written artifact directory, no device check (the tensors live
-on the CPU), and load_variant / run_variant recording their arguments instead of loading
+Stand-ins: the shared ones (stand_ins: an H200, no device check, since the tensors live
+on the CPU) over a hand-written artifact directory, and load_variant / run_variant recording their arguments instead of loading
 and launching.
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
+import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
-from dglu import api, driver, validation  # noqa: E402
-from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
+from dglu import api, driver  # noqa: E402
+from dglu.manifest import read_manifest  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 
@@ -35,17 +35,8 @@ KEYS = [
 def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """(variant name, problem) of each run_variant call the API makes."""
     write_artifacts(tmp_path, KEYS)
-    variants = read_manifest(tmp_path).variants
-    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
+    stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     records: list[tuple] = []
-    monkeypatch.setattr(api, "device_info", lambda device: h200)
-    monkeypatch.setattr(api, "installed_variants", lambda: variants)
-    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
-    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
-    api.clear_caches()
-    monkeypatch.setattr(api, "resolve_stream", lambda stream, device: 7)
-    monkeypatch.setattr(api, "is_capturing", lambda stream: False)
-    monkeypatch.setattr(api, "on_stream", lambda stream, device: contextlib.nullcontext())
     monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
         api,
@@ -106,7 +97,7 @@ def test_wrapper_hands_the_runner_b_ptrs_and_the_expert_template(
     )
     ((name, problem),) = runs
     assert name == variant_name(key)
-    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
+    assert [problem.scalars[s] for s in 'mnkl'] == [M, N, K, L]
     assert "b" not in problem.tensors
     assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
     template = problem.tensors["b_expert"]
@@ -185,9 +176,12 @@ def test_seed_names_are_the_arch_neutral_implementation() -> None:
     assert issubclass(api.GroupedGemmDgluSm100, api.GroupedGemmDglu)
 
 
-@pytest.mark.parametrize("capability", [(8, 0), (10, 0)])
+@pytest.mark.parametrize(
+    ("capability", "needed"),
+    [((8, 0), "cubins dglu can build"), ((10, 0), "sm_100a cubins"), ((10, 3), "sm_103a cubins")],
+)
 def test_an_uncovered_architecture_names_device_capability_and_cover(
-    runs, monkeypatch, capability
+    runs, monkeypatch, capability, needed
 ) -> None:
     device = driver.DeviceInfo(0, "NVIDIA Test GPU", capability, 100, 232_448)
     monkeypatch.setattr(api, "device_info", lambda index: device)
@@ -195,6 +189,7 @@ def test_an_uncovered_architecture_names_device_capability_and_cover(
         api.GroupedGemmDgluSm100(**samples()).check_support()
     message = str(raised.value)
     assert "cuda:0 (NVIDIA Test GPU, compute capability %d.%d)" % capability in message
+    assert f"needs {needed}; none are installed" in message
     assert "they cover sm_90a" in message and runs == []
 
 
@@ -233,3 +228,28 @@ def test_dlpack_arrays_are_used_without_copies(runs) -> None:
     ((_, problem),) = runs
     assert problem.tensors["c"].pointer == arguments["c_tensor"].data_ptr()
     assert problem.tensors["prob"].pointer == arguments["prob_tensor"].data_ptr()
+
+
+def test_the_wrapper_runs_one_cached_class_api_op_per_configuration(runs, monkeypatch) -> None:
+    """The wrapper's single call path: GroupedGemmDglu._run of an op selected once per
+    configuration, element types and device, then reused."""
+    ops, selections = [], []
+    original_run, original_select = api.GroupedGemmDglu._run, api._select
+    monkeypatch.setattr(
+        api.GroupedGemmDglu, "_run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
+    )
+    monkeypatch.setattr(api, "_select", lambda *a: selections.append(1) or original_select(*a))
+    api.grouped_gemm_dglu(**dense_call())
+    api.grouped_gemm_dglu(**dense_call())
+    api.grouped_gemm_dglu(**dense_call(use_dynamic_sched=True))
+    first, again, dynamic = ops
+    assert isinstance(first, api.GroupedGemmDglu) and first is again and dynamic is not first
+    assert (first.variant_name, dynamic.variant_name) == (
+        variant_name(KEYS[0]),
+        variant_name(KEYS[1]),
+    )
+    assert len(selections) == 2 and [name for name, _ in runs] == [
+        variant_name(KEYS[0]),
+        variant_name(KEYS[0]),
+        variant_name(KEYS[1]),
+    ]

@@ -14,12 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
+import stand_ins  # noqa: E402
 from conftest_runtime import GEGLU_DEFAULTS, variant_key, variant_name, write_artifacts
-from dglu import api, driver
+from dglu import api
 from dglu.errors import VariantNotFoundError
-from dglu.manifest import SearchEntry, read_manifest
+from dglu.manifest import read_manifest
 from dglu.options import check_options
-from dglu.problem import Problem, TensorView
+from dglu.weights import DiscreteWeights
 
 DSV4 = {"geglu_alpha": 1.0, "glu_clamp_max": 10.0, "glu_clamp_min": -10.0, "linear_offset": 0.0}
 SITU = {"situ_beta1": 4.0, "situ_beta2": 25.0}
@@ -58,32 +61,22 @@ DEFAULTS = dict(
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     write_artifacts(tmp_path, KEYS)
     variants = read_manifest(tmp_path).variants
-    h200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
-    monkeypatch.setattr(api, "device_info", lambda device: h200)
-    monkeypatch.setattr(api, "installed_variants", lambda: variants)
-    monkeypatch.setattr(api, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    stand_ins.install(monkeypatch, variants, tmp_path)
     return variants
 
 
-def problem(c_dtype: str) -> Problem:
-    m, n, k, l = 1024, 96, 200, 4
-    views = {
-        "a": TensorView(0, 0xA000, (m, k, 1), (k, 1, m * k), "bf16"),
-        "c": TensorView(0, 0xC000, (m, 2 * n, 1), (2 * n, 1, 2 * m * n), c_dtype),
-    }
-    return Problem(m=m, n=n, k=k, l=l, tensors=views)
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def select(c_dtype="bf16", d_dtype="bf16", dbias=True, weights="dense", **arguments):
     options = check_options(**{**DEFAULTS, **arguments})
-    return api._select(
-        problem(c_dtype),
-        options,
-        d_dtype=d_dtype,
-        dbias=dbias,
-        weights=weights,
-        sources=api.WRAPPER_SOURCES,
-    )
+    discrete = DiscreteWeights(n=96, n_from="n") if weights == "discrete" else None
+    config = api.OpConfig(weights, discrete, options, d_dtype, dbias)
+    tensors = {
+        "a": ("a_tensor", torch.zeros(1, 8, dtype=torch.bfloat16)),
+        "c": ("c_tensor", torch.zeros(1, 8, dtype=TORCH_DTYPES[c_dtype])),
+    }
+    return api._select(config, tensors, api.WRAPPER_SOURCES)
 
 
 @pytest.mark.parametrize(

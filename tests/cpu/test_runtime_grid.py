@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest_runtime import variant_key, write_artifacts
-from dglu.grid import grid_spec_problem, is_empty, launch_grid
+from dglu.contract.schema import parse_expr
+from dglu.grid import is_empty, launch_grid
 from dglu.manifest import read_manifest
 
 H200_SMS = 132
@@ -59,25 +60,7 @@ def test_elementwise(tmp_path: Path, n, l) -> None:
     assert launch_grid(finish, scalars(512, n, l), H200_SMS) == (math.ceil(2 * n * l / 256), 1, 1)
 
 
-def test_elementwise_accepts_the_documented_alias(tmp_path: Path) -> None:
+def test_elementwise_counts_an_expression(tmp_path: Path) -> None:
     finish = kernels_of(tmp_path, dbias=True)[1]
-    aliased = finish.grid._replace(args={"count": "l*2n"})
-    assert launch_grid(finish._replace(grid=aliased), scalars(512, 96, 5), H200_SMS) == (4, 1, 1)
-
-
-@pytest.mark.parametrize(
-    ("rule", "args", "fragment"),
-    [
-        ("spiral", {}, "unknown grid rule 'spiral'"),
-        ("persistent_tiles", {"tile_m": 128}, "needs exactly the fields ['tile_m', 'tile_n']"),
-        ("persistent_tiles", {"tile_m": 0, "tile_n": 128}, "tile_m=0"),
-        ("elementwise", {"count": "rows"}, "count='rows'"),
-    ],
-)
-def test_grid_spec_problems(rule, args, fragment) -> None:
-    assert fragment in grid_spec_problem(rule, args)
-
-
-def test_good_grid_specs_have_no_problem() -> None:
-    assert grid_spec_problem("persistent_tiles", {"tile_m": 128, "tile_n": 256}) is None
-    assert grid_spec_problem("elementwise", {"count": "l_n2"}) is None
+    counted = finish.grid._replace(count=parse_expr("16*l"))
+    assert launch_grid(finish._replace(grid=counted), scalars(512, 96, 40), H200_SMS) == (3, 1, 1)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import stand_ins
 from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts
 from dglu import driver, launch, runner, workspaces
 from dglu.errors import CudaDriverError, IntegrityError
@@ -26,43 +27,13 @@ from dglu.manifest import read_manifest
 from dglu.params import KernelArguments
 from dglu.problem import Problem, TensorView
 
-H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
-
-
-class RecordingDriver:
-    """Answers the driver calls load_variant makes, and records them in order."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple]] = []
-        self.current = 0  # no context current on this thread
-
-    def __call__(self, name: str, *args: object) -> object:
-        self.calls.append((name, args))
-        if name == "cuCtxGetCurrent":
-            return self.current
-        if name == "cuDevicePrimaryCtxRetain":
-            return 0xC0
-        if name == "cuModuleLoadData":
-            return 0x1000 + len(self.names("cuModuleLoadData"))
-        if name == "cuModuleGetFunction":
-            return 0x2000 + len(self.names("cuModuleGetFunction"))
-        return None
-
-    def names(self, name: str) -> list[tuple]:
-        return [args for call, args in self.calls if call == name]
-
 
 @pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> RecordingDriver:
-    fake = RecordingDriver()
-    monkeypatch.setattr(driver, "checked", fake)
-    monkeypatch.setattr(driver, "_modules", {})
-    monkeypatch.setattr(driver, "_functions", {})
-    monkeypatch.setattr(runner, "device_info", lambda ordinal: H200)
-    runner.clear_caches()
+def recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> stand_ins.StandInDriver:
+    """The shared stand-in driver and H200, with fresh context caches."""
     driver.initialize.cache_clear()
     driver._primary_context.cache_clear()
-    yield fake
+    yield stand_ins.install(monkeypatch, (), tmp_path)
     driver.initialize.cache_clear()
     driver._primary_context.cache_clear()
 
@@ -73,7 +44,7 @@ def variants(tmp_path: Path):
     return read_manifest(tmp_path).variants
 
 
-def test_loads_once_and_sets_shared_memory_once(recorder: RecordingDriver, variants) -> None:
+def test_loads_once_and_sets_shared_memory_once(recorder: stand_ins.StandInDriver, variants) -> None:
     first = runner.load_variant(variants[0], 0)
     again = runner.load_variant(variants[0], 0)
     other = runner.load_variant(variants[1], 0)
@@ -88,7 +59,7 @@ def test_loads_once_and_sets_shared_memory_once(recorder: RecordingDriver, varia
     assert len(other.functions) == len(variants[1].kernels)
 
 
-def test_pushes_the_primary_context_and_pops_it(recorder: RecordingDriver, variants) -> None:
+def test_pushes_the_primary_context_and_pops_it(recorder: stand_ins.StandInDriver, variants) -> None:
     runner.load_variant(variants[0], 0)
     sequence = [name for name, _ in recorder.calls]
     assert sequence.index("cuCtxPushCurrent") < sequence.index("cuModuleLoadData")
@@ -96,13 +67,13 @@ def test_pushes_the_primary_context_and_pops_it(recorder: RecordingDriver, varia
     assert sequence.count("cuCtxPushCurrent") == sequence.count("cuCtxPopCurrent") == 1
 
 
-def test_keeps_the_context_when_it_is_already_current(recorder: RecordingDriver, variants) -> None:
+def test_keeps_the_context_when_it_is_already_current(recorder: stand_ins.StandInDriver, variants) -> None:
     recorder.current = 0xC0
     runner.load_variant(variants[0], 0)
     assert not recorder.names("cuCtxPushCurrent") and not recorder.names("cuCtxPopCurrent")
 
 
-def test_tampered_cubin_is_refused_before_loading(recorder: RecordingDriver, variants) -> None:
+def test_tampered_cubin_is_refused_before_loading(recorder: stand_ins.StandInDriver, variants) -> None:
     path = variants[0].cubin_path
     path.write_bytes(path.read_bytes()[::-1])
     with pytest.raises(IntegrityError, match="sha256"):
@@ -112,7 +83,7 @@ def test_tampered_cubin_is_refused_before_loading(recorder: RecordingDriver, var
 
 
 def test_kernel_needing_more_shared_memory_than_the_device(
-    recorder: RecordingDriver, variants, monkeypatch: pytest.MonkeyPatch
+    recorder: stand_ins.StandInDriver, variants, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     small = driver.DeviceInfo(0, "small", (9, 0), 132, 100_000)
     monkeypatch.setattr(runner, "device_info", lambda ordinal: small)
@@ -124,6 +95,24 @@ def test_kernel_needing_more_shared_memory_than_the_device(
     assert recorder.calls == []
 
 
+@pytest.mark.parametrize(("min_driver", "loads"), [(12080, True), (12090, True), (13000, False)])
+def test_a_cubin_needing_a_newer_driver_is_refused(
+    recorder: stand_ins.StandInDriver, tmp_path: Path, min_driver: int, loads: bool
+) -> None:
+    write_artifacts(tmp_path / "v", [variant_key()], min_driver=min_driver)
+    (variant,) = read_manifest(tmp_path / "v").variants
+    if loads:
+        assert len(runner.load_variant(variant, 0).functions) == len(variant.kernels)
+        return
+    with pytest.raises(CudaDriverError) as error:
+        runner.load_variant(variant, 0)
+    assert str(error.value) == (
+        f"variant {variant.name} needs CUDA driver 13.0 or newer (its cubin's PTX ISA); this "
+        "driver is 12.9 (cuDriverGetVersion 12090): update the NVIDIA driver"
+    )
+    assert recorder.names("cuModuleLoadData") == []
+
+
 STREAM = 0x5EED
 
 
@@ -133,6 +122,7 @@ class FakePool:
     def __init__(self, device: int, stream: int) -> None:
         self.lock = contextlib.nullcontext()
         self.stream = self.cu_stream = stream
+        self.workspaces: dict = {}  # the fake acquire pools nothing
 
 
 WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
@@ -154,7 +144,8 @@ def problem_of(m: int, with_dbias: bool, discrete: bool = False) -> Problem:
         views["b"] = TensorView(0, 0xB000, (N, K, L), (K, 1, N * K), "bf16")
     if with_dbias:
         views["dbias"] = TensorView(0, 0xF000, (L, 2 * N, 1), (2 * N, 1, 1), "bf16")
-    return Problem(m=m, n=N, k=K, l=L, tensors=views)
+    scalars = {"m": m, "n": N, "k": K, "l": L, "n2": 2 * N, "l_n2": L * 2 * N}
+    return Problem(scalars=scalars, origins={}, tensors=views)
 
 
 def pointer(value: int) -> bytes:
@@ -162,18 +153,18 @@ def pointer(value: int) -> bytes:
 
 
 @pytest.fixture
-def launches(recorder: RecordingDriver, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+def launches(recorder: stand_ins.StandInDriver, monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     """Each launch run_variant makes, with its packed parameters; nothing reaches a GPU."""
     records: list[dict] = []
     encoded: list[tuple] = []
     allocated: list[str] = []
     zeroed: list[str] = []
 
-    def acquire(names, scalars, device, pool):
-        allocated.extend(names)
+    def acquire(rules, scalars, device, pool):
+        allocated.extend(sorted(rules))
         return {
-            name: workspaces.Workspace(name, WORKSPACE_POINTERS[name], 16, None)
-            for name in names
+            name: workspaces.Workspace(name, rule, WORKSPACE_POINTERS[name], 10**6, None)
+            for name, rule in rules.items()
         }
 
     workspace_names = {pointer: name for name, pointer in WORKSPACE_POINTERS.items()}
@@ -243,7 +234,7 @@ def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
 
 
 def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> None:
-    assert runner.required_workspaces(variants[1]) == []
+    assert dict(variants[1].workspaces) == {}
     loaded = runner.load_variant(variants[1], 0)  # dswiglu without dbias
     runner.run_variant(loaded, problem_of(m=256, with_dbias=False), STREAM)
     (main,) = launches
@@ -278,7 +269,7 @@ def test_discrete_weights_build_the_expert_descriptors_first(
     launches, tmp_path: Path, b_major: str
 ) -> None:
     loaded = loaded_variant(tmp_path, weight_mode="discrete", b_major=b_major, dbias=True)
-    assert runner.required_workspaces(loaded.variant) == ["b_desc_ws", "dbias_ws"]
+    assert sorted(loaded.variant.workspaces) == ["b_desc_ws", "dbias_ws"]
     problem = problem_of(m=1380, with_dbias=True, discrete=True)
     runner.run_variant(loaded, problem, STREAM)
 
@@ -299,7 +290,7 @@ def test_discrete_weights_build_the_expert_descriptors_first(
 
 def test_dynamic_scheduling_passes_the_tile_counter(launches, tmp_path: Path) -> None:
     loaded = loaded_variant(tmp_path, scheduler="dynamic", dbias=False)
-    assert runner.required_workspaces(loaded.variant) == ["tile_counter"]
+    assert list(loaded.variant.workspaces) == ["tile_counter"]
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=False), STREAM)
     (main,) = launches
     assert main["params"]["tile_counter"] == pointer(0xAC00)
@@ -377,6 +368,15 @@ NAMES = ["b_desc_ws", "dbias_ws", "tile_counter"]
 
 
 @pytest.fixture
+def rules(tmp_path: Path) -> dict:
+    """The workspace rules of a discrete, dbias, dynamic-scheduler variant, by name."""
+    key = variant_key(weight_mode="discrete", dbias=True, scheduler="dynamic")
+    write_artifacts(tmp_path / "rules", [key])
+    (variant,) = read_manifest(tmp_path / "rules").variants
+    return {name: variant.workspaces[name] for name in NAMES}
+
+
+@pytest.fixture
 def fake_torch(monkeypatch: pytest.MonkeyPatch):
     """Install FakeTorch (pointers given later) and a capture flag the test can set."""
     state = {"capturing": False}
@@ -391,13 +391,13 @@ def fake_torch(monkeypatch: pytest.MonkeyPatch):
     return install, state
 
 
-def test_workspaces_sizes_reuse_and_alignment(fake_torch) -> None:
+def test_workspaces_sizes_reuse_and_alignment(fake_torch, rules) -> None:
     """b_desc_ws: L * 128 bytes; dbias_ws: L * 2N fp32; tile_counter: 16 bytes; allocated
     on the call's stream and device once, then reused by the next call on that stream."""
     install, _ = fake_torch
     fake = install([0xA800, 0x9000, 0xAC00, 0x7000])
     pool = workspaces.StreamWorkspaces(STREAM)
-    made = workspaces.acquire(NAMES, SCALARS, 3, pool)
+    made = workspaces.acquire(rules, SCALARS, 3, pool)
     assert {name: w.pointer for name, w in made.items()} == dict(zip(NAMES, [0xA800, 0x9000, 0xAC00]))
     assert fake.made == [
         (L * 16, "torch.i64", "cuda:3"),
@@ -405,32 +405,36 @@ def test_workspaces_sizes_reuse_and_alignment(fake_torch) -> None:
         (4, "torch.i32", "cuda:3"),
     ]
     assert fake.streams == [(STREAM, "cuda:3")] * 3
-    again = workspaces.acquire(NAMES, SCALARS, 3, pool)
+    again = workspaces.acquire(rules, SCALARS, 3, pool)
     assert again == made and len(fake.made) == 3
-    bigger = workspaces.acquire(["dbias_ws"], {"l_n2": 4 * L * 2 * N}, 3, pool)
+    dbias_only = {"dbias_ws": rules["dbias_ws"]}
+    bigger = workspaces.acquire(dbias_only, {"l_n2": 4 * L * 2 * N}, 3, pool)
     assert bigger["dbias_ws"].pointer == 0x7000 and fake.made[-1][0] == 4 * L * 2 * N
 
     misaligned = install([0xA840])
     with pytest.raises(RuntimeError, match="workspace b_desc_ws: .*0xa840.* not 128-byte"):
-        workspaces.acquire(["b_desc_ws"], SCALARS, 3, workspaces.StreamWorkspaces(STREAM))
+        workspaces.acquire(
+            {"b_desc_ws": rules["b_desc_ws"]}, SCALARS, 3, workspaces.StreamWorkspaces(STREAM)
+        )
     assert len(misaligned.made) == 1
 
 
-def test_workspaces_under_graph_capture_are_fresh_and_not_pooled(fake_torch) -> None:
+def test_workspaces_under_graph_capture_are_fresh_and_not_pooled(fake_torch, rules) -> None:
     install, state = fake_torch
     install([0x1000, 0x2000, 0x3000])
     pool = workspaces.StreamWorkspaces(STREAM)
-    eager = workspaces.acquire(["dbias_ws"], SCALARS, 0, pool)
+    dbias_only = {"dbias_ws": rules["dbias_ws"]}
+    eager = workspaces.acquire(dbias_only, SCALARS, 0, pool)
     state["capturing"] = True
-    captured = workspaces.acquire(["dbias_ws"], SCALARS, 0, pool)
+    captured = workspaces.acquire(dbias_only, SCALARS, 0, pool)
     state["capturing"] = False
-    later = workspaces.acquire(["dbias_ws"], SCALARS, 0, pool)
+    later = workspaces.acquire(dbias_only, SCALARS, 0, pool)
     assert [w["dbias_ws"].pointer for w in (eager, captured, later)] == [0x1000, 0x2000, 0x1000]
 
 
-def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces() -> None:
+def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces(rules) -> None:
     made = {  # pooled workspaces larger than this problem needs: only its part is cleared
-        name: workspaces.Workspace(name, pointer, 10**6, None)
+        name: workspaces.Workspace(name, rules[name], pointer, 10**6, None)
         for name, pointer in zip(NAMES, [0xA800, 0x9000, 0xAC00])
     }
     assert workspaces.zeroed_ranges(made, SCALARS) == [(0x9000, L * 2 * N * 4), (0xAC00, 16)]

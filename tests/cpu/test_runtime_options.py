@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
-from dglu.options import check_absent, check_options, output_dtype_name
+from dglu.options import check_absent, check_m_aligned, check_options, output_dtype_name
 
 SEED_DEFAULTS = dict(
     acc_dtype=None,
@@ -69,7 +70,8 @@ def test_tile_cluster_and_scheduler() -> None:
     ("name", "value", "error"),
     [
         ("cd_major", "m", ValueError),
-        ("m_aligned", 128, ValueError),
+        ("m_aligned", 0, ValueError),
+        ("m_aligned", 256.0, ValueError),
         ("sf_vec_size", 32, ValueError),
         ("discrete_col_sfd", True, ValueError),
         ("epilogue_op", "relu", ValueError),
@@ -127,3 +129,13 @@ def test_output_dtype_names() -> None:
     assert output_dtype_name("d_dtype", torch.float32) == "fp32"
     with pytest.raises(ValueError, match="^d_dtype: expected torch.bfloat16.*got torch.int8"):
         output_dtype_name("d_dtype", torch.int8)
+
+
+def test_m_aligned_must_be_the_variants() -> None:
+    variant = SimpleNamespace(name="v128", m_aligned=128)
+    check_m_aligned(options(m_aligned=128), variant)
+    with pytest.raises(ValueError) as raised:
+        check_m_aligned(options(), variant)
+    assert str(raised.value) == (
+        "m_aligned: must be 128 (variant v128's experts own 128-row aligned ranges), got 256"
+    )

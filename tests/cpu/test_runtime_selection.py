@@ -16,6 +16,7 @@ from conftest_runtime import (
 )
 from dglu.errors import VariantNotFoundError
 from dglu.manifest import read_manifest
+from dglu.contract.keys import variant_name as variant_name_of
 from dglu.selection import VariantRequest, arch_for_capability, select_variant
 
 
@@ -118,7 +119,10 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
     assert nearest == f"    {variant_name(DEFAULT_KEYS[2])}: c_dtype=bf16, tile_n=128"
     assert "searched: /somewhere (package)" in message
 
-    command = lines[lines.index("  build it with:") + 1].strip()
+    built = next(i for i, line in enumerate(lines) if line.startswith("  build it ("))
+    suggested = variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256)
+    assert lines[built] == f"  build it ({variant_name_of(suggested)}) with:"
+    command = lines[built + 1].strip()
     assert command.startswith("dglu-build add ")
     for flag in (
         "--act dgeglu",
@@ -145,15 +149,12 @@ def test_missing_variant_with_nothing_installed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("capability", "arch"), [((9, 0), "sm_90a"), ((10, 0), "sm_100a"), ((10, 3), "sm_100a")]
+    ("capability", "arch"), [((9, 0), "sm_90a"), ((10, 0), "sm_100a"), ((10, 3), "sm_103a")]
 )
-def test_arch_of_a_capability(capability, arch) -> None:
+def test_arch_of_a_capability_is_exact(capability, arch) -> None:
     assert arch_for_capability(capability) == arch
 
 
-@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (12, 0)])
-def test_unsupported_capability(capability) -> None:
-    with pytest.raises(
-        VariantNotFoundError, match=f"compute capability {capability[0]}.{capability[1]}"
-    ):
-        arch_for_capability(capability)
+@pytest.mark.parametrize("capability", [(8, 0), (8, 9), (9, 1), (10, 1), (12, 0)])
+def test_a_capability_without_an_arch_name(capability) -> None:
+    assert arch_for_capability(capability) is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dglu.manifest import TmaRule
+from dglu.contract.schema import TmaRule
 from dglu.problem import TensorView
 from dglu.tma import TMA_OPTIONS, global_layout
 

@@ -1,22 +1,53 @@
 """dglu.validation and the public API's argument checks, on CPU tensors (needs torch).
 
 Every layout check runs before the device check, so a fully valid set of CPU tensors gets
-exactly the "expected a CUDA tensor" error: that proves the layout checks passed.
+exactly the "expected a CUDA tensor" error: that proves the layout checks passed. The
+rules are those of hand-written v2 manifests (conftest_runtime); the driver and device
+are the shared stand-ins (stand_ins), with the real device check put back.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
-from dglu import GroupedGemmDgluSm90, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
+import stand_ins  # noqa: E402
+from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
+from dglu import GroupedGemmDgluSm90, api, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
 from dglu.api import ARGUMENT_NAMES as NAMES  # noqa: E402
-from dglu.validation import check_offset_values, describe_tensors  # noqa: E402
+from dglu.dtypes import torch_dtype  # noqa: E402
+from dglu.errors import VariantNotFoundError  # noqa: E402
+from dglu.manifest import read_manifest  # noqa: E402
+from dglu.validation import check_offset_values, describe_tensors, element_types  # noqa: E402
 from dglu.weights import class_discrete, wrapper_discrete  # noqa: E402
 
 M, N, K, L = 1100, 96, 200, 5
 NOT_ON_GPU = "a_tensor: expected a CUDA tensor, got one on cpu"
+FLOATS = ("bf16", "fp16", "fp32")
+KEYS = [
+    *(variant_key(c_dtype=c, d_dtype=d) for c in FLOATS for d in FLOATS),
+    variant_key(dbias=False),
+    variant_key(act_func="dgeglu"),
+    variant_key(scheduler="dynamic", cluster_m=2, dbias=False),
+    *(
+        variant_key(weight_mode="discrete", b_major=b_major, dbias=dbias)
+        for b_major in ("k", "n")
+        for dbias in (True, False)
+    ),
+    variant_key(weight_mode="discrete", b_major="n", dbias=False, scheduler="dynamic"),
+]
+_real_check_devices = validation._check_devices
+
+
+@pytest.fixture(autouse=True)
+def variants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The KEYS' variants installed (stand-in driver and H200), the device check real."""
+    write_artifacts(tmp_path, KEYS)
+    stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+    monkeypatch.setattr(validation, "_check_devices", _real_check_devices)
 
 
 def seed_tensors(m=M, n=N, k=K, l=L, b_major="k") -> dict[str, object]:
@@ -38,8 +69,17 @@ def seed_tensors(m=M, n=N, k=K, l=L, b_major="k") -> dict[str, object]:
     }
 
 
-def describe(tensors: dict[str, object], b_major: str = "k"):
-    return describe_tensors({role: (NAMES[role], t) for role, t in tensors.items()}, b_major)
+def installed(**key):
+    """The installed variant of variant_key(**key)."""
+    return next(v for v in api.installed_variants() if v.name == variant_name(variant_key(**key)))
+
+
+def describe(tensors: dict[str, object], given=None, **key):
+    """describe_tensors against the installed variant of variant_key(**key), after the
+    element types as the API checks them; ``given``: discrete weights."""
+    args = {role: (NAMES[role], t) for role, t in tensors.items()}
+    element_types(args)
+    return describe_tensors(installed(**key), args, given.given_scalars() if given else None)
 
 
 def test_valid_layouts_reach_the_device_check() -> None:
@@ -47,13 +87,17 @@ def test_valid_layouts_reach_the_device_check() -> None:
         describe(seed_tensors())
 
 
-@pytest.mark.parametrize("c_dtype", [torch.float16, torch.float32])
-@pytest.mark.parametrize("d_dtype", [torch.float16, torch.float32])
-def test_fp16_and_fp32_c_and_d_are_accepted(c_dtype, d_dtype) -> None:
+@pytest.mark.parametrize("c_dtype", FLOATS)
+@pytest.mark.parametrize("d_dtype", FLOATS)
+def test_each_c_and_d_dtype_is_accepted_by_its_variant(c_dtype, d_dtype) -> None:
     tensors = seed_tensors()
-    tensors["c"], tensors["d_row"] = tensors["c"].to(c_dtype), tensors["d_row"].to(d_dtype)
+    tensors["c"] = tensors["c"].to(torch_dtype(c_dtype))
+    tensors["d_row"] = tensors["d_row"].to(torch_dtype(d_dtype))
     with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
-        describe(tensors)
+        describe(tensors, c_dtype=c_dtype, d_dtype=d_dtype)
+    other = "fp32" if c_dtype != "fp32" else "bf16"
+    with pytest.raises(ValueError, match=f"^c_tensor: dtype {tensors['c'].dtype} is not accepted"):
+        describe(tensors, c_dtype=other, d_dtype=d_dtype)
 
 
 def test_rank_two_a_and_c_are_accepted() -> None:
@@ -63,11 +107,9 @@ def test_rank_two_a_and_c_are_accepted() -> None:
         describe(tensors)
 
 
-def test_n_major_b_is_accepted_when_asked_for() -> None:
-    with pytest.raises(ValueError, match=f"^{NOT_ON_GPU}$"):
-        describe(seed_tensors(b_major="n"), b_major="n")
-    with pytest.raises(ValueError, match="^b_tensor: strides"):
-        describe(seed_tensors(b_major="n"), b_major="k")
+def test_dense_b_is_k_major() -> None:
+    with pytest.raises(ValueError, match=r"^b_tensor: strides \(1, 96, 19200\) differ from"):
+        describe(seed_tensors(b_major="n"))
 
 
 def _misaligned_a() -> object:
@@ -81,7 +123,7 @@ BAD = {
         "a",
         lambda: [[0.0]],
         TypeError,
-        "a_tensor: expected a torch.Tensor of shape (M, K, 1), got list",
+        "a_tensor: expected a torch.Tensor, got list",
     ),
     "prob of rank 1": (
         "prob",
@@ -89,11 +131,19 @@ BAD = {
         ValueError,
         "prob_tensor: expected shape (M, 1, 1), got rank 1",
     ),
+    "alpha int32": (
+        "alpha",
+        lambda: torch.ones(L, dtype=torch.int32),
+        ValueError,
+        "alpha_tensor: dtype torch.int32 is not accepted; expected one of torch.float32 "
+        f"(variant {variant_name(variant_key())})",
+    ),
     "alpha float64": (
         "alpha",
         lambda: torch.ones(L, dtype=torch.float64),
         ValueError,
-        "alpha_tensor: dtype torch.float64 is not accepted; expected one of torch.float32",
+        "alpha_tensor: dtype torch.float64 is not accepted; expected one of torch.bfloat16, "
+        "torch.float16, torch.float32, torch.int32, torch.int64",
     ),
     "offsets int64": (
         "padded_offsets",
@@ -107,32 +157,32 @@ BAD = {
         ValueError,
         "dbias_tensor: dtype torch.float32 is not accepted; expected one of torch.bfloat16",
     ),
-    "a fp16, b bf16": (
-        "a",
-        lambda: torch.zeros(M, K, 1, dtype=torch.float16),
+    "b fp16": (
+        "b",
+        lambda: torch.zeros(L, N, K, dtype=torch.float16).permute(1, 2, 0),
         ValueError,
-        "b_tensor: dtype torch.bfloat16 differs from a_tensor's torch.float16",
+        "b_tensor: dtype torch.float16 is not accepted; expected one of torch.bfloat16",
     ),
     "c float64": (
         "c",
         lambda: torch.zeros(M, 2 * N, 1, dtype=torch.float64),
         ValueError,
         "c_tensor: dtype torch.float64 is not accepted; expected one of torch.bfloat16, "
-        "torch.float16, torch.float32",
+        "torch.float16, torch.float32, torch.int32, torch.int64",
     ),
     "d_row int8": (
         "d_row",
         lambda: torch.zeros(M, 2 * N, 1, dtype=torch.int8),
         ValueError,
         "d_row_tensor: dtype torch.int8 is not accepted; expected one of torch.bfloat16, "
-        "torch.float16, torch.float32",
+        "torch.float16, torch.float32, torch.int32, torch.int64",
     ),
     "c too wide": (
         "c",
         lambda: torch.zeros(M, 2 * N + 64, 1, dtype=torch.bfloat16),
         ValueError,
         f"c_tensor: shape ({M}, {2 * N + 64}, 1) does not match (M, 2N, 1) = ({M}, {2 * N}, 1) "
-        f"with M={M}, N={N}, K={K}, L={L}",
+        f"with M={M}, K={K}, N={N}, L={L} (M, K from a_tensor; N, L from b_tensor)",
     ),
     "d_row fewer rows": (
         "d_row",
@@ -178,17 +228,28 @@ def test_bad_tensor_is_named_with_what_it_needs(case: str) -> None:
     assert str(raised.value).startswith(message), str(raised.value)
 
 
+def test_a_of_another_dtype_selects_no_variant() -> None:
+    arguments = wrapper_arguments(a_tensor=torch.zeros(M, K, 1, dtype=torch.float16))
+    with pytest.raises(VariantNotFoundError, match=r"ab_dtype=fp16 \(from a_tensor\)"):
+        grouped_gemm_dglu_wrapper_sm90(**arguments)
+
+
 @pytest.mark.parametrize(
     ("sizes", "message"),
     [
-        ({"n": 80}, "b_tensor: N = 80 must be a positive multiple of 32"),
-        ({"k": 204}, "a_tensor: K = 204 must be a positive multiple of 8"),
-        ({"l": 1025, "n": 32, "k": 8}, "b_tensor: L = 1025 experts, expected 1..1024"),
+        ({"n": 80}, "b_tensor: N = 80 must be a multiple of 32 (gate/input columns come in "
+         "blocks of 32)"),
+        ({"k": 204}, "a_tensor: K = 204 must be a multiple of 8 (rows of A span a multiple of "
+         "16 bytes)"),
+        ({"n": 16}, "b_tensor: N = 16 must be at least 32 and must be a multiple of 32 ("),
+        ({"l": 1025, "n": 32, "k": 8}, "b_tensor: L = 1025 must be at most 1024 (the kernels "
+         "search at most 1024 experts)"),
     ],
 )
-def test_size_rules(sizes, message) -> None:
-    with pytest.raises(ValueError, match=f"^{message}"):
+def test_limits_name_the_argument_and_why(sizes, message) -> None:
+    with pytest.raises(ValueError) as raised:
         describe(seed_tensors(**sizes))
+    assert str(raised.value).startswith(message), str(raised.value)
 
 
 def test_largest_l_and_empty_m_are_fine() -> None:
@@ -351,24 +412,24 @@ BAD_DISCRETE = {
         {"b_ptrs": torch.zeros(L, 1, dtype=torch.int64)},
         "b_ptrs: expected shape (L,), got rank 2",
     ),
-    "b_ptrs a list": ({"b_ptrs": [0] * L}, "b_ptrs: expected a torch.Tensor of shape (L,)"),
+    "b_ptrs a list": ({"b_ptrs": [0] * L}, "b_ptrs: expected a torch.Tensor, got list"),
     "b_ptrs longer than alpha": (
         {"b_ptrs": torch.zeros(L + 1, dtype=torch.int64)},
-        f"padded_offsets: shape ({L},) does not match (L,) = ({L + 1},) with M={M}, N={N}, "
-        f"K={K}, L={L + 1} (M, K from a_tensor; N from n; L from b_ptrs)",
+        f"padded_offsets: shape ({L},) does not match (L,) = ({L + 1},) with N={N}, M={M}, "
+        f"K={K}, L={L + 1} (N from n; M, K from a_tensor; L from b_ptrs)",
     ),
     "too many experts": (
         {"b_ptrs": torch.zeros(1025, dtype=torch.int64)},
-        "b_ptrs: L = 1025 experts, expected 1..1024",
+        "b_ptrs: L = 1025 must be at most 1024 (the kernels search at most 1024 experts)",
     ),
-    "n not a multiple of 32": ({"n": 80}, "n: N = 80 must be a positive multiple of 32"),
+    "n not a multiple of 32": ({"n": 80}, "n: N = 80 must be a multiple of 32 (gate/input"),
     "n not an int": ({"n": 96.0}, "n: expected a positive int, got 96.0"),
     "n missing": ({"n": None}, "n: required with b_ptrs, b_dtype (discrete weights take"),
     "b_dtype missing": ({"b_dtype": None}, "b_dtype: required with b_ptrs, n"),
-    "b_dtype fp16": ({"b_dtype": torch.float16}, "b_dtype: expected torch.bfloat16"),
-    "a fp16": (
-        {"a_tensor": torch.zeros(M, K, 1, dtype=torch.float16)},
-        "a_tensor: dtype torch.float16 differs from b_dtype torch.bfloat16",
+    "b_dtype int64": ({"b_dtype": torch.int64}, "b_dtype: expected the torch dtype of the"),
+    "b_dtype fp16": (
+        {"b_dtype": torch.float16},
+        "b_dtype: fp16 differs from a_tensor's dtype bf16; A and B must have the same dtype",
     ),
     "c of another N": (
         {"n": N + 32},
@@ -398,9 +459,11 @@ def test_discrete_views_b_ptrs_and_one_experts_matrix(
     del tensors["b"]
     b_ptrs = torch.zeros(L + 1, dtype=torch.int64)[1:]
     tensors["b_ptrs"] = b_ptrs
-    args = {role: (NAMES.get(role, role), t) for role, t in tensors.items()}
-    problem = describe_tensors(args, b_major, wrapper_discrete(N, torch.bfloat16))
-    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
+    problem = describe(
+        tensors, wrapper_discrete(N, torch.bfloat16), weight_mode="discrete", b_major=b_major
+    )
+    assert {s: problem.scalars[s] for s in "mnkl"} == {"m": M, "n": N, "k": K, "l": L}
+    assert (problem.scalars["n2"], problem.scalars["l_n2"]) == (2 * N, L * 2 * N)
     assert problem.tensors["b_ptrs"].pointer == b_ptrs.data_ptr()
     assert (problem.tensors["b_ptrs"].shape, problem.tensors["b_ptrs"].dtype) == ((L,), "i64")
     template = problem.tensors["b_expert"]
@@ -424,12 +487,17 @@ def class_discrete_op(**changes) -> GroupedGemmDgluSm90:
         (
             {"num_experts": L - 1},
             f"sample_padded_offsets: shape ({L},) does not match (L,) = ({L - 1},) with "
-            f"M={M}, N={N}, K={K}, L={L - 1} (M, K from sample_a; N from b_shape; L from "
-            "num_experts)",
+            f"N={N}, K={K}, L={L - 1}, M={M} (N, K from b_shape; L from num_experts; M from "
+            "sample_a)",
         ),
-        ({"b_shape": (N, K + 8)}, f"sample_a: K = {K} differs from b_shape's K = {K + 8}"),
-        ({"b_shape": (80, K)}, "b_shape: N = 80 must be a positive multiple of 32"),
-        ({"num_experts": 2000}, "num_experts: L = 2000 experts, expected 1..1024"),
+        (
+            {"b_shape": (N, K + 8)},
+            f"sample_a: shape ({M}, {K}, 1) does not match (M, K, 1) = ({M}, {K + 8}, 1) with "
+            f"N={N}, K={K + 8}, L={L}, M={M} (N, K from b_shape; L from num_experts; M from "
+            "sample_a)",
+        ),
+        ({"b_shape": (80, K)}, "b_shape: N = 80 must be a multiple of 32"),
+        ({"num_experts": 2000}, "num_experts: L = 2000 must be at most 1024"),
         ({"b_shape": None}, "b_shape: required with num_experts, b_dtype"),
         (
             {"sample_b": seed_tensors()["b"]},
@@ -446,13 +514,11 @@ def test_class_discrete_weights_are_checked(changes, message) -> None:
 
 def test_class_discrete_sizes_reach_describe_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
     """The class API's discrete op checks b_ptrs against num_experts at execute()."""
-    monkeypatch.setattr(validation, "_check_devices", lambda args: None)
     tensors = seed_tensors()
     del tensors["b"]
     tensors["b_ptrs"] = torch.zeros(L - 1, dtype=torch.int64)
-    args = {role: (NAMES.get(role, role), t) for role, t in tensors.items()}
     with pytest.raises(ValueError, match=rf"^b_ptrs: shape \({L - 1},\) does not match"):
-        describe_tensors(args, "k", class_discrete(L, (N, K), torch.bfloat16))
+        describe(tensors, class_discrete(L, (N, K), torch.bfloat16), weight_mode="discrete")
 
 
 def execute_arguments(**changes) -> dict[str, object]:

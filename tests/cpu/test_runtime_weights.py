@@ -69,8 +69,9 @@ def test_wrapper_arguments() -> None:
     for n in (0, -32, 96.0, True, "96"):
         with pytest.raises(ValueError, match=f"^n: expected a positive int, got {n!r}$"):
             wrapper_discrete(n, torch.bfloat16)
-    for dtype in (torch.float16, torch.uint8, "bf16"):
-        with pytest.raises(ValueError, match="^b_dtype: expected torch.bfloat16"):
+    assert wrapper_discrete(96, torch.float16).dtype == "fp16"  # the variant checks A's
+    for dtype in (torch.uint8, torch.int32, "bf16"):
+        with pytest.raises(ValueError, match="^b_dtype: expected the torch dtype of the experts'"):
             wrapper_discrete(96, dtype)
 
 
@@ -85,8 +86,17 @@ def test_class_arguments() -> None:
             class_discrete(8, shape, torch.bfloat16)
     with pytest.raises(ValueError, match="^num_experts: expected a positive int, got 0$"):
         class_discrete(0, (160, 200), torch.bfloat16)
-    with pytest.raises(ValueError, match="^b_dtype: expected torch.bfloat16.*got torch.float32"):
-        class_discrete(8, (160, 200), torch.float32)
+    assert class_discrete(8, (160, 200), torch.float32).dtype == "fp32"
+    with pytest.raises(ValueError, match="^b_dtype: expected the torch dtype.*got torch.int8"):
+        class_discrete(8, (160, 200), torch.int8)
+
+
+def test_b_dtype_must_be_a_dtype() -> None:
+    torch = pytest.importorskip("torch")
+    weights = wrapper_discrete(96, torch.bfloat16)
+    weights.check_dtype_of("a_tensor", "bf16")
+    with pytest.raises(ValueError, match="^b_dtype: bf16 differs from a_tensor's dtype fp16"):
+        weights.check_dtype_of("a_tensor", "fp16")
 
 
 def test_b_major_n_is_for_discrete_weights() -> None:

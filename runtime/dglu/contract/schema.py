@@ -1,0 +1,651 @@
+"""The manifest, schema version 2 (docs/manifest.md): data model, strict reader, canonical writer.
+
+``read_manifest(directory)`` parses ``directory/manifest.json`` into immutable NamedTuples,
+type-checking every field and refusing unknown ones; each error names the file, the
+variant entry and the field. ``manifest_text(variants)`` is the one way to write a
+manifest: it reads every entry back first, then writes JSON with sorted keys (except the
+order-carrying maps ``arguments`` and ``scalars``, kept as given), a two-space indent and a
+final newline. EXPRESSIONs (``"2*n"``, ``"m*k"``, ``"16*l"``, ``4``) parse into ``Expr``.
+Pure standard library: both dglu (the runtime) and dglu_build import it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from ..errors import ManifestError
+from .keys import KEY_FIELDS
+
+SCHEMA_VERSION = 2
+MANIFEST_FILE = "manifest.json"
+REBUILD_HINT = (
+    "rebuild the directory with `dglu-build compile KERNEL_SPECS.yaml -o DIR` "
+    "(or reinstall the dglu wheel for its own cubins)"
+)
+BASE_SCALARS = ("m", "n", "k", "l")
+ELEMENT_TYPES = ("bf16", "fp16", "fp32", "i32", "i64")
+IO_KINDS = ("in", "out", "accumulate")
+ZERO_KINDS = ("each_call", "never")
+GRID_RULES = {"persistent_tiles": ("tile_m", "tile_n"), "elementwise": ("count",)}
+LAUNCH_ATTRIBUTES = ("cluster_dimension",)
+PARAM_SOURCES = {
+    "tensormap": "tensor",
+    "pointer": "tensor",
+    "i32_tuple": "values",
+    "i32": "value",
+    "f32": "value",
+}
+TMA_ENUMS: dict[str, tuple[str, ...]] = {
+    "swizzle": ("none", "32B", "64B", "128B"),
+    "l2_promotion": ("none", "64B", "128B", "256B"),
+    "oob_fill": ("none", "nan_request_zero_fma"),
+    "interleave": ("none", "16B", "32B"),
+}
+MAX_TMA_RANK = 5
+MAX_TMA_BOX = 256
+ORDERED_MAPS = ("arguments", "scalars")  # JSON objects whose order means something
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    bool: "a boolean",
+    list: "a list",
+    dict: "an object",
+    float: "a number",
+}
+
+
+class Expr(NamedTuple):
+    """A product of a positive integer and scalar names (``"2*n"``: (2, ("n",)))."""
+
+    factor: int
+    names: tuple[str, ...]
+
+    def value(self, scalars: Mapping[str, int]) -> int:
+        """The expression's value under ``scalars`` (every name must be bound)."""
+        value = self.factor
+        for name in self.names:  # at most a few names: a loop beats math.prod of a generator
+            value *= scalars[name]
+        return value
+
+    def text(self) -> str:
+        """Human form for messages: ``2N``, ``M*K``, ``16``."""
+        names = "*".join(name.upper() for name in self.names)
+        if not names:
+            return str(self.factor)
+        return names if self.factor == 1 else f"{self.factor}{names}"
+
+
+def parse_expr(value: Any) -> Expr:
+    """Parse an EXPRESSION: a positive int, or factors (positive ints, scalar names) joined
+    by ``*``; raise ValueError saying why."""
+    if type(value) is int:
+        if value <= 0:
+            raise ValueError(f"must be a positive integer or a product, got {value!r}")
+        return Expr(value, ())
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"must be an EXPRESSION (e.g. \"2*n\" or 4), got {value!r}")
+    factor, names = 1, []
+    for part in value.split("*"):
+        part = part.strip()
+        if part.isdigit() and int(part) > 0:
+            factor *= int(part)
+        elif _NAME.fullmatch(part):
+            names.append(part)
+        else:
+            raise ValueError(f"has a bad factor {part!r} in {value!r} (positive ints, scalar names)")
+    return Expr(factor, tuple(names))
+
+
+class VariantKey(NamedTuple):
+    """The fields that identify a variant; act_params as sorted (name, value) pairs."""
+
+    arch: str
+    ab_dtype: str
+    c_dtype: str
+    d_dtype: str
+    act_func: str
+    act_params: tuple[tuple[str, float], ...]
+    dbias: bool
+    weight_mode: str
+    b_major: str
+    tile_m: int
+    tile_n: int
+    cluster_m: int
+    cluster_n: int
+    scheduler: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The key as the manifest writes it (act_params as a mapping)."""
+        fields = self._asdict()
+        fields["act_params"] = dict(self.act_params)
+        return fields
+
+
+class Build(NamedTuple):
+    """What a variant was built from."""
+
+    dglu_version: str
+    source_hash: str
+    toolchain: Mapping[str, str]
+
+
+class Argument(NamedTuple):
+    """One tensor argument: seed-rank shape and strides (EXPRESSIONs or 1), dtypes, align."""
+
+    shape: tuple[Expr, ...]
+    strides: tuple[Expr, ...]
+    dtypes: tuple[str, ...]
+    align: int
+    io: str
+    rank_drop: bool = False
+
+
+class Limit(NamedTuple):
+    """Bounds of one scalar, and why the kernels need them."""
+
+    why: str
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+
+
+class ViewRule(NamedTuple):
+    """A descriptor view derived from the argument ``of``."""
+
+    of: str
+    dtype: str
+    shape: tuple[Expr, ...]
+    strides: tuple[Expr, ...]
+    address_align_down: int
+
+
+class WorkspaceRule(NamedTuple):
+    """Scratch memory the runtime provides."""
+
+    dtype: str
+    count: Expr
+    align: int
+    zero: str  # "each_call" or "never"
+
+
+class GridSpec(NamedTuple):
+    """A grid rule: ``persistent_tiles`` (tile_m, tile_n) or ``elementwise`` (count)."""
+
+    rule: str
+    tile_m: int = 0
+    tile_n: int = 0
+    count: Expr | None = None
+
+
+class ParamSpec(NamedTuple):
+    """One kernel parameter, in the kernel's parameter order."""
+
+    name: str
+    kind: str
+    size: int
+    align: int
+    tensor: str | None = None
+    values: tuple[Expr, ...] = ()
+    optional: bool = False  # pointer only: NULL when the variant lists no such tensor
+
+
+class KernelSpec(NamedTuple):
+    """One __global__ function of a variant's cubin, in launch order."""
+
+    role: str
+    symbol: str
+    block: tuple[int, int, int]
+    cluster: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    attributes: Mapping[str, tuple[int, ...]]
+    grid: GridSpec
+    params: tuple[ParamSpec, ...]
+
+
+class TmaRule(NamedTuple):
+    """How to encode the TMA descriptor of one tensor (hashable: a cache key)."""
+
+    dtype: str
+    dims: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: str
+    l2_promotion: str
+    oob_fill: str
+    interleave: str
+
+
+class Variant(NamedTuple):
+    """One prebuilt kernel variant, as its manifest entry describes it."""
+
+    name: str
+    family: str
+    key: VariantKey
+    cubin: str
+    sha256: str
+    size: int
+    build: Build
+    min_driver: int
+    m_aligned: int
+    arguments: Mapping[str, Argument]  # in check order
+    scalars: Mapping[str, Expr]  # derived scalars, in evaluation order
+    limits: Mapping[str, Limit]
+    views: Mapping[str, ViewRule]
+    workspaces: Mapping[str, WorkspaceRule]
+    kernels: tuple[KernelSpec, ...]
+    tma: Mapping[str, TmaRule]
+    directory: Path  # where the manifest was read
+
+    @property
+    def cubin_path(self) -> Path:
+        """The cubin file of this variant."""
+        return self.directory / self.cubin
+
+
+class Manifest(NamedTuple):
+    """A parsed manifest.json and the variants it lists."""
+
+    path: Path
+    variants: tuple[Variant, ...]
+
+
+def _frozen(mapping: dict[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(mapping)
+
+
+def _json_type(value: Any) -> str:
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _is_json_type(value: Any, expected: type) -> bool:
+    if expected is int:
+        return type(value) is int
+    if expected is float:
+        return type(value) in (int, float)
+    return isinstance(value, expected)
+
+
+class _Entry:
+    """A JSON object being read, with the location its error messages name."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where}: expected an object, got {_json_type(data)}")
+        self.data = data
+        self.where = where
+
+    def fail(self, field: str, problem: str) -> Exception:
+        """An error about one field of this entry."""
+        return ManifestError(f"{self.where}: field '{field}' {problem}")
+
+    def take(self, field: str, expected: type, default: Any = ...) -> Any:
+        """The value of a field of JSON type ``expected`` (required unless ``default``)."""
+        if field not in self.data:
+            if default is not ...:
+                return default
+            raise ManifestError(f"{self.where}: missing field '{field}'")
+        value = self.data[field]
+        if not _is_json_type(value, expected):
+            raise self.fail(
+                field, f"must be {_TYPE_NAMES[expected]}, got {_json_type(value)} {value!r}"
+            )
+        return value
+
+    def positive(self, field: str, zero_ok: bool = False) -> int:
+        value = self.take(field, int)
+        if value < (0 if zero_ok else 1):
+            raise self.fail(field, f"must be {'>= 0' if zero_ok else 'positive'}, got {value}")
+        return value
+
+    def choice(self, field: str, allowed: Any) -> str:
+        value = self.take(field, str)
+        if value not in allowed:
+            raise self.fail(field, f"is {value!r}, expected one of {sorted(allowed)}")
+        return value
+
+    def name(self, field: str) -> str:
+        value = self.take(field, str)
+        if not _NAME.fullmatch(value):
+            raise self.fail(field, f"must be a lowercase name, got {value!r}")
+        return value
+
+    def triple(self, field: str) -> tuple[int, int, int]:
+        value = self.take(field, list)
+        if len(value) != 3 or not all(type(v) is int and v > 0 for v in value):
+            raise self.fail(field, f"must be 3 positive integers, got {value!r}")
+        return tuple(value)
+
+    def expr(self, field: str, value: Any, scalars: set[str]) -> Expr:
+        """``value`` (found in ``field``) as an EXPRESSION over ``scalars``."""
+        try:
+            expr = parse_expr(value)
+        except ValueError as exc:
+            raise self.fail(field, str(exc)) from None
+        unknown = [n for n in expr.names if n not in scalars]
+        if unknown:
+            raise self.fail(
+                field, f"names unknown scalar(s) {unknown} in {value!r} (known: {sorted(scalars)})"
+            )
+        return expr
+
+    def exprs(self, field: str, scalars: set[str], length: int | None = None) -> tuple[Expr, ...]:
+        values = self.take(field, list)
+        if not values or (length is not None and len(values) != length):
+            wanted = f"{length} entries" if length is not None else "at least one entry"
+            raise self.fail(field, f"must have {wanted}, got {values!r}")
+        return tuple(self.expr(field, v, scalars) for v in values)
+
+    def dtypes(self, field: str) -> tuple[str, ...]:
+        values = self.take(field, list)
+        if not values or not all(v in ELEMENT_TYPES for v in values):
+            raise self.fail(field, f"must list element types of {list(ELEMENT_TYPES)}, got {values!r}")
+        return tuple(values)
+
+    def only(self, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        """Refuse missing required fields and fields the schema does not define."""
+        for field in required:
+            if field not in self.data:
+                raise ManifestError(f"{self.where}: missing field '{field}'")
+        unknown = sorted(set(self.data) - set(required) - set(optional))
+        if unknown:
+            raise ManifestError(
+                f"{self.where}: unknown field(s) {unknown} (schema_version {SCHEMA_VERSION} "
+                f"defines {sorted({*required, *optional})})"
+            )
+
+    def objects(self, field: str) -> dict[str, _Entry]:
+        """A field holding an object of named objects, each as an _Entry."""
+        value = self.take(field, dict)
+        entries = {}
+        for name, data in value.items():
+            if not _NAME.fullmatch(name):
+                raise self.fail(field, f"has a bad name {name!r} (lowercase names)")
+            entries[name] = _Entry(data, f"{self.where}, {field}.{name}")
+        return entries
+
+
+def _read_key(entry: _Entry) -> VariantKey:
+    entry.only(tuple(KEY_FIELDS))
+    fields = {name: entry.take(name, kind) for name, kind in KEY_FIELDS.items()}
+    bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
+    if bad:
+        raise entry.fail("act_params", f"must map names to numbers, got {bad!r}")
+    fields["act_params"] = tuple(sorted((k, float(v)) for k, v in fields["act_params"].items()))
+    return VariantKey(**fields)
+
+
+def _read_build(entry: _Entry) -> Build:
+    entry.only(("dglu_version", "source_hash", "toolchain"))
+    source_hash = entry.take("source_hash", str)
+    if not _SHA256.fullmatch(source_hash):
+        raise entry.fail("source_hash", f"must be 64 lowercase hex digits, got {source_hash!r}")
+    toolchain = entry.take("toolchain", dict)
+    bad = {k: v for k, v in toolchain.items() if not isinstance(v, str)}
+    if bad:
+        raise entry.fail("toolchain", f"must map tool names to version strings, got {bad!r}")
+    return Build(entry.take("dglu_version", str), source_hash, _frozen(dict(toolchain)))
+
+
+def _read_scalars(entry: _Entry) -> dict[str, Expr]:
+    """Derived scalars; each may use the base scalars and those listed before it."""
+    known = set(BASE_SCALARS)
+    scalars = {}
+    for name, value in entry.take("scalars", dict).items():
+        if not _NAME.fullmatch(name) or name in known:
+            raise entry.fail("scalars", f"has a bad or repeated scalar name {name!r}")
+        scalars[name] = entry.expr(f"scalars.{name}", value, known)
+        known.add(name)
+    return scalars
+
+
+def _read_argument(entry: _Entry, scalars: set[str]) -> Argument:
+    entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop",))
+    shape = entry.exprs("shape", scalars)
+    return Argument(
+        shape=shape,
+        strides=entry.exprs("strides", scalars, len(shape)),
+        dtypes=entry.dtypes("dtypes"),
+        align=entry.positive("align"),
+        io=entry.choice("io", IO_KINDS),
+        rank_drop=entry.take("rank_drop", bool, False),
+    )
+
+
+def _read_limit(entry: _Entry) -> Limit:
+    entry.only(("why",), ("min", "max", "multiple_of"))
+    why = entry.take("why", str)
+    bounds = {f: entry.take(f, int) for f in ("min", "max", "multiple_of") if f in entry.data}
+    if bounds.get("multiple_of", 1) <= 0:
+        raise entry.fail("multiple_of", f"must be positive, got {bounds['multiple_of']}")
+    if "min" in bounds and "max" in bounds and bounds["min"] > bounds["max"]:
+        raise entry.fail("min", f"{bounds['min']} exceeds max {bounds['max']}")
+    return Limit(why=why, **bounds)
+
+
+def _read_view(entry: _Entry, scalars: set[str], arguments: Mapping[str, Argument]) -> ViewRule:
+    entry.only(("of", "dtype", "shape", "strides", "address_align_down"))
+    shape = entry.exprs("shape", scalars)
+    return ViewRule(
+        of=entry.choice("of", arguments),
+        dtype=entry.choice("dtype", ELEMENT_TYPES),
+        shape=shape,
+        strides=entry.exprs("strides", scalars, len(shape)),
+        address_align_down=entry.positive("address_align_down"),
+    )
+
+
+def _read_workspace(entry: _Entry, scalars: set[str]) -> WorkspaceRule:
+    entry.only(("dtype", "count", "align", "zero"))
+    return WorkspaceRule(
+        dtype=entry.choice("dtype", ELEMENT_TYPES),
+        count=entry.expr("count", entry.data["count"], scalars),
+        align=entry.positive("align"),
+        zero=entry.choice("zero", ZERO_KINDS),
+    )
+
+
+def _read_tma(entry: _Entry) -> TmaRule:
+    entry.only(("dtype", "dims", "box", *TMA_ENUMS))
+    dims = entry.take("dims", list)
+    if not 1 <= len(dims) <= MAX_TMA_RANK or sorted(dims) != list(range(len(dims))):
+        raise entry.fail(
+            "dims", f"must be a permutation of 0..rank-1 (rank 1..{MAX_TMA_RANK}), got {dims!r}"
+        )
+    box = entry.take("box", list)
+    if len(box) != len(dims) or not all(type(b) is int and 0 < b <= MAX_TMA_BOX for b in box):
+        raise entry.fail(
+            "box", f"must be {len(dims)} integers in 1..{MAX_TMA_BOX} (one per dims entry), got {box!r}"
+        )
+    return TmaRule(
+        dtype=entry.choice("dtype", ELEMENT_TYPES),
+        dims=tuple(dims),
+        box=tuple(box),
+        **{name: entry.choice(name, members) for name, members in TMA_ENUMS.items()},
+    )
+
+
+def _read_grid(entry: _Entry, scalars: set[str]) -> GridSpec:
+    rule = entry.choice("rule", GRID_RULES)
+    entry.only(("rule", *GRID_RULES[rule]))
+    if rule == "elementwise":
+        return GridSpec(rule, count=entry.expr("count", entry.data["count"], scalars))
+    return GridSpec(rule, tile_m=entry.positive("tile_m"), tile_n=entry.positive("tile_n"))
+
+
+def _read_param(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[str]) -> ParamSpec:
+    kind = entry.choice("kind", PARAM_SOURCES)
+    source = PARAM_SOURCES[kind]
+    entry.only(("name", "kind", "size", "align", source), ("optional",) if kind == "pointer" else ())
+    spec: dict[str, Any] = {
+        "name": entry.take("name", str),
+        "kind": kind,
+        "size": entry.positive("size"),
+        "align": entry.positive("align"),
+    }
+    if kind == "pointer":
+        spec["optional"] = entry.take("optional", bool, False)
+        spec["tensor"] = entry.name("tensor") if spec["optional"] else entry.choice("tensor", tensors)
+    elif kind == "tensormap":
+        spec["tensor"] = entry.choice("tensor", tma)
+    elif kind == "i32_tuple":
+        spec["values"] = entry.exprs("values", scalars)
+    else:
+        spec["values"] = (entry.expr("value", entry.data["value"], scalars),)
+    return ParamSpec(**spec)
+
+
+def _read_kernel(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[str]) -> KernelSpec:
+    entry.only(
+        ("role", "symbol", "block", "cluster", "dynamic_smem_bytes", "attributes", "grid", "params")
+    )
+    cluster = entry.triple("cluster")
+    attributes = {}
+    for name, value in entry.take("attributes", dict).items():
+        if name not in LAUNCH_ATTRIBUTES:
+            raise entry.fail("attributes", f"has unknown attribute {name!r} (known: {list(LAUNCH_ATTRIBUTES)})")
+        attributes[name] = _Entry({name: value}, entry.where).triple(name)
+    if attributes.get("cluster_dimension", cluster) != cluster:
+        raise entry.fail(
+            "attributes",
+            f"cluster_dimension {list(attributes['cluster_dimension'])} differs from cluster {list(cluster)}",
+        )
+    params = entry.take("params", list)
+    return KernelSpec(
+        role=entry.name("role"),
+        symbol=entry.take("symbol", str),
+        block=entry.triple("block"),
+        cluster=cluster,
+        dynamic_smem_bytes=entry.positive("dynamic_smem_bytes", zero_ok=True),
+        attributes=_frozen(attributes),
+        grid=_read_grid(_Entry(entry.take("grid", dict), f"{entry.where}, grid"), scalars),
+        params=tuple(
+            _read_param(_Entry(p, f"{entry.where}, params[{i}]"), scalars, tensors, tma)
+            for i, p in enumerate(params)
+        ),
+    )
+
+
+VARIANT_FIELDS = (
+    "name", "family", "key", "cubin", "sha256", "size", "build", "min_driver", "m_aligned",
+    "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma",
+)
+
+
+def read_variant(data: Any, where: str, directory: Path) -> Variant:
+    """One VARIANT entry, checked field by field; errors start with ``where``."""
+    entry = _Entry(data, where)
+    name = entry.take("name", str)
+    entry.where = f"{where} ('{name}')"
+    entry.only(VARIANT_FIELDS)
+    cubin = entry.take("cubin", str)
+    if Path(cubin).name != cubin or cubin in ("", ".", ".."):
+        raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
+    sha256 = entry.take("sha256", str)
+    if not _SHA256.fullmatch(sha256):
+        raise entry.fail("sha256", f"must be 64 lowercase hex digits, got {sha256!r}")
+    derived = _read_scalars(entry)
+    scalars = {*BASE_SCALARS, *derived}
+    arguments = {
+        role: _read_argument(e, scalars) for role, e in entry.objects("arguments").items()
+    }
+    if not arguments:
+        raise entry.fail("arguments", "must list at least one argument")
+    limits = {}
+    for scalar, e in entry.objects("limits").items():
+        if scalar not in scalars:
+            raise entry.fail("limits", f"limits unknown scalar {scalar!r} (known: {sorted(scalars)})")
+        limits[scalar] = _read_limit(e)
+    views = {v: _read_view(e, scalars, arguments) for v, e in entry.objects("views").items()}
+    workspaces = {w: _read_workspace(e, scalars) for w, e in entry.objects("workspaces").items()}
+    clash = sorted((set(arguments) & set(views)) | (set(workspaces) & {*arguments, *views}))
+    if clash:
+        raise entry.fail("workspaces", f"reuses tensor names {clash} of arguments or views")
+    tma = {}
+    for tensor, e in entry.objects("tma").items():
+        if tensor not in arguments and tensor not in views:
+            raise entry.fail("tma", f"has a rule for {tensor!r}, which is no argument or view")
+        tma[tensor] = _read_tma(e)
+    kernels = entry.take("kernels", list)
+    if not kernels:
+        raise entry.fail("kernels", "must list at least one kernel")
+    tensors = {*arguments, *views, *workspaces}
+    return Variant(
+        name=name,
+        family=entry.name("family"),
+        key=_read_key(_Entry(entry.take("key", dict), f"{entry.where}, key")),
+        cubin=cubin,
+        sha256=sha256,
+        size=entry.positive("size"),
+        build=_read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
+        min_driver=entry.positive("min_driver"),
+        m_aligned=entry.positive("m_aligned"),
+        arguments=_frozen(arguments),
+        scalars=_frozen(derived),
+        limits=_frozen(limits),
+        views=_frozen(views),
+        workspaces=_frozen(workspaces),
+        kernels=tuple(
+            _read_kernel(_Entry(k, f"{entry.where}, kernels[{i}]"), scalars, tensors, set(tma))
+            for i, k in enumerate(kernels)
+        ),
+        tma=_frozen(tma),
+        directory=directory,
+    )
+
+
+def parse_manifest(data: Any, path: Path) -> Manifest:
+    """A manifest's parsed JSON ``data`` (read from ``path``), checked."""
+    top = _Entry(data, str(path))
+    version = top.data.get("schema_version")
+    if version != SCHEMA_VERSION or type(version) is not int:
+        shown = "no schema_version" if "schema_version" not in top.data else f"schema_version {version!r}"
+        raise ManifestError(
+            f"{path}: {shown}, but this dglu reads schema_version {SCHEMA_VERSION}; "
+            f"{REBUILD_HINT}"
+        )
+    top.only(("schema_version", "variants"))
+    variants = tuple(
+        read_variant(v, f"{path}: variants[{i}]", path.parent)
+        for i, v in enumerate(top.take("variants", list))
+    )
+    names = [v.name for v in variants]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ManifestError(f"{path}: variant names listed more than once: {duplicates}")
+    return Manifest(path=path, variants=variants)
+
+
+def read_manifest(directory: Path | str) -> Manifest:
+    """Parse ``directory/manifest.json``; errors name the file, entry and field."""
+    path = Path(directory) / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read: {exc.strerror}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"{path}: not valid JSON: {exc}") from exc
+    return parse_manifest(data, path)
+
+
+def _canonical(value: Any, keep_order: bool = False) -> Any:
+    """``value`` with every object's keys sorted, except inside ORDERED_MAPS themselves."""
+    if isinstance(value, dict):
+        items = value.items() if keep_order else sorted(value.items())
+        return {k: _canonical(v, keep_order=not keep_order and k in ORDERED_MAPS) for k, v in items}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def manifest_text(variants: list[dict[str, Any]]) -> str:
+    """The canonical manifest.json text listing ``variants`` (each read back first)."""
+    data = {"schema_version": SCHEMA_VERSION, "variants": list(variants)}
+    parse_manifest(json.loads(json.dumps(data)), Path("<manifest being written>") / MANIFEST_FILE)
+    return json.dumps(_canonical(data), indent=2) + "\n"
