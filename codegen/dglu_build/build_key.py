@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dglu_build.manifest_io import SCHEMA_VERSION
+from dglu.contract.schema import SCHEMA_VERSION
 
 # The builder's own settings that shape a variant's cubin and entry.
 SYMBOL_PREFIX = "dglu_"

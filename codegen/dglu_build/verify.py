@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
 from dglu_build.artifact_store import StoreError, check_entry, read_manifest_file
-from dglu_build.manifest_io import read_with_runtime_reader
+from dglu.contract.schema import read_manifest
 
 
 @dataclass
@@ -34,7 +34,7 @@ def verify_directory(directory: Path) -> Verification:
     manifest = read_manifest_file(directory)
     verification = Verification(directory)
     try:
-        read_with_runtime_reader(directory)
+        read_manifest(directory)
     except (ValueError, OSError) as err:
         verification.problems.append(f"the dglu runtime refuses the manifest: {err}")
     for index, entry in enumerate(manifest["variants"]):

@@ -11,7 +11,7 @@ import pytest
 
 from dglu_build.abi_check import check_variant_cubin
 from dglu_build.build import BuildResult, build_artifacts
-from dglu_build.manifest_io import read_with_runtime_reader
+from dglu.contract.schema import read_manifest
 from dglu_build.progress import LineProgress
 from dglu_build.specs import Variant, load_specs
 from dglu_build.verify import verify_directory
@@ -56,7 +56,7 @@ def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
     verification = verify_directory(default_build.result.directory)
     assert verification.problems == []
     assert sorted(verification.checked) == sorted(variant.name for variant in DEFAULT)
-    read_with_runtime_reader(default_build.result.directory)
+    read_manifest(default_build.result.directory)
 
 
 def _roles(variant: Variant) -> list[str]:

@@ -16,13 +16,11 @@ import pytest
 
 pytest.importorskip("cutlass", reason="compiling the smoke specs needs nvidia-cutlass-dsl")
 
+from dglu.contract.schema import read_manifest  # noqa: E402
 from dglu.grid import launch_grid  # noqa: E402
 from dglu.integrity import read_verified_cubin  # noqa: E402
-from dglu.manifest import TENSOR_NAMES, read_manifest  # noqa: E402
 from dglu.params import pack_params  # noqa: E402
-from dglu.problem import WORKSPACES  # noqa: E402
 from dglu.problem import TensorView  # noqa: E402
-from dglu.runner import required_workspaces  # noqa: E402
 from dglu.selection import VariantRequest, select_variant  # noqa: E402
 from dglu.tma import global_layout  # noqa: E402
 
@@ -53,10 +51,9 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path) -> None:
     manifest = read_manifest(artifacts)
     assert len(manifest.variants) == len(SPECS)
-    pointers = {
-        name: 0x7F00_0000_0000 + 0x1000 * i for i, name in enumerate((*TENSOR_NAMES, *WORKSPACES))
-    }
     for variant in manifest.variants:
+        names = (*variant.arguments, *variant.views, *variant.workspaces)
+        pointers = {name: 0x7F00_0000_0000 + 0x1000 * i for i, name in enumerate(names)}
         info = read_cubin(read_verified_cubin(variant))
         request = VariantRequest(**variant.key.as_dict() | {"act_params": variant.key.act_params})
         assert select_variant(manifest.variants, request) is variant
@@ -96,7 +93,7 @@ def test_discrete_variant_descriptors_and_workspaces(artifacts: Path) -> None:
     """b_descriptors, main, dbias_finish; the N-major b_expert template encodes (N, K)."""
     variant = _variant(artifacts, weight_mode="discrete")
     assert [k.role for k in variant.kernels] == ["b_descriptors", "main", "dbias_finish"]
-    assert required_workspaces(variant) == ["b_desc_ws", "dbias_ws"]
+    assert sorted(variant.workspaces) == ["b_desc_ws", "dbias_ws"]
     n, k = SCALARS["n"], SCALARS["k"]
     template = TensorView(0, 1 << 20, (n, k, 1), (1, n, n * k), "bf16")
     assert global_layout(variant.tma["b_expert"], template) == ([n, k], [n * 2])
@@ -107,7 +104,7 @@ def test_discrete_variant_descriptors_and_workspaces(artifacts: Path) -> None:
 def test_dynamic_variant_needs_the_tile_counter(artifacts: Path) -> None:
     variant = _variant(artifacts, scheduler="dynamic")
     assert [k.role for k in variant.kernels] == ["main"]
-    assert required_workspaces(variant) == ["tile_counter"]
+    assert sorted(variant.workspaces) == ["tile_counter"]
 
 
 @pytest.mark.slow
@@ -116,4 +113,5 @@ def test_cluster_variant_launches_pairs_of_ctas(artifacts: Path) -> None:
     main = variant.kernels[0]
     assert main.cluster == (2, 1, 1)
     assert launch_grid(main, SCALARS, 132) == (12, 1, 1)  # 11 tiles -> 6 clusters
-    assert required_workspaces(variant) == ["dbias_ws"]
+    assert sorted(variant.workspaces) == ["dbias_ws"]
+    assert main.attributes == {"cluster_dimension": (2, 1, 1)}

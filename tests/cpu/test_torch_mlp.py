@@ -3,7 +3,7 @@
 The fused backward op runs through ``torch.ops.dglu.grouped_gemm_dglu``; on CPU tensors
 that is the float reference (``use_reference_on_cpu``, the documented seam), so these
 tests check the MLP's own wiring (layouts, transposes, offsets, biases, prob) exactly in
-float32; the real kernel behind it is tested on the GPU (tests/gpu/test_torch_mlp.py).
+float32; the real kernel behind it is tested on the GPU (tests/gpu/test_torch_mlp_gpu.py).
 """
 
 from __future__ import annotations
