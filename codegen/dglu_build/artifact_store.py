@@ -208,7 +208,9 @@ class ArtifactStore:
 
 
 def _json_bytes(data: Any) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    """A record as JSON, its entry's keys in the order the build gave them (a manifest's
+    ``arguments`` and ``scalars`` are ordered: docs/manifest.md)."""
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 @contextmanager
