@@ -1,0 +1,1 @@
+"""JAX entry points of dglu (filled in below)."""
