@@ -185,3 +185,17 @@ def test_importing_dglu_imports_no_jax():
         env={"PYTHONPATH": ":".join(sys.path)},
     )  # fmt: skip
     assert done.stdout.strip() == "False"
+
+
+def test_export_round_trip_keeps_the_custom_call(seen_on_cpu):
+    pytest.importorskip("flatbuffers", reason="jax.export serialisation needs flatbuffers")
+    a, c, vectors = _concrete()
+    b = jnp.zeros((L, N, K), jnp.bfloat16)
+
+    def run(a, c, b):
+        return dglu_jax.grouped_gemm_dglu_jax(a, c, b_tensor=b, **vectors).dprob_tensor
+
+    unchecked = [jax.export.DisabledSafetyCheck.custom_call(dglu_jax.TARGET)]
+    exported = jax.export.export(jax.jit(run), disabled_checks=unchecked)(a, c, b)
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(restored.call(a, c, b)), 1.0)  # zeros + 1
