@@ -1,6 +1,7 @@
-"""dglu.jax's entry on XLA:CPU: trace-time checks, result shapes, and the custom call's
-buffers and attributes as the launch seam sees them (a CPU handler stands in for the GPU
-one under the same target name)."""
+"""dglu.jax's entry on XLA:CPU against hand-written v2 artifacts: trace-time checks (the
+torch path's messages), result shapes and hidden workspaces from the variant, and the
+handler's plan (dglu.jax.launch.plan_of) built from XLA's real buffers by a CPU handler
+under the entry's target, with the CUDA driver stood in (stand_ins)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,34 @@ jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'dglu
 np = pytest.importorskip("numpy")
 jnp = jax.numpy
 
+import stand_ins  # noqa: E402
+from conftest_runtime import variant_key, write_artifacts  # noqa: E402
+
 import dglu.jax as dglu_jax  # noqa: E402
-from dglu.jax import ffi  # noqa: E402
-from dglu.jax.config import config_from_attributes  # noqa: E402
-from dglu.jax.launch import problem_of  # noqa: E402
+from dglu.jax import checks, ffi, launch  # noqa: E402
+from dglu.errors import VariantNotFoundError  # noqa: E402
+from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
 
 M, N, K, L = 512, 64, 128, 2
 S = jax.ShapeDtypeStruct
+KEYS = [
+    variant_key(dbias=True),
+    variant_key(dbias=False),
+    variant_key(dbias=True, scheduler="dynamic"),
+    variant_key(dbias=False, weight_mode="discrete", b_major="n"),
+]
+
+
+@pytest.fixture
+def driver(tmp_path, monkeypatch):
+    """The variants of KEYS installed for both paths; the driver and the H200 stood in."""
+    write_artifacts(tmp_path, KEYS)
+    variants = read_manifest(tmp_path).variants
+    fake = stand_ins.install(monkeypatch, variants, tmp_path)
+    monkeypatch.setattr(checks, "installed_variants", lambda: tuple(variants))
+    monkeypatch.setattr(checks, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    launch.clear_plans()
+    return fake
 
 
 def _arrays(**changes):
@@ -29,6 +51,7 @@ def _arrays(**changes):
         "alpha_tensor": S((L,), jnp.float32),
         "beta_tensor": S((L,), jnp.float32),
         "prob_tensor": S((M, 1, 1), jnp.float32),
+        "dprob_tensor": S((M, 1, 1), jnp.float32),
         "b_tensor": S((L, N, K), jnp.bfloat16),
     }
     arrays.update(changes)
@@ -39,140 +62,189 @@ def _shapes(arrays, **options):
     return jax.eval_shape(lambda kw: dglu_jax.grouped_gemm_dglu_jax(**kw, **options), arrays)
 
 
-def test_results_have_the_seed_shapes():
-    out = _shapes(_arrays(), generate_dbias=True, d_dtype=jnp.float32)
-    assert out.d_row_tensor.shape == (M, 2 * N, 1) and out.d_row_tensor.dtype == jnp.float32
+def test_results_have_the_variants_shapes(driver):
+    out = _shapes(_arrays(), generate_dbias=True)
+    assert (out.d_row_tensor.shape, out.d_row_tensor.dtype) == ((M, 2 * N, 1), jnp.bfloat16)
     assert (out.dprob_tensor.shape, out.dprob_tensor.dtype) == ((M, 1, 1), jnp.float32)
     assert (out.dbias_tensor.shape, out.dbias_tensor.dtype) == ((L, 2 * N, 1), jnp.bfloat16)
     assert out.d_col_tensor is None and out.amax_tensor is None
-    assert _shapes(_arrays()).dbias_tensor is None
+    assert _shapes(_arrays(dprob_tensor=None)).dbias_tensor is None
 
 
-def test_discrete_weights_take_b_ptrs_as_uint32_pairs():
+def test_discrete_weights_take_b_ptrs_as_uint32_pairs(driver):
     arrays = _arrays(b_tensor=None, b_ptrs=S((L, 2), jnp.uint32))
     out = _shapes(arrays, n=N, b_dtype=jnp.bfloat16, b_major="n")
     assert out.d_row_tensor.shape == (M, 2 * N, 1)
 
 
-@pytest.mark.parametrize(
-    ("changes", "options", "error", "message"),
-    [
-        ({"a_tensor": S((M, K + 8, 1), jnp.bfloat16)}, {}, ValueError,
-         r"b_tensor: shape \(64, 128, 2\) does not match \(N, K, L\) = \(64, 136, 2\)"),
-        ({"c_tensor": S((M, N, 1), jnp.bfloat16)}, {}, ValueError,
-         r"c_tensor: shape \(512, 64, 1\) does not match \(M, 2N, 1\)"),
-        ({"alpha_tensor": S((L,), jnp.bfloat16)}, {}, ValueError,
-         "alpha_tensor: dtype bfloat16 is not accepted; expected one of float32"),
-        ({"b_tensor": S((N, K), jnp.bfloat16)}, {}, ValueError,
-         r"b_tensor: expected a row-major \(L, N, K\) array, got rank 2"),
-        ({"b_tensor": S((L, N, K), jnp.float16)}, {}, ValueError,
-         "b_tensor: dtype torch.float16 differs from a_tensor's torch.bfloat16"),
-        ({"b_tensor": S((L, 48, K), jnp.bfloat16), "c_tensor": S((M, 96, 1), jnp.bfloat16)},
-         {}, ValueError, "b_tensor: N = 48 must be a positive multiple of 32"),
-        ({}, {"act_func": "relu"}, ValueError, "act_func: expected one of"),
-        ({}, {"b_major": "n"}, ValueError, "b_major: 'n' applies to discrete weights"),
-        ({}, {"geglu_alpha": 1.0}, ValueError, "geglu_alpha: act_func='dswiglu' does not use"),
-        ({}, {"d_dtype": jnp.int8}, ValueError, "d_dtype: expected torch.bfloat16"),
-        ({}, {"sfa_tensor": 1}, NotImplementedError, "sfa_tensor: block-scaled"),
-        ({"b_ptrs": S((L,), jnp.int32)}, {}, ValueError,
-         "b_tensor and b_ptrs: dense and discrete weights exclude each other"),
-        ({"b_tensor": None, "b_ptrs": S((L,), jnp.int32)}, {"n": N, "b_dtype": jnp.bfloat16},
-         ValueError, "b_ptrs: dtype int32 is not accepted"),
-        ({"b_tensor": None, "b_ptrs": S((L, 2), jnp.uint32)}, {"n": N}, ValueError,
-         "b_dtype: required with b_ptrs, n"),
-        ({"b_tensor": None, "b_ptrs": S((L, 2), jnp.uint32)},
-         {"n": N, "b_dtype": jnp.float16}, ValueError, "b_dtype: expected jnp.bfloat16"),
-    ],
-)  # fmt: skip
-def test_bad_calls_fail_at_trace_time(changes, options, error, message):
-    with pytest.raises(error, match=message):
+BAD_CALLS = [
+    ({"a_tensor": S((M, K + 8, 1), jnp.bfloat16)}, {}),
+    ({"c_tensor": S((M, N, 1), jnp.bfloat16)}, {}),
+    ({"c_tensor": S((M, 2 * N, 1), jnp.int32)}, {}),
+    ({"alpha_tensor": S((L,), jnp.bfloat16)}, {}),
+    ({"prob_tensor": S((M, 1, 1), jnp.int8)}, {}),
+    ({"b_tensor": S((L, 48, K), jnp.bfloat16), "c_tensor": S((M, 96, 1), jnp.bfloat16)}, {}),
+    ({"a_tensor": S((M, K, 1), jnp.float16)}, {}),
+    ({}, {"act_func": "relu"}),
+    ({}, {"b_major": "n"}),
+    ({}, {"geglu_alpha": 1.0}),
+    ({}, {"m_aligned": 128}),
+    ({}, {"mma_tiler_mn": (64, 64)}),
+    ({"b_ptrs": S((L,), jnp.int64)}, {}),
+    ({"b_tensor": None, "b_ptrs": S((L, 2), jnp.uint32)}, {"n": N}),
+    ({"b_tensor": None, "b_ptrs": S((L, 2), jnp.uint32)}, {"n": 0, "b_dtype": jnp.bfloat16}),
+]  # fmt: skip
+
+
+def _torch_error(changes, options):
+    """The torch wrapper's error for the same call (CPU tensors, the driver stood in)."""
+    import torch
+
+    import dglu
+
+    def tensor(spec):
+        if spec.dtype == jnp.uint32 and spec.shape[-1:] == (2,):
+            return torch.zeros(spec.shape[:-1], dtype=torch.int64)  # b_ptrs' int64 view
+        dtype = getattr(torch, np.dtype(spec.dtype).name)
+        if spec.shape == (L, N, K) or spec.shape == (L, 48, K):  # row-major (L, N, K) B
+            return torch.zeros(spec.shape, dtype=dtype).permute(1, 2, 0)
+        return torch.zeros(spec.shape, dtype=dtype)
+
+    kwargs = {name: tensor(spec) for name, spec in _arrays(**changes).items()}
+    torch_options = {
+        name: (getattr(torch, np.dtype(value).name) if name == "b_dtype" else value)
+        for name, value in options.items()
+    }
+    try:
+        dglu.grouped_gemm_dglu(**kwargs, **torch_options)
+    except (ValueError, NotImplementedError, LookupError) as error:
+        return type(error), str(error)
+    raise AssertionError("the torch path accepted the call")
+
+
+@pytest.mark.parametrize(("changes", "options"), BAD_CALLS)
+def test_bad_calls_fail_at_trace_time_as_in_the_torch_path(driver, changes, options, monkeypatch):
+    """Traced as for an H200 (sm_90a): the messages are the torch path's, but for the
+    source of the architecture."""
+    pytest.importorskip("torch", reason="comparing with the torch path needs torch")
+    monkeypatch.setattr(dglu_jax, "default_device_arch", lambda: "sm_90a")
+    kind, message = _torch_error(changes, options)
+    with pytest.raises(kind) as raised:
         _shapes(_arrays(**changes), **options)
+    assert str(raised.value) == message.replace("the tensors' device", dglu_jax.TRACE_ARCH_SOURCE)
+
+
+def test_tracing_without_a_gpu_selects_for_any_architecture(driver):
+    with pytest.raises(VariantNotFoundError) as raised:
+        _shapes(_arrays(a_tensor=S((M, K, 1), jnp.float16)))
+    request = str(raised.value).splitlines()[1]
+    assert "arch=" not in request and "(any arch, tile_m, tile_n)" in request
+
+
+def test_block_scaled_arguments_are_refused(driver):
+    with pytest.raises(NotImplementedError, match="sfa_tensor: block-scaled"):
+        _shapes(_arrays(), sfa_tensor=1)
+
+
+def test_b_tensor_must_be_rank_3_row_major(driver):
+    with pytest.raises(ValueError, match=r"b_tensor: expected a row-major \(L, N, K\) array"):
+        _shapes(_arrays(b_tensor=S((N, K), jnp.bfloat16)))
 
 
 def _host(buffer: ffi.Buffer, element) -> np.ndarray:
     return np.ctypeslib.as_array(ctypes.cast(buffer.data, ctypes.POINTER(element)), buffer.dims)
 
 
-@pytest.fixture(scope="module")
-def seen_on_cpu():
-    """Stand-in CPU handler under the entry's target: records what the seam would build
-    and adds 1 to dprob (so that the accumulator's aliasing shows)."""
+@pytest.fixture
+def plans_on_cpu(driver):
+    """A CPU handler under the entry's target: records the handler's plan for XLA's
+    buffers (device 0, the stand-in stream) and adds 1 to dprob (so aliasing shows)."""
     seen: list = []
 
     def handle(call: ffi.DecodedCall) -> None:
-        config = config_from_attributes(call.attrs)
-        seen.append((config, problem_of(call, config, device=0), call))
-        _host(call.rets[1], ctypes.c_float)[...] += 1.0
+        plan = launch.plan_of(call.args, call.rets, call.attrs, 0, stand_ins.STREAM)
+        seen.append((plan, call))
+        results = call.attrs["results"].split(",")
+        _host(call.rets[results.index("dprob")], ctypes.c_float)[...] += 1.0
 
-    ffi.register(dglu_jax.TARGET, ffi.Handler(handle), "cpu")
+    if ffi.registered(dglu_jax.TARGET, "cpu") is None:
+        ffi.register(dglu_jax.TARGET, ffi.Handler(handle), "cpu")
+    else:  # XLA keeps the first handler: route it to this test's recorder
+        ffi.registered(dglu_jax.TARGET, "cpu").function = handle
     return seen
 
 
-def _concrete(dtype_of_b="dense"):
-    a = jnp.zeros((M, K, 1), jnp.bfloat16)
-    c = jnp.zeros((M, 2 * N, 1), jnp.bfloat16)
+def _concrete():
     vectors = {
         "padded_offsets": jnp.array([256, 512], jnp.int32),
         "alpha_tensor": jnp.ones((L,), jnp.float32),
         "beta_tensor": jnp.ones((L,), jnp.float32),
         "prob_tensor": jnp.ones((M, 1, 1), jnp.float32),
     }
-    return a, c, vectors
+    return jnp.zeros((M, K, 1), jnp.bfloat16), jnp.zeros((M, 2 * N, 1), jnp.bfloat16), vectors
 
 
-def test_given_dprob_is_accumulated_into_a_new_array(seen_on_cpu):
+def test_given_dprob_is_accumulated_into_a_new_array(plans_on_cpu):
     a, c, vectors = _concrete()
+    b = jnp.zeros((L, N, K), jnp.bfloat16)
     dprob = jnp.full((M, 1, 1), 2.0, jnp.float32)
-    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("act_func", "generate_dbias"))
-    out = run(a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), dprob_tensor=dprob,
-              act_func="dgeglu", generate_dbias=True, **vectors)  # fmt: skip
+    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("generate_dbias",))
+    out = run(a, c, b_tensor=b, dprob_tensor=dprob, generate_dbias=True, **vectors)
     np.testing.assert_array_equal(np.asarray(out.dprob_tensor), 3.0)
     np.testing.assert_array_equal(np.asarray(dprob), 2.0)  # the caller's is untouched
-    fresh = dglu_jax.grouped_gemm_dglu_jax(
-        a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), **vectors
-    )
+    fresh = dglu_jax.grouped_gemm_dglu_jax(a, c, b_tensor=b, **vectors)
     np.testing.assert_array_equal(np.asarray(fresh.dprob_tensor), 1.0)  # zeros + 1
 
 
-def test_the_seam_sees_seed_layout_views_and_the_configuration(seen_on_cpu):
+def test_the_plan_launches_on_xlas_buffers_and_zeroes_dbias_and_counters(plans_on_cpu):
     a, c, vectors = _concrete()
-    seen_on_cpu.clear()
     dglu_jax.grouped_gemm_dglu_jax(
-        a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), act_func="dgeglu",
-        glu_clamp_max=10.0, glu_clamp_min=-10.0, generate_dbias=True, use_dynamic_sched=True,
-        mma_tiler_mn=(128, 64), **vectors,
+        a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), generate_dbias=True,
+        use_dynamic_sched=True, **vectors,
     )  # fmt: skip
-    config, problem, call = seen_on_cpu[-1]
-    assert config.options.act_func == "dgeglu" and config.options.tile == (128, 64)
-    assert dict(config.options.act_params)["glu_clamp_max"] == 10.0
-    assert config.options.scheduler == "dynamic" and config.dbias
-    assert (problem.m, problem.n, problem.k, problem.l) == (M, N, K, L)
-    views = problem.tensors
-    assert views["b"].shape == (N, K, L) and views["b"].strides == (K, 1, N * K)
-    assert views["b"].pointer == call.args[1].data
-    assert views["c"].shape == (M, 2 * N, 1) and views["d_row"].dtype == "bf16"
-    assert views["dprob"].pointer == call.rets[1].data
-    assert views["dbias"].shape == (L, 2 * N, 1)
-    # hidden workspaces after the results: dbias_ws (fp32 L*2N), tile_counter (4 i32)
-    assert [(r.dtype, r.dims) for r in call.rets[3:]] == [
-        ("float32", (L * 2 * N,)),
-        ("int32", (4,)),
-    ]
+    plan, call = plans_on_cpu[-1]
+    assert call.attrs["results"] == "d_row,dprob,dbias"
+    assert call.attrs["workspaces"] == "dbias_ws,tile_counter"
+    rets = dict(zip(["d_row", "dprob", "dbias", "dbias_ws", "tile_counter"], call.rets))
+    # workspaces: the count plus room to align the start (fp32 L*2N + 16 B, i32 4 + 16 B)
+    assert rets["dbias_ws"].dims == (L * 2 * N + 4,) and rets["tile_counter"].dims == (8,)
+    aligned = {name: -(-rets[name].data // 16) * 16 for name in ("dbias_ws", "tile_counter")}
+    assert set(plan.clears) == {
+        (rets["dbias"].data, L * 2 * N * 2),
+        (aligned["dbias_ws"], L * 2 * N * 4),
+        (aligned["tile_counter"], 16),
+    }
+    assert plan.launches and all(p.stream == stand_ins.STREAM for p in plan.launches)
 
 
-def test_discrete_views_come_from_b_ptrs(seen_on_cpu):
+def test_discrete_plan_encodes_the_expert_template_from_b_ptrs(plans_on_cpu):
     a, c, vectors = _concrete()
-    seen_on_cpu.clear()
-    b_ptrs = jnp.zeros((L, 2), jnp.uint32)
     dglu_jax.grouped_gemm_dglu_jax(
-        a, c, b_ptrs=b_ptrs, n=N, b_dtype=jnp.bfloat16, b_major="n", **vectors
-    )
-    config, problem, call = seen_on_cpu[-1]
-    assert config.weight_mode == "discrete" and config.n == N
-    assert problem.tensors["b_ptrs"].shape == (L,) and problem.tensors["b_ptrs"].dtype == "i64"
-    expert = problem.tensors["b_expert"]
-    assert expert.shape == (N, K, 1) and expert.strides == (1, N, N * K)
-    assert [(r.dtype, r.dims) for r in call.rets[2:]] == [("int64", (16 * L,))]  # b_desc_ws
+        a, c, b_ptrs=jnp.zeros((L, 2), jnp.uint32), n=N, b_dtype=jnp.bfloat16, b_major="n",
+        **vectors,
+    )  # fmt: skip
+    plan, call = plans_on_cpu[-1]
+    assert call.attrs["workspaces"] == "b_desc_ws" and call.rets[2].dims == (16 * L + 16,)
+    assert plan.clears == ()  # b_desc_ws is zero: never, no dbias
+    assert len(plan.launches) == 2  # b_descriptors, then the main kernel
+
+
+def test_a_bad_buffer_at_run_time_is_an_error_of_the_execution(plans_on_cpu, monkeypatch):
+    a, c, vectors = _concrete()
+    monkeypatch.setattr(dglu_jax, "call_layout", _short_workspaces(dglu_jax.call_layout))
+    with pytest.raises(Exception, match="workspace dbias_ws: variant .* needs 256 fp32"):
+        dglu_jax.grouped_gemm_dglu_jax(
+            a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), use_dynamic_sched=True,
+            generate_dbias=True, **vectors,
+        ).dprob_tensor.block_until_ready()
+
+
+def _short_workspaces(layout_of):
+    def short(*args):
+        layout = layout_of(*args)
+        return layout._replace(workspaces=tuple((n, 1, t) for n, _, t in layout.workspaces))
+
+    return short
 
 
 def test_importing_dglu_imports_no_jax():
@@ -187,7 +259,7 @@ def test_importing_dglu_imports_no_jax():
     assert done.stdout.strip() == "False"
 
 
-def test_export_round_trip_keeps_the_custom_call(seen_on_cpu):
+def test_export_round_trip_keeps_the_custom_call(plans_on_cpu):
     pytest.importorskip("flatbuffers", reason="jax.export serialisation needs flatbuffers")
     a, c, vectors = _concrete()
     b = jnp.zeros((L, N, K), jnp.bfloat16)

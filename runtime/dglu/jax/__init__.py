@@ -20,10 +20,17 @@ d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) 
 generate_dbias=True else None; the block-scaled outputs are None. Rows of D_row past
 valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the torch path.
 
-Shapes, dtypes and options are checked at trace time by the torch path's validation
-(dglu.jax.checks). Not checked under tracing: padded_offsets' values (the kernels clamp
-their walk to A's rows, so malformed offsets give wrong numbers, never out-of-bounds
-accesses) and the addresses inside b_ptrs (read only on the device).
+Shapes, dtypes and options are checked at trace time by the torch path's code, with its
+messages (dglu.jax.checks), against the variant selected from the dtypes, the options and
+the architecture of JAX's default device. Where that device is no GPU (tracing on a CPU
+host, e.g. for jax.export), the checks use an installed variant of the configuration for
+any architecture; either way the handler checks XLA's buffers again against the variant of
+the device it runs on, before its first launch, and an error there is raised by the
+execution (JaxRuntimeError). Not checked under tracing: padded_offsets' values (the kernels
+clamp their walk to A's rows, so malformed offsets give wrong numbers, never out-of-bounds
+accesses) and the addresses inside b_ptrs (read only on the device). The variant's
+workspaces are hidden results of the custom call, sized by its manifest entry; the handler
+zeroes those marked ``each_call`` and the new dbias on XLA's stream.
 """
 
 from __future__ import annotations
@@ -34,24 +41,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ..api import ARGUMENT_NAMES, BLOCK_SCALED
+from ..contract.schema import Variant
+from ..dtypes import ELEMENT_TYPES
+from ..errors import VariantNotFoundError
+from ..external import padded_elements
 from ..options import check_absent
-from .checks import check_call
-from .config import CallConfig, DPROB_ARG, DPROB_RET, config_from_attributes
+from ..problem import Problem
+from ..selection import arch_for_capability
+from .arrays import array_spec
+from .checks import check_config, describe_call
+from .config import ARG_ROLES, CallConfig
 
 TARGET = "dglu_grouped_gemm_dglu"
 PLATFORM = "CUDA"
-BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
-ARGUMENT_NAMES = {
-    "a": "a_tensor",
-    "b": "b_tensor",
-    "b_ptrs": "b_ptrs",
-    "c": "c_tensor",
-    "padded_offsets": "padded_offsets",
-    "alpha": "alpha_tensor",
-    "beta": "beta_tensor",
-    "prob": "prob_tensor",
-    "dprob": "dprob_tensor",
-}
+TRACE_ARCH_SOURCE = "JAX's default device"
 
 
 class DgluResults(NamedTuple):
@@ -66,41 +70,84 @@ class DgluResults(NamedTuple):
     sfd_col_tensor: Any
 
 
+class CallLayout(NamedTuple):
+    """The custom call's static layout (hashable: the inner jit's static argument): its
+    results as (role, shape, numpy dtype), then the hidden workspaces as (name, elements,
+    numpy dtype); the operands aliased to results as (operand index, result index); dprob's
+    (shape, numpy dtype) when the call starts it from zeros."""
+
+    results: tuple[tuple[str, tuple[int, ...], str], ...]
+    workspaces: tuple[tuple[str, int, str], ...]
+    aliases: tuple[tuple[int, int], ...]
+    zero_dprob: tuple[tuple[int, ...], str] | None
+
+
 @functools.cache
 def _register_gpu_target() -> None:
     """Register the handler for XLA:GPU once (at the first trace)."""
     from .ffi import Handler, register
-
-    def handle(call: Any) -> None:
-        from .launch import launch
-
-        launch(call, config_from_attributes(call.attrs))
+    from .launch import handle
 
     register(TARGET, Handler(handle, command_buffer_compatible=True), PLATFORM)
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
-def _custom_call(a, weights, c, padded_offsets, alpha, beta, prob, dprob, *, config: CallConfig):
-    m, n2 = c.shape[0], 2 * (config.n or weights.shape[1])
-    l = padded_offsets.shape[0]
-    scalars = {"m": m, "n": n2 // 2, "k": a.shape[1], "l": l, "n2": n2, "l_n2": l * n2}
-    if dprob is None:
-        dprob = jnp.zeros((m, 1, 1), jnp.float32)
-    results = [
-        jax.ShapeDtypeStruct((m, n2, 1), jnp.dtype(_NUMPY[config.d_dtype])),
-        jax.ShapeDtypeStruct((m, 1, 1), jnp.float32),
-    ]
-    if config.dbias:
-        results.append(jax.ShapeDtypeStruct((l, n2, 1), jnp.bfloat16))
-    results += [jax.ShapeDtypeStruct(s, jnp.dtype(t)) for s, t in config.workspace_shapes(scalars)]
-    outputs = jax.ffi.ffi_call(TARGET, results, input_output_aliases={DPROB_ARG: DPROB_RET})(
-        a, weights, c, padded_offsets, alpha, beta, prob, dprob.reshape(m, 1, 1),
-        **config.attributes(),
-    )  # fmt: skip
-    return outputs[0], outputs[1], outputs[2] if config.dbias else None
+def default_device_arch() -> str | None:
+    """The cubin architecture of JAX's default device; None when it is no GPU."""
+    device = jax.config.jax_default_device
+    if not isinstance(device, jax.Device):
+        device = jax.devices()[0]
+    if device.platform != "gpu":
+        return None
+    capability = tuple(int(part) for part in device.compute_capability.split("."))
+    arch = arch_for_capability(capability)
+    if arch is None:
+        raise VariantNotFoundError(
+            f"{TRACE_ARCH_SOURCE} ({device.device_kind}, compute capability "
+            f"{device.compute_capability}) has no cubin architecture dglu builds"
+        )
+    return arch
 
 
-_NUMPY = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+def _numpy(element_type: str) -> str:
+    return ELEMENT_TYPES[element_type].torch_name  # numpy and torch share these names
+
+
+def call_layout(variant: Variant, problem: Problem, dprob_given: bool) -> CallLayout:
+    """The results, workspaces and aliases of ``variant``'s custom call for ``problem``."""
+    scalars = problem.scalars
+    results = tuple(
+        (role, tuple(e.value(scalars) for e in rule.shape), _numpy(rule.dtypes[0]))
+        for role, rule in variant.arguments.items()
+        if rule.io != "in"
+    )
+    roles = [role for role, _, _ in results]
+    aliases = tuple(
+        (ARG_ROLES.index(role), roles.index(role)) for role in roles if role in ARG_ROLES
+    )
+    sizes = padded_elements(variant, scalars)
+    workspaces = tuple(
+        (name, sizes[name], _numpy(rule.dtype)) for name, rule in variant.workspaces.items()
+    )
+    dprob = variant.arguments["dprob"]
+    zero_dprob = None if dprob_given else (
+        tuple(e.value(scalars) for e in dprob.shape), _numpy(dprob.dtypes[0])
+    )
+    return CallLayout(results, workspaces, aliases, zero_dprob)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "layout"))
+def _custom_call(*operands: Any, config: CallConfig, layout: CallLayout) -> dict[str, Any]:
+    if layout.zero_dprob is not None:
+        shape, dtype = layout.zero_dprob
+        operands = (*operands[:-1], jnp.zeros(shape, dtype))
+    shapes = [jax.ShapeDtypeStruct(shape, dtype) for _, shape, dtype in layout.results]
+    shapes += [jax.ShapeDtypeStruct((size,), dtype) for _, size, dtype in layout.workspaces]
+    roles = tuple(role for role, _, _ in layout.results)
+    names = tuple(name for name, _, _ in layout.workspaces)
+    outputs = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases=dict(layout.aliases))(
+        *operands, **config.attributes(roles, names)
+    )
+    return dict(zip(roles, outputs))
 
 
 def grouped_gemm_dglu_jax(
@@ -150,33 +197,25 @@ def grouped_gemm_dglu_jax(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    options = dict(locals())
-    arrays = {
-        "a": a_tensor,
-        **({"b": b_tensor} if b_tensor is not None else {}),
-        **({"b_ptrs": b_ptrs} if b_ptrs is not None else {}),
-        "c": c_tensor,
-        "padded_offsets": padded_offsets,
-        "alpha": alpha_tensor,
-        "beta": beta_tensor,
-        "prob": prob_tensor,
-        **({"dprob": dprob_tensor} if dprob_tensor is not None else {}),
-    }
-    config, _ = check_call(arrays, ARGUMENT_NAMES, options)
-    _register_gpu_target()
+    config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()))
     weights = b_ptrs if b_ptrs is not None else b_tensor
-    d_row, dprob, dbias = _custom_call(
-        a_tensor.reshape(a_tensor.shape[0], a_tensor.shape[1]),
-        weights,
-        c_tensor.reshape(c_tensor.shape[0], c_tensor.shape[1]),
-        padded_offsets,
-        alpha_tensor,
-        beta_tensor,
-        prob_tensor,
+    operands = (
+        a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
         dprob_tensor,
-        config=config,
+    )  # fmt: skip
+    roles = tuple(config.weights_role if role == "weights" else role for role in ARG_ROLES)
+    arrays = {
+        role: (ARGUMENT_NAMES[role], array_spec(role, jnp.shape(x), jnp.result_type(x)))
+        for role, x in zip(roles, operands)
+        if x is not None
+    }
+    variant, problem = describe_call(
+        config, arrays, default_device_arch(), TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob")
     )
-    return DgluResults(d_row, None, dprob, dbias, None, None, None)
+    layout = call_layout(variant, problem, dprob_tensor is not None)
+    _register_gpu_target()
+    made = _custom_call(*operands, config=config, layout=layout)
+    return DgluResults(made["d_row"], None, made["dprob"], made.get("dbias"), None, None, None)
 
 
 grouped_gemm_dglu_jax_sm90 = grouped_gemm_dglu_jax
