@@ -159,6 +159,7 @@ def _host(buffer: ffi.Buffer, element) -> np.ndarray:
 def plans_on_cpu(driver):
     """A CPU handler under the entry's target: records the handler's plan for XLA's
     buffers (device 0, the stand-in stream) and adds 1 to dprob (so aliasing shows)."""
+    pytest.importorskip("cuda.bindings", reason="the launch plan packs cuda-python types")
     seen: list = []
 
     def handle(call: ffi.DecodedCall) -> None:
