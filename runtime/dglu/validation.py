@@ -42,14 +42,20 @@ def element_types(args: TensorArgs) -> dict[str, str]:
     for role, (name, tensor) in args.items():
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-        element = element_type_of(tensor.dtype)
-        if element is None:
-            raise ValueError(
-                f"{name}: dtype {tensor.dtype} is not accepted; expected one of "
-                f"{_torch_names(list(ELEMENT_TYPES))}"
-            )
-        types[role] = element.name
+        types[role] = element_type_name(name, tensor.dtype)
     return types
+
+
+def element_type_name(name: str, dtype: Any) -> str:
+    """The element type name of argument ``name``'s dtype (a torch dtype, or anything that
+    prints as one, e.g. "torch.bfloat16"); refuse dtypes dglu names no element type for."""
+    element = element_type_of(dtype)
+    if element is None:
+        raise ValueError(
+            f"{name}: dtype {dtype} is not accepted; expected one of "
+            f"{_torch_names(list(ELEMENT_TYPES))}"
+        )
+    return element.name
 
 
 def _seed_shape(tensor: Any, rule: Argument) -> tuple[int, ...]:

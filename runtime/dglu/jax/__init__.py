@@ -1,0 +1,229 @@
+"""dglu from JAX: grouped GEMM + dGLU backward as an XLA FFI custom call, usable under
+``jax.jit`` and from eager code, launching the installed cubins on XLA's stream.
+
+``import dglu`` never imports this package (nor jax). The handler is Python (ctypes,
+dglu.jax.ffi): no compiled extension, no CuTe DSL at run time.
+
+Arguments follow the torch wrapper's seed names, as JAX arrays:
+- A (M, K[, 1]) and C (M, 2N[, 1]) row-major; padded_offsets (L,) int32; alpha, beta (L,)
+  and prob (M, 1, 1) float32;
+- dense weights: ``b_tensor``, one row-major (L, N, K) array (the same bytes as the torch
+  path's K-major (N, K, L) view); discrete weights: ``b_ptrs``, (L,) int64 device addresses
+  of per-expert (N, K) bf16 matrices (jax_enable_x64; or uint32 (L, 2) of the same bytes),
+  with ``n`` and ``b_dtype=jnp.bfloat16``. The caller keeps those expert arrays alive and
+  unmoved for every execution of the traced computation.
+- ``dprob_tensor`` (optional): accumulated into and returned as a new array (the given one
+  is never mutated); None starts from zeros.
+
+Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
+d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
+generate_dbias=True else None; the block-scaled outputs are None. Rows of D_row past
+valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the torch path.
+
+Shapes, dtypes and options are checked at trace time by the torch path's code, with its
+messages (dglu.jax.checks), against the variant selected from the dtypes, the options and
+the architecture of JAX's default device. Where that device is no GPU (tracing on a CPU
+host, e.g. for jax.export), the checks use an installed variant of the configuration for
+any architecture; either way the handler checks XLA's buffers again against the variant of
+the device it runs on, before its first launch, and an error there is raised by the
+execution (JaxRuntimeError). Not checked under tracing: padded_offsets' values (the kernels
+clamp their walk to A's rows, so malformed offsets give wrong numbers, never out-of-bounds
+accesses) and the addresses inside b_ptrs (read only on the device). The variant's
+workspaces are hidden results of the custom call, sized by its manifest entry; the handler
+zeroes those marked ``each_call`` and the new dbias on XLA's stream.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..api import ARGUMENT_NAMES, BLOCK_SCALED
+from ..contract.schema import Variant
+from ..dtypes import ELEMENT_TYPES
+from ..errors import VariantNotFoundError
+from ..external import padded_elements
+from ..options import check_absent
+from ..problem import Problem
+from ..selection import arch_for_capability
+from .arrays import array_spec
+from .checks import check_config, describe_call
+from .config import ARG_ROLES, CallConfig
+
+TARGET = "dglu_grouped_gemm_dglu"
+PLATFORM = "CUDA"
+TRACE_ARCH_SOURCE = "JAX's default device"
+
+
+class DgluResults(NamedTuple):
+    """The op's outputs in the seed's order (a pytree: returnable from jitted code)."""
+
+    d_row_tensor: Any
+    d_col_tensor: Any
+    dprob_tensor: Any
+    dbias_tensor: Any
+    amax_tensor: Any
+    sfd_row_tensor: Any
+    sfd_col_tensor: Any
+
+
+class CallLayout(NamedTuple):
+    """The custom call's static layout (hashable: the inner jit's static argument): its
+    results as (role, shape, numpy dtype), then the hidden workspaces as (name, elements,
+    numpy dtype); the operands aliased to results as (operand index, result index); dprob's
+    (shape, numpy dtype) when the call starts it from zeros."""
+
+    results: tuple[tuple[str, tuple[int, ...], str], ...]
+    workspaces: tuple[tuple[str, int, str], ...]
+    aliases: tuple[tuple[int, int], ...]
+    zero_dprob: tuple[tuple[int, ...], str] | None
+
+
+@functools.cache
+def _register_gpu_target() -> None:
+    """Register the handler for XLA:GPU once (at the first trace)."""
+    from .ffi import Handler, register
+    from .launch import handle
+
+    register(TARGET, Handler(handle, command_buffer_compatible=True), PLATFORM)
+
+
+def default_device_arch() -> str | None:
+    """The cubin architecture of JAX's default device; None when it is no GPU."""
+    device = jax.config.jax_default_device
+    if not isinstance(device, jax.Device):
+        device = jax.devices()[0]
+    if device.platform != "gpu":
+        return None
+    capability = tuple(int(part) for part in device.compute_capability.split("."))
+    arch = arch_for_capability(capability)
+    if arch is None:
+        raise VariantNotFoundError(
+            f"{TRACE_ARCH_SOURCE} ({device.device_kind}, compute capability "
+            f"{device.compute_capability}) has no cubin architecture dglu builds"
+        )
+    return arch
+
+
+def _numpy(element_type: str) -> str:
+    return ELEMENT_TYPES[element_type].torch_name  # numpy and torch share these names
+
+
+def call_layout(variant: Variant, problem: Problem, dprob_given: bool) -> CallLayout:
+    """The results, workspaces and aliases of ``variant``'s custom call for ``problem``."""
+    scalars = problem.scalars
+    results = tuple(
+        (role, tuple(e.value(scalars) for e in rule.shape), _numpy(rule.dtypes[0]))
+        for role, rule in variant.arguments.items()
+        if rule.io != "in"
+    )
+    roles = [role for role, _, _ in results]
+    aliases = tuple(
+        (ARG_ROLES.index(role), roles.index(role)) for role in roles if role in ARG_ROLES
+    )
+    sizes = padded_elements(variant, scalars)
+    workspaces = tuple(
+        (name, sizes[name], _numpy(rule.dtype)) for name, rule in variant.workspaces.items()
+    )
+    dprob = variant.arguments["dprob"]
+    zero_dprob = None if dprob_given else (
+        tuple(e.value(scalars) for e in dprob.shape), _numpy(dprob.dtypes[0])
+    )
+    return CallLayout(results, workspaces, aliases, zero_dprob)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "layout"))
+def _custom_call(*operands: Any, config: CallConfig, layout: CallLayout) -> dict[str, Any]:
+    if layout.zero_dprob is not None:
+        shape, dtype = layout.zero_dprob
+        operands = (*operands[:-1], jnp.zeros(shape, dtype))
+    shapes = [jax.ShapeDtypeStruct(shape, dtype) for _, shape, dtype in layout.results]
+    shapes += [jax.ShapeDtypeStruct((size,), dtype) for _, size, dtype in layout.workspaces]
+    roles = tuple(role for role, _, _ in layout.results)
+    names = tuple(name for name, _, _ in layout.workspaces)
+    outputs = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases=dict(layout.aliases))(
+        *operands, **config.attributes(roles, names)
+    )
+    return dict(zip(roles, outputs))
+
+
+def grouped_gemm_dglu_jax(
+    a_tensor: Any,
+    c_tensor: Any,
+    sfa_tensor: Any = None,
+    *,
+    padded_offsets: Any,
+    alpha_tensor: Any,
+    beta_tensor: Any,
+    prob_tensor: Any,
+    dprob_tensor: Any = None,
+    b_tensor: Any = None,
+    sfb_tensor: Any = None,
+    b_ptrs: Any = None,
+    sfb_ptrs: Any = None,
+    n: int | None = None,
+    b_dtype: Any = None,
+    b_major: str = "k",
+    norm_const_tensor: Any = None,
+    acc_dtype: Any = None,
+    d_dtype: Any = None,
+    cd_major: str = "n",
+    mma_tiler_mn: tuple[int, int] | None = None,
+    cluster_shape_mn: tuple[int, int] | None = None,
+    sf_vec_size: int = 16,
+    vector_f32: bool = False,
+    m_aligned: int = 256,
+    discrete_col_sfd: bool = False,
+    act_func: str = "dswiglu",
+    geglu_alpha: float = 1.702,
+    glu_clamp_max: float = 7.0,
+    glu_clamp_min: float = -7.0,
+    linear_offset: float = 1.0,
+    situ_beta1: float = 4.0,
+    situ_beta2: float = 25.0,
+    epilogue_op: str | None = None,
+    generate_dbias: bool = False,
+    use_dynamic_sched: bool = False,
+) -> DgluResults:
+    """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring)."""
+    check_absent(
+        BLOCK_SCALED,
+        NotImplementedError,
+        sfa_tensor=sfa_tensor,
+        sfb_tensor=sfb_tensor,
+        sfb_ptrs=sfb_ptrs,
+        norm_const_tensor=norm_const_tensor,
+    )
+    config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()))
+    weights = b_ptrs if b_ptrs is not None else b_tensor
+    operands = (
+        a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
+        dprob_tensor,
+    )  # fmt: skip
+    roles = tuple(config.weights_role if role == "weights" else role for role in ARG_ROLES)
+    arrays = {
+        role: (ARGUMENT_NAMES[role], array_spec(role, jnp.shape(x), jnp.result_type(x)))
+        for role, x in zip(roles, operands)
+        if x is not None
+    }
+    variant, problem = describe_call(
+        config, arrays, default_device_arch(), TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob")
+    )
+    layout = call_layout(variant, problem, dprob_tensor is not None)
+    _register_gpu_target()
+    made = _custom_call(*operands, config=config, layout=layout)
+    return DgluResults(made["d_row"], None, made["dprob"], made.get("dbias"), None, None, None)
+
+
+grouped_gemm_dglu_jax_sm90 = grouped_gemm_dglu_jax
+grouped_gemm_dglu_jax_sm100 = grouped_gemm_dglu_jax
+
+__all__ = [
+    "DgluResults",
+    "grouped_gemm_dglu_jax",
+    "grouped_gemm_dglu_jax_sm90",
+    "grouped_gemm_dglu_jax_sm100",
+]

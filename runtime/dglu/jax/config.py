@@ -1,0 +1,100 @@
+"""A JAX call's static configuration: the checked options that select its variant, carried
+to the FFI handler as attributes with the names of the custom call's results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ..options import OpOptions
+from ..weights import DENSE, DISCRETE, DiscreteWeights
+
+# The custom call's operands, in order: the weights are "b" (dense) or "b_ptrs" (discrete).
+ARG_ROLES = ("a", "weights", "c", "padded_offsets", "alpha", "beta", "prob", "dprob")
+ACT_PREFIX = "act_param_"  # activation constants travel as act_param_<name> scalars
+NO_TILE = (0, 0)  # the tile attribute of "let the selection choose"
+NAME_SEPARATOR = ","  # joins the result and workspace names into one string attribute
+
+
+class CallConfig(NamedTuple):
+    """Everything static about one call (hashable: jax.jit's static argument)."""
+
+    weight_mode: str  # DENSE or DISCRETE
+    discrete: DiscreteWeights | None  # discrete weights' n and b_dtype (dense: None)
+    options: OpOptions
+    d_dtype: str  # manifest name of D_row's dtype
+    dbias: bool
+
+    @property
+    def weights_role(self) -> str:
+        """The variant's argument the weights operand is: "b" or "b_ptrs"."""
+        return "b_ptrs" if self.weight_mode == DISCRETE else "b"
+
+    def given_scalars(self) -> dict[str, tuple[int, str]]:
+        """Scalars the weight arguments fix (discrete weights' N, from ``n``)."""
+        return self.discrete.given_scalars() if self.discrete else {}
+
+    def attributes(self, results: tuple[str, ...], workspaces: tuple[str, ...]) -> dict[str, Any]:
+        """The FFI attributes carrying this configuration and the result layout: the
+        results' roles, then the hidden workspaces', in order."""
+        import numpy as np
+
+        options = self.options
+        return {
+            "weight_mode": self.weight_mode,
+            "n": np.int64(self.discrete.n if self.discrete else 0),
+            "b_dtype": self.discrete.dtype if self.discrete else "",
+            "d_dtype": self.d_dtype,
+            "dbias": self.dbias,
+            "act_func": options.act_func,
+            "b_major": options.b_major,
+            "tile": np.array(options.tile or NO_TILE, np.int64),
+            "cluster": np.array(options.cluster, np.int64),
+            "scheduler": options.scheduler,
+            "m_aligned": np.int64(options.m_aligned),
+            "results": NAME_SEPARATOR.join(results),
+            "workspaces": NAME_SEPARATOR.join(workspaces),
+            **{ACT_PREFIX + name: np.float64(value) for name, value in options.act_params},
+        }
+
+
+class DecodedAttributes(NamedTuple):
+    """What ``CallConfig.attributes`` encoded, decoded from the handler's attributes."""
+
+    config: CallConfig
+    results: tuple[str, ...]
+    workspaces: tuple[str, ...]
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split(NAME_SEPARATOR)) if text else ()
+
+
+def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
+    """Decode the attributes ``CallConfig.attributes`` made (read by dglu.jax.ffi)."""
+    weight_mode = attrs["weight_mode"]
+    if weight_mode not in (DENSE, DISCRETE):
+        raise ValueError(f"weight_mode: expected {DENSE!r} or {DISCRETE!r}, got {weight_mode!r}")
+    tile = tuple(attrs["tile"])
+    options = OpOptions(
+        act_func=attrs["act_func"],
+        act_params=tuple(
+            sorted(
+                (name.removeprefix(ACT_PREFIX), float(value))
+                for name, value in attrs.items()
+                if name.startswith(ACT_PREFIX)
+            )
+        ),
+        b_major=attrs["b_major"],
+        tile=None if tile == NO_TILE else tile,
+        cluster=tuple(attrs["cluster"]),
+        scheduler=attrs["scheduler"],
+        m_aligned=attrs["m_aligned"],
+    )
+    discrete = (
+        DiscreteWeights(n=attrs["n"], n_from="n", dtype=attrs["b_dtype"])
+        if weight_mode == DISCRETE
+        else None
+    )
+    config = CallConfig(weight_mode, discrete, options, attrs["d_dtype"], attrs["dbias"])
+    return DecodedAttributes(config, _names(attrs["results"]), _names(attrs["workspaces"]))
