@@ -309,7 +309,7 @@ def test_execute_refuses_a_d_row_of_another_dtype(seed: int) -> None:
     dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
     op = class_op(config, x, poisoned_d(UNEVEN_96.m, UNEVEN_96.n, FP32), dprob, None)
     d_row = poisoned_d(UNEVEN_96.m, UNEVEN_96.n, BF16)
-    with pytest.raises(ValueError, match="^d_row_tensor: dtype bf16 differs from the fp32"):
+    with pytest.raises(ValueError, match=r"^d_row_tensor: dtype torch\.bfloat16 is not accepted; expected one of torch\.float32 \(variant sm90a_bf16_fp32_fp32_"):
         execute(op, x, d_row, dprob, None)
     check_untouched("d_row", d_row, poisoned_d(UNEVEN_96.m, UNEVEN_96.n, BF16), f"seed {seed}")
     assert not dprob.any()
