@@ -246,7 +246,7 @@ def _allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict
         try:
             made[rule.role] = torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
         except torch.OutOfMemoryError as exc:
-            size = math.prod(rule.shape) * torch.empty((), dtype=rule.dtype).element_size()
+            size = math.prod(rule.shape) * rule.dtype.itemsize
             raise DeviceMemoryError(
                 f"{rule.role}_tensor: no room for the output {tuple(rule.shape)} {rule.dtype} "
                 f"({size} bytes) on cuda:{device} ({exc}); nothing was enqueued and no "

@@ -175,7 +175,8 @@ def graph_workspaces(
             elements = rule.count.value(scalars)
             size = elements * ELEMENT_TYPES[rule.dtype].size
             try:
-                pointer = int(checked("cuMemAllocAsync", size, stream))
+                # cuMemAllocAsync refuses 0 bytes (a count of 0: nothing is read there)
+                pointer = int(checked("cuMemAllocAsync", max(size, WORD_BYTES), stream))
             except CudaDriverError as exc:
                 if exc.error_name != "CUDA_ERROR_OUT_OF_MEMORY":
                     raise
