@@ -18,10 +18,14 @@ from .api import (
 )
 from .errors import (
     CudaDriverError,
+    DeviceMemoryError,
     DgluError,
     IntegrityError,
+    KernelLaunchError,
+    KernelLoadError,
     ManifestError,
     ParamPackingError,
+    StreamDeviceError,
     VariantNotFoundError,
 )
 from .tuple_dict import TupleDict
@@ -29,13 +33,17 @@ from .tuple_dict import TupleDict
 
 __all__ = [
     "CudaDriverError",
+    "DeviceMemoryError",
     "DgluError",
     "GroupedGemmDglu",
     "GroupedGemmDgluSm90",
     "GroupedGemmDgluSm100",
     "IntegrityError",
+    "KernelLaunchError",
+    "KernelLoadError",
     "ManifestError",
     "ParamPackingError",
+    "StreamDeviceError",
     "TupleDict",
     "VariantNotFoundError",
     "grouped_gemm_dglu",

@@ -25,6 +25,7 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 from __future__ import annotations
 
 import functools
+import math
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from .arrays import as_torch
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
 from .dtypes import FLOAT_TYPES, torch_dtype
-from .errors import VariantNotFoundError
+from .errors import DeviceMemoryError, VariantNotFoundError
 from .contract.schema import Variant
 from .manifest import installed_variants, search_path
 from .options import OpOptions, check_absent, check_m_aligned, check_options, output_dtype_name
@@ -232,6 +233,27 @@ class OutputRule(NamedTuple):
     shape: tuple[int, ...]
     dtype: Any
     accumulate: bool
+
+
+def _allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[str, Any]:
+    """The wrapper's new outputs on cuda:``device`` (the CPU when None); DeviceMemoryError,
+    before anything is enqueued, when the device has no room for one."""
+    import torch
+
+    torch_device = torch.device("cuda", device) if device is not None else None
+    made = {}
+    for rule in rules:
+        try:
+            made[rule.role] = torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
+        except torch.OutOfMemoryError as exc:
+            size = math.prod(rule.shape) * rule.dtype.itemsize
+            raise DeviceMemoryError(
+                f"{rule.role}_tensor: no room for the output {tuple(rule.shape)} {rule.dtype} "
+                f"({size} bytes) on cuda:{device} ({exc}); nothing was enqueued and no "
+                "argument was written. Free device memory (drop unused tensors, "
+                "torch.cuda.empty_cache()) or split the call into fewer rows"
+            ) from exc
+    return made
 
 
 class PreparedCall:
@@ -737,15 +759,9 @@ class GroupedGemmDglu:
         if not call.outputs:
             run_variant(self._loaded, call.problem, stream)
             return {}
-        import torch
-
-        torch_device = torch.device("cuda", device) if device is not None else None
         # None resolved to torch's current stream: torch allocates on it already
         with on_stream(stream, device) if current_stream is not None else nullcontext():
-            made = {
-                rule.role: torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
-                for rule in call.outputs
-            }
+            made = _allocate_outputs(call.outputs, device)
         run_variant(self._loaded, call.with_outputs(made), stream, call.cleared)
         return made
 

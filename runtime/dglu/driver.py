@@ -29,10 +29,10 @@ def _driver() -> Any:
     return driver
 
 
-def _error_text(driver: Any, error: Any) -> str:
+def _error_name_and_text(driver: Any, error: Any) -> tuple[str, str]:
     _, name = driver.cuGetErrorName(error)
     _, text = driver.cuGetErrorString(error)
-    return f"{name.decode()} ({text.decode()})"
+    return name.decode(), text.decode()
 
 
 def checked(function_name: str, *args: Any) -> Any:
@@ -40,7 +40,8 @@ def checked(function_name: str, *args: Any) -> Any:
     driver = _driver()
     error, *values = getattr(driver, function_name)(*args)
     if error:  # CUDA_SUCCESS is 0
-        raise CudaDriverError(f"{function_name} failed: {_error_text(driver, error)}")
+        name, text = _error_name_and_text(driver, error)
+        raise CudaDriverError(f"{function_name} failed: {name} ({text})", name)
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
@@ -107,7 +108,8 @@ def device_info(ordinal: int) -> DeviceInfo:
 
 
 @functools.cache
-def _primary_context(ordinal: int) -> Any:
+def primary_context(ordinal: int) -> Any:
+    """The device's primary context (the one torch uses), retained once per process."""
     initialize()
     return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
 
@@ -119,7 +121,7 @@ class device_context:  # noqa: N801 (used like a function: ``with device_context
     """
 
     def __init__(self, ordinal: int) -> None:
-        self.context = _primary_context(ordinal)
+        self.context = primary_context(ordinal)
         self.pushed = False
 
     def __enter__(self) -> Any:
@@ -131,6 +133,15 @@ class device_context:  # noqa: N801 (used like a function: ``with device_context
     def __exit__(self, *exc: object) -> None:
         if self.pushed:
             checked("cuCtxPopCurrent")
+
+
+def context_device(context: Any) -> int:
+    """The ordinal of the device ``context`` (a CUcontext) belongs to."""
+    checked("cuCtxPushCurrent", context)
+    try:
+        return int(checked("cuCtxGetDevice"))
+    finally:
+        checked("cuCtxPopCurrent")
 
 
 def module_for(context: Any, sha256: str, read_image: Callable[[], bytes]) -> Any:

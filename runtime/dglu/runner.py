@@ -17,7 +17,7 @@ from . import workspaces as workspace_pool
 from .cache import BoundedCache
 from .contract.schema import Variant
 from .driver import device_context, device_info, driver_version, kernel_function, module_for
-from .errors import CudaDriverError
+from .errors import CudaDriverError, KernelLaunchError, KernelLoadError
 from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
@@ -70,12 +70,28 @@ def _load(variant: Variant, device: int) -> LoadedVariant:
                 f"bytes of shared memory, device {device} allows {limit}"
             )
     with device_context(device) as context:
-        module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
-        functions = tuple(
-            kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
-            for kernel in variant.kernels
-        )
+        try:
+            module = module_for(context, variant.sha256, lambda: read_verified_cubin(variant))
+            functions = tuple(
+                kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
+                for kernel in variant.kernels
+            )
+        except CudaDriverError as exc:
+            raise KernelLoadError(
+                f"variant {variant.name}: cannot load {variant.cubin_path} on cuda:{device} "
+                f"({exc}); nothing was launched. {_load_remedy(exc.error_name)}",
+                exc.error_name,
+            ) from exc
     return LoadedVariant(variant=variant, device=device, functions=functions)
+
+
+def _load_remedy(error_name: str | None) -> str:
+    """What to do about a cubin the driver would not load."""
+    if error_name == "CUDA_ERROR_OUT_OF_MEMORY":
+        return "Free device memory (torch.cuda.empty_cache()) and retry."
+    if error_name in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE"):
+        return "The cubin does not suit this device or driver: rebuild it or reinstall dglu."
+    return "Rebuild the artifacts or reinstall dglu; a retry tries the load again."
 
 
 def clear_caches() -> None:
@@ -147,39 +163,112 @@ def run_variant(
     launched: there is nothing to compute and the outputs keep their contents. Otherwise
     the stream's workspaces are acquired and the zeroed ones cleared on ``stream``
     (dglu.workspaces); one lock per stream keeps a call's memsets and launches together.
+    Every allocation, TMA encoding and parameter packing happens before the first memset
+    is enqueued, and the memsets only touch dglu's own memory (workspaces, the wrapper's
+    new dbias), so a failure before the first kernel launch leaves the caller's tensors
+    untouched (see _enqueue for one after it).
+
     The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
     stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
     checks that its stream's pool still holds them (and is not capturing a graph), then
-    only enqueues its memsets and launches.
+    only enqueues its memsets and launches. A capturing stream with workspaces to provide
+    gets graph-owned ones, and its plan is not kept (a replay never calls back).
     """
     memo = problem.launch_cache
     key = (loaded.identity, stream, clear)
     pool = workspace_pool.stream_pool(loaded.device, stream)
-    with pool.lock:
+    with pool.lock, device_context(loaded.device):
         ready = memo.get(key)
-        if ready is None or not workspace_pool.still_pooled(pool, ready.pooled):
-            ready = _ready_call(loaded, problem, stream, clear, pool)
-            memo[key] = ready
-        with device_context(loaded.device):
-            for pointer, size in ready.plan.clears:
-                workspace_pool.clear(pointer, size, pool.cu_stream)
-            for launch in ready.plan.launches:
-                launch_kernel(launch)
+        if ready is not None and workspace_pool.still_pooled(pool, ready.pooled):
+            _enqueue(loaded, ready.plan, pool.cu_stream)
+            return
+        grids = memo.get(loaded.identity)
+        if grids is None:
+            grids = memo[loaded.identity] = _launch_grids(loaded, problem)
+        rules = loaded.variant.workspaces if grids else {}
+        if rules and workspace_pool.is_capturing(pool.cu_stream):
+            _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
+            return
+        ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
+        _enqueue(loaded, ready.plan, pool.cu_stream)
+
+
+def _run_captured(
+    loaded: LoadedVariant,
+    problem: Problem,
+    stream: int,
+    grids: tuple[Grid, ...],
+    clear: tuple[str, ...],
+    cu_stream: Any,
+) -> None:
+    """Capture the call with graph-owned workspaces, allocated before its clears and freed
+    after its last kernel, inside the graph (dglu.workspaces)."""
+    rules = loaded.variant.workspaces
+    made = workspace_pool.graph_workspaces(rules, problem.scalars, loaded.device, cu_stream)
+    try:
+        _enqueue(loaded, _plan(loaded, problem, stream, grids, made, clear), cu_stream)
+    finally:
+        workspace_pool.free_graph_workspaces(made, cu_stream)
+
+
+def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
+    """Enqueue the plan's clears, then its launches. The clears only touch dglu's memory,
+    so until the first kernel is enqueued the caller's tensors are untouched; once one
+    ran, what it wrote (D_row, dprob and dbias accumulated in place) cannot be taken back,
+    and a failure of a later kernel says so."""
+    for pointer, size in plan.clears:
+        try:
+            workspace_pool.clear(pointer, size, cu_stream)
+        except CudaDriverError as exc:
+            raise KernelLaunchError(
+                f"variant {loaded.variant.name}: clearing {size} bytes at {pointer:#x} on "
+                f"cuda:{loaded.device} failed ({exc}); no kernel was launched and no "
+                f"argument was written. {_LAUNCH_REMEDY}",
+                exc.error_name,
+            ) from exc
+    for index, launch in enumerate(plan.launches):
+        try:
+            launch_kernel(launch)
+        except CudaDriverError as exc:
+            raise KernelLaunchError(
+                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
+                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
+                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
+                f"{_LAUNCH_REMEDY}",
+                exc.error_name,
+            ) from exc
+
+
+_LAUNCH_REMEDY = (
+    "If the error comes from an earlier asynchronous fault (e.g. CUDA_ERROR_ILLEGAL_ADDRESS, "
+    "CUDA_ERROR_LAUNCH_FAILED), the CUDA context is unusable and the process must restart; "
+    "otherwise the caches are intact and the call can be retried."
+)
+
+
+def _written(launched: tuple[Launch, ...]) -> str:
+    """What the caller's tensors hold after the launches of ``launched`` were enqueued."""
+    if not launched:
+        return "no kernel was launched, so no argument was written."
+    roles = ", ".join(launch.kernel.role for launch in launched)
+    return (
+        f"kernel(s) {roles} were already enqueued and may have written the outputs (D_row, "
+        "and dprob and dbias accumulated in place): discard them, or restore dprob and dbias "
+        "from a copy, before retrying."
+    )
 
 
 def _ready_call(
     loaded: LoadedVariant,
     problem: Problem,
     stream: int,
+    grids: tuple[Grid, ...],
     clear: tuple[str, ...],
     pool: workspace_pool.StreamWorkspaces,
 ) -> ReadyCall:
-    """Acquire the call's workspaces and find or make its plan (kept per workspace
-    addresses, so a graph capture's fresh workspaces get their own). Hold ``pool.lock``."""
+    """Acquire the call's pooled workspaces and find or make its plan (kept per workspace
+    addresses). Hold ``pool.lock``."""
     memo = problem.launch_cache
-    grids = memo.get(loaded.identity)
-    if grids is None:
-        grids = memo[loaded.identity] = _launch_grids(loaded, problem)
     rules = loaded.variant.workspaces
     workspaces = (
         workspace_pool.acquire(rules, problem.scalars, loaded.device, pool) if grids else {}

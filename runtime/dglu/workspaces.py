@@ -1,12 +1,22 @@
 """The scratch memory a variant's manifest entry asks for (``workspaces``), reused per
 (device, stream).
 
-Each stream keeps its own workspaces and grows them when a call needs more, so a repeated
-call allocates nothing. Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
-stream before its first kernel: calls on one stream run in order, and calls on different
-streams never share a workspace. A stream that is capturing a CUDA graph gets fresh
-allocations instead (from the graph's private pool, as torch does for anything allocated
-during capture), so a replay never shares memory with eager calls or other graphs.
+Each stream keeps its own workspaces (torch tensors) and grows them when a call needs more,
+so a repeated call allocates nothing. Workspaces marked ``zero: each_call`` are cleared with
+cuMemsetD32Async on the call's stream before its first kernel: calls on one stream run in
+order, and calls on different streams never share a workspace.
+
+A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is a
+stream-ordered allocation (cuMemAllocAsync) captured into the graph before the call's
+clears, and freed (cuMemFreeAsync) after its last kernel, also inside the graph. The graph
+then owns the memory: its address is fixed for the graph's lifetime, CUDA backs it only
+while a replay runs between the two nodes (never shared with eager calls or with another
+graph running at the same time), and it goes with the graph. Why not a torch tensor from
+the graph's private pool: dglu would have to keep it alive after the call, and cudagraph
+trees (torch.compile's "reduce-overhead") refuse a live pool tensor that is not an output
+of the graph; letting it die would hand its memory to later allocations of the same pool
+while the graph still writes it. Workspaces hold nothing from one call to the next (zeroed
+each call, or written before read), so an allocation inside the graph loses nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from typing import Any, NamedTuple
 from .driver import checked
 from .dtypes import ELEMENT_TYPES, torch_dtype
 from .contract.schema import WorkspaceRule
+from .errors import CudaDriverError, DeviceMemoryError
 from .streams import on_stream
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
@@ -71,18 +82,43 @@ def is_capturing(stream: Any) -> bool:
 def _allocate(
     name: str, rule: WorkspaceRule, elements: int, device: int, stream: int
 ) -> Workspace:
-    """A new workspace, allocated on ``stream`` and checked for alignment."""
+    """A new pooled workspace, a torch tensor allocated on ``stream``; DeviceMemoryError
+    when the device has no room for it."""
     import torch
 
-    cuda_device = torch.device("cuda", device)
-    with on_stream(stream, device):
-        tensor = torch.empty(elements, dtype=torch_dtype(rule.dtype), device=cuda_device)
-    if tensor.data_ptr() % rule.align:
+    try:
+        with on_stream(stream, device):
+            tensor = _device_tensor(elements, torch_dtype(rule.dtype), device)
+    except torch.OutOfMemoryError as exc:
+        raise _no_room(name, rule, elements, device, exc) from exc
+    return _aligned(Workspace(name, rule, tensor.data_ptr(), elements, tensor))
+
+
+def _device_tensor(elements: int, dtype: Any, device: int) -> Any:
+    """An uninitialised torch tensor of ``elements`` on cuda:``device``."""
+    import torch
+
+    return torch.empty(elements, dtype=dtype, device=torch.device("cuda", device))
+
+
+def _aligned(workspace: Workspace) -> Workspace:
+    if workspace.pointer % workspace.rule.align:
         raise RuntimeError(
-            f"workspace {name}: torch allocated it at {tensor.data_ptr():#x}, "
-            f"which is not {rule.align}-byte aligned as the kernels need"
+            f"workspace {workspace.name}: allocated at {workspace.pointer:#x}, which is not "
+            f"{workspace.rule.align}-byte aligned as the kernels need"
         )
-    return Workspace(name, rule, tensor.data_ptr(), elements, tensor)
+    return workspace
+
+
+def _no_room(
+    name: str, rule: WorkspaceRule, elements: int, device: int, cause: Exception
+) -> DeviceMemoryError:
+    size = elements * ELEMENT_TYPES[rule.dtype].size
+    return DeviceMemoryError(
+        f"workspace {name}: no room for {elements} {rule.dtype} elements ({size} bytes) on "
+        f"cuda:{device} ({cause}); nothing was enqueued and no argument was written. Free "
+        "device memory (drop unused tensors, torch.cuda.empty_cache()) or split the call"
+    )
 
 
 def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
@@ -92,8 +128,8 @@ def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
 
 def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], ...]) -> bool:
     """True when every (slot, workspace) of ``pooled`` is still what ``pool`` holds there
-    and ``pool``'s stream is not capturing a graph: an earlier call's workspaces serve
-    again. Hold ``pool.lock``."""
+    and ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces):
+    an earlier call's workspaces serve again. Hold ``pool.lock``."""
     if not pooled:
         return True
     if is_capturing(pool.cu_stream):
@@ -108,23 +144,55 @@ def acquire(
     device: int,
     pool: StreamWorkspaces,
 ) -> dict[str, Workspace]:
-    """The workspaces of ``rules``, at least as large as the problem needs: the pool's
-    (grown when too small), or fresh ones while the stream captures a graph. Hold
-    ``pool.lock``."""
-    if not rules:
-        return {}
-    capturing = is_capturing(pool.cu_stream)
+    """The pool's workspaces of ``rules``, grown when smaller than the problem needs. The
+    stream must not be capturing (graph_workspaces then). Hold ``pool.lock``; a failed
+    allocation leaves every slot holding a usable workspace."""
     made = {}
     for name, rule in rules.items():
         elements = rule.count.value(scalars)
         slot = pool_slot(name, rule)
-        workspace = None if capturing else pool.workspaces.get(slot)
+        workspace = pool.workspaces.get(slot)
         if workspace is None or workspace.elements < elements:
-            workspace = _allocate(name, rule, elements, device, pool.stream)
-            if not capturing:
-                pool.workspaces[slot] = workspace
+            workspace = pool.workspaces[slot] = _allocate(
+                name, rule, elements, device, pool.stream
+            )
         made[name] = workspace
     return made
+
+
+def graph_workspaces(
+    rules: Mapping[str, WorkspaceRule],
+    scalars: Mapping[str, int],
+    device: int,
+    stream: Any,
+) -> dict[str, Workspace]:
+    """Graph-owned workspaces of ``rules`` (see the module docstring), allocated on the
+    capturing ``stream`` (a CUstream) in the device's context; the caller frees them with
+    free_graph_workspaces after its kernels. On failure the ones made are freed."""
+    made: dict[str, Workspace] = {}
+    try:
+        for name, rule in rules.items():
+            elements = rule.count.value(scalars)
+            size = elements * ELEMENT_TYPES[rule.dtype].size
+            try:
+                # cuMemAllocAsync refuses 0 bytes (a count of 0: nothing is read there)
+                pointer = int(checked("cuMemAllocAsync", max(size, WORD_BYTES), stream))
+            except CudaDriverError as exc:
+                if exc.error_name != "CUDA_ERROR_OUT_OF_MEMORY":
+                    raise
+                raise _no_room(name, rule, elements, device, exc) from exc
+            made[name] = Workspace(name, rule, pointer, elements, None)
+            _aligned(made[name])
+    except BaseException:
+        free_graph_workspaces(made, stream)
+        raise
+    return made
+
+
+def free_graph_workspaces(workspaces: Mapping[str, Workspace], stream: Any) -> None:
+    """Free graph-owned workspaces on the capturing ``stream`` (a CUstream)."""
+    for workspace in workspaces.values():
+        checked("cuMemFreeAsync", workspace.pointer, stream)
 
 
 def zeroed_ranges(

@@ -1,9 +1,11 @@
 """The one stand-in for the CUDA driver and device in the CPU tests.
 
 ``StandInDriver`` answers every ``dglu.driver.checked`` call with success (handles for the
-calls that return one) and records the calls in order; ``install`` puts it, an H200's
-facts, a fixed workspace address and recording TMA encoding in place of the GPU parts, so
-the rest of the runtime runs its real code on CPU tensors.
+calls that return one), records the calls in order, and fails a chosen call when told to
+(``fail``: the driver's error, ``fail_next_allocation``: torch's out-of-memory); it keeps a
+context stack (push, pop, current) and the context of each stream handle. ``install`` puts
+it, an H200's facts, a fixed workspace address and recording TMA encoding in place of the
+GPU parts, so the rest of the runtime runs its real code on CPU tensors.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from typing import Any
 
 import pytest
 
-from dglu import api, driver, launch, runner, validation, workspaces
+from dglu import api, driver, launch, runner, streams, validation, workspaces
 from dglu.contract.schema import Variant
+from dglu.errors import CudaDriverError
 from dglu.manifest import SearchEntry
 
 H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
 DRIVER_VERSION = 12090
 WORKSPACE_ADDRESS = 0x10000
+GRAPH_ADDRESS = 0x800000  # where cuMemAllocAsync's allocations start
+PRIMARY_CONTEXT = 0xC0  # device 0's primary context
 STREAM = 7
 
 
@@ -34,22 +39,70 @@ class StandInDriver:
         self.calls: list[tuple[str, tuple]] = []
         self.current = 0  # no context current on this thread
         self.counts: Counter[str] = Counter()
+        self.pushed: list[int] = []  # contexts pushed by cuCtxPushCurrent, innermost last
+        self.stream_contexts: dict[int, int] = {}  # stream handle -> context (else primary)
+        self.context_devices: dict[int, int] = {PRIMARY_CONTEXT: 0}
+        self._failures: dict[str, list] = {}  # name -> [calls to let pass, error name]
+        self._allocation_failures = 0
+        self.capturing = False  # what cuStreamIsCapturing says of every stream
+
+    def fail(self, name: str, error: str, after: int = 0) -> None:
+        """Make the call of ``name`` after ``after`` successful ones fail with ``error``."""
+        self._failures[name] = [after, error]
+
+    def fail_next_allocation(self) -> None:
+        """Make the next workspace allocation raise torch's out-of-memory error."""
+        self._allocation_failures += 1
 
     def __call__(self, name: str, *args: object) -> object:
         self.calls.append((name, args))
         self.counts[name] += 1
+        failure = self._failures.get(name)
+        if failure is not None:
+            if failure[0] == 0:
+                del self._failures[name]
+                raise CudaDriverError(f"{name} failed: {failure[1]} (stand-in)", failure[1])
+            failure[0] -= 1
+        if name == "cuCtxPushCurrent":
+            self.pushed.append(int(args[0]))
+        elif name == "cuCtxPopCurrent":
+            self.pushed.pop()
+        current = self.pushed[-1] if self.pushed else self.current
         answers = {
-            "cuCtxGetCurrent": self.current,
-            "cuDevicePrimaryCtxRetain": 0xC0,
+            "cuCtxGetCurrent": current,
+            "cuCtxGetDevice": self.context_devices.get(current),
+            "cuDevicePrimaryCtxRetain": PRIMARY_CONTEXT,
             "cuDriverGetVersion": DRIVER_VERSION,
             "cuModuleLoadData": 0x1000 + self.counts[name],
             "cuModuleGetFunction": 0x2000 + self.counts[name],
             "cuStreamIsCapturing": None,
+            "cuMemAllocAsync": GRAPH_ADDRESS + 0x1000 * (self.counts[name] - 1),
         }
+        if name == "cuStreamGetCtx":
+            return self.stream_contexts.get(int(args[0]), PRIMARY_CONTEXT)
         return answers.get(name)
 
     def names(self, name: str) -> list[tuple]:
         return [args for call, args in self.calls if call == name]
+
+    def enqueued(self) -> list[str]:
+        """The names of the memset and launch calls made, in order."""
+        kinds = ("cuMemsetD32Async", "cuMemsetD8Async", "cuLaunchKernelEx")
+        return [name for name, _ in self.calls if name in kinds]
+
+    def device_tensor(self, elements: int, dtype: object, device: int) -> object:
+        """workspaces._device_tensor's stand-in: a tensor at WORKSPACE_ADDRESS."""
+        if self._allocation_failures:
+            import torch
+
+            self._allocation_failures -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate (stand-in)")
+        return _StandInTensor()
+
+
+class _StandInTensor:
+    def data_ptr(self) -> int:
+        return WORKSPACE_ADDRESS
 
 
 def fake_tensor_map(rule: Any, view: Any) -> bytes:
@@ -67,6 +120,7 @@ def install(
         (driver, "checked", fake),
         (launch, "checked", fake),
         (workspaces, "checked", fake),
+        (streams, "checked", fake),
         (driver, "_modules", {}),
         (driver, "_functions", {}),
         (driver, "device_info", lambda ordinal: H200),
@@ -78,15 +132,10 @@ def install(
         (validation, "_check_devices", lambda args: None),
         (api, "resolve_stream", lambda stream, device: STREAM),
         (api, "on_stream", lambda stream, device: contextlib.nullcontext()),
-        (workspaces, "is_capturing", lambda stream: False),
-        (api, "is_capturing", lambda stream: False),
-        (
-            workspaces,
-            "_allocate",
-            lambda name, rule, n, device, stream: workspaces.Workspace(
-                name, rule, WORKSPACE_ADDRESS, n, None
-            ),
-        ),
+        (workspaces, "is_capturing", lambda stream: fake.capturing),
+        (api, "is_capturing", lambda stream: fake.capturing),
+        (workspaces, "_device_tensor", fake.device_tensor),
+        (workspaces, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (runner, "encode_tensor_map", fake_tensor_map),
         (workspaces.StreamWorkspaces, "__init__", _pool_init),
     ]:

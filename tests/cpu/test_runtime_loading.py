@@ -32,10 +32,10 @@ from dglu.problem import Problem, TensorView
 def recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> stand_ins.StandInDriver:
     """The shared stand-in driver and H200, with fresh context caches."""
     driver.initialize.cache_clear()
-    driver._primary_context.cache_clear()
+    driver.primary_context.cache_clear()
     yield stand_ins.install(monkeypatch, (), tmp_path)
     driver.initialize.cache_clear()
-    driver._primary_context.cache_clear()
+    driver.primary_context.cache_clear()
 
 
 @pytest.fixture
@@ -419,17 +419,33 @@ def test_workspaces_sizes_reuse_and_alignment(fake_torch, rules) -> None:
     assert len(misaligned.made) == 1
 
 
-def test_workspaces_under_graph_capture_are_fresh_and_not_pooled(fake_torch, rules) -> None:
-    install, state = fake_torch
-    install([0x1000, 0x2000, 0x3000])
-    pool = workspaces.StreamWorkspaces(STREAM)
-    dbias_only = {"dbias_ws": rules["dbias_ws"]}
-    eager = workspaces.acquire(dbias_only, SCALARS, 0, pool)
-    state["capturing"] = True
-    captured = workspaces.acquire(dbias_only, SCALARS, 0, pool)
-    state["capturing"] = False
-    later = workspaces.acquire(dbias_only, SCALARS, 0, pool)
-    assert [w["dbias_ws"].pointer for w in (eager, captured, later)] == [0x1000, 0x2000, 0x1000]
+def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
+    monkeypatch: pytest.MonkeyPatch, rules
+) -> None:
+    """While capturing: one cuMemAllocAsync per workspace on the stream (bytes of its
+    count), freed by free_graph_workspaces on the same stream; torch and the pool are not
+    involved."""
+    calls = []
+    addresses = iter([0x1000, 0x2000, 0x3000])
+
+    def driver(name: str, *args: object) -> object:
+        calls.append((name, args))
+        return next(addresses) if name == "cuMemAllocAsync" else None
+
+    monkeypatch.setattr(workspaces, "checked", driver)
+    made = workspaces.graph_workspaces(rules, SCALARS, 0, STREAM)
+    assert {n: (w.pointer, w.elements, w.owner) for n, w in made.items()} == {
+        "b_desc_ws": (0x1000, 16 * L, None),
+        "dbias_ws": (0x2000, L * 2 * N, None),
+        "tile_counter": (0x3000, 4, None),
+    }
+    assert calls == [
+        ("cuMemAllocAsync", (16 * L * 8, STREAM)),
+        ("cuMemAllocAsync", (L * 2 * N * 4, STREAM)),
+        ("cuMemAllocAsync", (16, STREAM)),
+    ]
+    workspaces.free_graph_workspaces(made, STREAM)
+    assert calls[3:] == [("cuMemFreeAsync", (p, STREAM)) for p in (0x1000, 0x2000, 0x3000)]
 
 
 def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces(rules) -> None:

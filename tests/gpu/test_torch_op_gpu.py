@@ -106,16 +106,8 @@ def test_compile_fullgraph_matches_eager(seed: int) -> None:
     assert_same(compiled(arguments), step(arguments))
 
 
-WORKSPACE_KEPT = pytest.mark.xfail(
-    strict=True,
-    reason="dglu's runtime allocates a fresh workspace while the stream captures and keeps it "
-    "alive (dglu.workspaces); cudagraph trees refuse a live pool allocation that is not an "
-    "output ('Detected 1 tensor(s) in the cudagraph pool not tracked as outputs')",
-)
-
-
 @pytest.mark.parametrize(
-    "generate_dbias", [False, pytest.param(True, marks=WORKSPACE_KEPT)], ids=["no-dbias", "dbias"]
+    "generate_dbias", [False, True], ids=["no-dbias", "dbias"]
 )
 def test_compile_reduce_overhead_runs_as_a_cuda_graph(generate_dbias: bool, seed: int) -> None:
     from torch._dynamo.utils import counters
