@@ -165,7 +165,6 @@ class Sm90Bf16Kernel:
             c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
             d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
             tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            slot_targets: cute.struct.MemRange[cutlass.Int32, 2 * EPILOGUE_SLOTS]
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
             staging: cute.struct.Align[cute.struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024]
@@ -326,7 +325,6 @@ class Sm90Bf16Kernel:
             sD = cute.make_tensor(
                 cute.recast_ptr(storage.sC.data_ptr(), d_smem.inner, dtype=self.d_dtype), d_smem.outer
             )
-        slot_targets = storage.slot_targets.get_tensor(cute.make_layout((2, EPILOGUE_SLOTS)))
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         # rows past padded_offsets[-1] belong to no expert; never past A's rows, even
@@ -346,8 +344,7 @@ class Sm90Bf16Kernel:
                     queue, b_desc_ws_ptr,
                 )
             if warp_idx == MOVER_WARP:
-                self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n,
-                                 tiles, queue)
+                self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue)
         elif warpgroup_idx == EPILOGUE_WARPGROUP:
             cute.arch.setmaxregister_increase(EPILOGUE_REGISTERS)
             ring_bytes = self.slots.bytes
@@ -415,12 +412,13 @@ class Sm90Bf16Kernel:
         return cutlass.min(self.tile_n, n - n_tile * self.tile_n) // BLOCK_COLUMNS
 
     @cute.jit
-    def move_blocks(self, tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n, tiles, queue):
+    def move_blocks(self, tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue):
         """The block-mover warp: loads each group's C into the next slot of the ring,
         after storing the D block the epilogue wrote over the slot's previous group.
 
-        ``slot_targets`` remembers, per slot, the m-tile and the group column
-        (in groups of GROUP_COLUMNS columns) its D block goes to.
+        The mover keeps the targets (m-tile, group column in groups of GROUP_COLUMNS
+        columns) of the two groups in flight in registers, oldest first: with
+        EPILOGUE_SLOTS == 2 the oldest is the group whose slot the next C goes to.
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
@@ -430,20 +428,26 @@ class Sm90Bf16Kernel:
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
         groups_per_n_tile = self.tile_n // BLOCK_COLUMNS
+        if cutlass.const_expr(EPILOGUE_SLOTS != 2):
+            raise ValueError(f"move_blocks keeps the targets of 2 slots in registers; EPILOGUE_SLOTS is {EPILOGUE_SLOTS}")
 
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
         tile = pop_tile(queue, queue_state)
         queue_state.advance()
         group = cutlass.Int32(0)
+        older_m_tile, older_column = cutlass.Int32(0), cutlass.Int32(0)
+        newer_m_tile, newer_column = cutlass.Int32(0), cutlass.Int32(0)
         while tile < num_tiles:
             m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             for g in range(self.groups_in_tile(n_tile, n)):
                 slot = group % EPILOGUE_SLOTS
                 if group >= EPILOGUE_SLOTS:
-                    self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group - EPILOGUE_SLOTS)
+                    self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - EPILOGUE_SLOTS, older_m_tile, older_column)
                 column = n_tile * groups_per_n_tile + g
-                slot_targets[(0, slot)] = m_tile
-                slot_targets[(1, slot)] = column
+                older_m_tile = newer_m_tile
+                older_column = newer_column
+                newer_m_tile = m_tile
+                newer_column = column
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(c_full + slot, self.slots.c.bytes)
                 for box in cutlass.range_constexpr(self.slots.c.boxes):
@@ -456,18 +460,19 @@ class Sm90Bf16Kernel:
                 group += 1
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
-        for j in cutlass.range_constexpr(EPILOGUE_SLOTS):
-            if group + j >= EPILOGUE_SLOTS:
-                self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group + j - EPILOGUE_SLOTS)
+        if group >= EPILOGUE_SLOTS:
+            self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - EPILOGUE_SLOTS, older_m_tile, older_column)
+        if group >= 1:
+            self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - 1, newer_m_tile, newer_column)
 
     @cute.jit
-    def store_group(self, tma_atom_d, tDsD, tDgD, slot_targets, d_full, group: cutlass.Int32):
-        """Wait for the epilogue of ``group``, store its D block, and wait until
-        the store has read the slot (so the slot can take the next C)."""
+    def store_group(self, tma_atom_d, tDsD, tDgD, d_full, group: cutlass.Int32, m_tile: cutlass.Int32,
+                    column: cutlass.Int32):
+        """Wait for the epilogue of ``group``, store its D block to (``m_tile``, group
+        ``column``), and wait until the store has read the slot (so the slot can take
+        the next C)."""
         slot = group % EPILOGUE_SLOTS
         cute.arch.mbarrier_wait(d_full + slot, (group // EPILOGUE_SLOTS) % 2)
-        m_tile = slot_targets[(0, slot)]
-        column = slot_targets[(1, slot)]
         for box in cutlass.range_constexpr(self.slots.d.boxes):
             cute.copy(
                 tma_atom_d,
