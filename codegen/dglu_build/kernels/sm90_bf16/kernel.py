@@ -37,6 +37,13 @@ Variants also choose:
 A last, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
 caller's bf16 dbias.
 
+Deterministic variants use no float atomics: each epilogue warp stores its rows'
+dprob sums of a tile into dprob_parts[n_tile, row] and its column sums of a tile
+(a slab of DBIAS_SLAB_ROWS rows) into dbias_parts[slab, column], plain stores to
+elements no other tile writes; ``dprob_finish`` and ``dbias_finish``
+(blocks/helper_kernels.py) then add them up in n-tile and slab order, the same
+order whatever the scheduler or the timing.
+
 Hook points, where another family would differ: ``b_operand`` (the mainloop
 operand path) and ``store_d_pair`` (the epilogue output stage).
 
@@ -68,14 +75,15 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ..blocks.activations import ACTIVATIONS
 from ..blocks.expert_search import expert_of_row
-from ..blocks.helper_kernels import DbiasFinish, DescriptorPrologue
-from ..blocks.reductions import add_column_pair, add_row_sums
+from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
+from ..blocks.reductions import add_column_pair, add_row_sums, reduce_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
 from . import interface
 from .config import (
     BLOCK_COLUMNS,
+    DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
     EPILOGUE_REGISTERS,
@@ -114,6 +122,7 @@ class Sm90Bf16Kernel:
         self.discrete_weights = config.discrete_weights
         self.b_n_major = config.b_n_major
         self.dynamic_schedule = config.dynamic_schedule
+        self.deterministic = config.deterministic
         # The CTAs of a cluster take adjacent m-tiles of the same n-tile (one
         # expert: expert bounds are multiples of 256 rows) and share B by TMA multicast.
         self.cluster_m = config.cluster_m
@@ -132,6 +141,10 @@ class Sm90Bf16Kernel:
         self.num_stages = config.num_stages
         self.prologue = DescriptorPrologue(self.ab_dtype, self.b_n_major, DESCRIPTOR_THREADS)
         self.finish = DbiasFinish(FINISH_THREADS)
+        # the finishers of deterministic mode cover the rows the fused kernel's walk covers
+        walk_rows = self.tile_m * self.cluster_m
+        self.dprob_finish = DprobFinish(FINISH_THREADS, walk_rows)
+        self.dbias_parts_finish = DbiasPartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, walk_rows)
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -190,6 +203,8 @@ class Sm90Bf16Kernel:
         b_ptrs: cute.Pointer,
         b_desc_ws: cute.Pointer,
         tile_counter: cute.Pointer,
+        dprob_parts: cute.Pointer,
+        dbias_parts: cute.Pointer,
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
@@ -230,6 +245,11 @@ class Sm90Bf16Kernel:
             "b_ptrs": b_ptrs,
             "b_desc_ws": b_desc_ws,
             "tile_counter": tile_counter,
+            "dprob_parts": dprob_parts,
+            "dbias_parts": dbias_parts,
+            "m": m,
+            "n2": two_n,
+            "n_tiles": (n + self.tile_n - 1) // self.tile_n,
             "n": n,
             "k": k,
             "l": l,
@@ -250,7 +270,11 @@ class Sm90Bf16Kernel:
 
     def kernel_functions(self) -> dict:
         """The DSL kernel of each declared role, bound to its builder."""
-        return {"b_descriptors": self.prologue.kernel, "main": self.kernel, "dbias_finish": self.finish.kernel}
+        if self.deterministic:
+            finishers = {"dprob_finish": self.dprob_finish.kernel, "dbias_finish": self.dbias_parts_finish.kernel}
+        else:
+            finishers = {"dbias_finish": self.finish.kernel}
+        return {"b_descriptors": self.prologue.kernel, "main": self.kernel, **finishers}
 
     @cute.kernel
     def kernel(
@@ -355,7 +379,7 @@ class Sm90Bf16Kernel:
             staged = cute.make_tensor(storage.staging.data_ptr(), cute.make_layout(self.tile_m * self.tile_n))
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
-                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
             )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -548,7 +572,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue,
     ):
         """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
 
@@ -559,6 +583,9 @@ class Sm90Bf16Kernel:
         skipped (the TMA store would clip them anyway). ``staged`` is the staging
         buffer and ``ring_c``/``ring_d`` the slot ring, as flat views (ring_offset
         applies the swizzle).
+
+        Deterministic mode: ``dprob_ptr`` and ``dbias_ws_ptr`` are dprob_parts [n_tiles, m]
+        and dbias_parts [m_slabs, 2n] (the module docstring), written by plain stores.
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         rows = self.rows_per_epilogue_warp
@@ -567,8 +594,13 @@ class Sm90Bf16Kernel:
         alpha_all = cute.make_tensor(alpha_ptr, cute.make_layout(l))
         beta_all = cute.make_tensor(beta_ptr, cute.make_layout(l))
         prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
-        dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
-        dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+        if cutlass.const_expr(self.deterministic):
+            num_slabs = (m + DBIAS_SLAB_ROWS - 1) // DBIAS_SLAB_ROWS
+            dprob_parts = cute.make_tensor(dprob_ptr, cute.make_layout((num_n_tiles, m), stride=(m, 1)))
+            dbias_parts = cute.make_tensor(dbias_ws_ptr, cute.make_layout((num_slabs, 2 * n), stride=(2 * n, 1)))
+        else:
+            dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
+            dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
         dprob_rows = cute.make_rmem_tensor((rows,), cutlass.Float32)
 
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -613,11 +645,18 @@ class Sm90Bf16Kernel:
                 cute.arch.mbarrier_arrive(d_full + slot)
                 if cutlass.const_expr(self.with_dbias):
                     column = 2 * n_tile * self.tile_n + g * GROUP_COLUMNS + lane
-                    add_column_pair(dbias_ws[(expert, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
+                    if cutlass.const_expr(self.deterministic):
+                        slab = row0 // DBIAS_SLAB_ROWS
+                        store_column_pair(dbias_parts[(slab, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
+                    else:
+                        add_column_pair(dbias_ws[(expert, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
                 group += 1
             staging.consumer_release(staging_state)
             staging_state.advance()
-            add_row_sums(dprob_rows, dprob_all, row0, lane)
+            if cutlass.const_expr(self.deterministic):
+                dprob_parts[(n_tile, row0 + lane)] = reduce_row_sums(dprob_rows, lane)
+            else:
+                add_row_sums(dprob_rows, dprob_all, row0, lane)
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
 
