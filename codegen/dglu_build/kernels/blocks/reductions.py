@@ -14,13 +14,16 @@ def atomic_add_f32(target, value) -> None:
 
 
 @cute.jit
-def reduce_row_sums(row_sums: cute.Tensor, lane: cutlass.Int32):
-    """Lane j's full sum of row j of a warp's 32 row sums, spread over its lanes.
+def add_row_sums(
+    row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32,
+    atomically: cutlass.Constexpr[bool] = True,
+):
+    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane] by fp32
+    atomics; with ``atomically`` False, store them there (for an element no one else writes).
 
     A butterfly reduce-scatter: at each step a lane keeps the half of its
     rows selected by one bit of its lane index and adds in its partner's
-    partial sums of that half, so lane j ends with the full sum of row j
-    (in an order fixed by the lane indices: the same on every run).
+    partial sums of that half, so lane j ends with the full sum of row j.
     """
     for width in BUTTERFLY_WIDTHS:
         upper = (lane & width) != 0
@@ -28,13 +31,10 @@ def reduce_row_sums(row_sums: cute.Tensor, lane: cutlass.Int32):
             send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
             keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
             row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
-    return row_sums[0]
-
-
-@cute.jit
-def add_row_sums(row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32):
-    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane] (atomically)."""
-    atomic_add_f32(out.iterator + row0 + lane, reduce_row_sums(row_sums, lane))
+    if cutlass.const_expr(atomically):
+        atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
+    else:
+        out[row0 + lane] = row_sums[0]
 
 
 def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:

@@ -76,7 +76,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from ..blocks.activations import ACTIVATIONS
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
-from ..blocks.reductions import add_column_pair, add_row_sums, reduce_row_sums, store_column_pair
+from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
@@ -654,7 +654,7 @@ class Sm90Bf16Kernel:
             staging.consumer_release(staging_state)
             staging_state.advance()
             if cutlass.const_expr(self.deterministic):
-                dprob_parts[(n_tile, row0 + lane)] = reduce_row_sums(dprob_rows, lane)
+                add_row_sums(dprob_rows, dprob_parts[(n_tile, None)], row0, lane, atomically=False)
             else:
                 add_row_sums(dprob_rows, dprob_all, row0, lane)
             tile = pop_tile(queue, queue_state)
