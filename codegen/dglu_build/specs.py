@@ -4,7 +4,8 @@ A spec file is a mapping with an optional ``defaults:`` mapping and a
 ``variants:`` list. Each entry of ``variants`` is merged over ``defaults``;
 any field given as a list stands for each of its values, and an entry
 expands to the cartesian product of its lists. After expansion every
-variant has all of the contract's key fields (``dglu.contract.keys``), each
+variant has all of the contract's key fields (``dglu.contract.keys``; those of
+``KEY_FIELD_DEFAULTS``, e.g. ``deterministic``, take their default when omitted), each
 of the right type and among the values its kernel family allows, and the
 family's kernels can build the combination (``dglu_build.kernels.check_variant``,
 pure Python); duplicates are rejected. Every error names the file, the entry
@@ -23,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELDS, Family, family_of, variant_name
+from dglu.contract.keys import (
+    ACT_PARAM_DEFAULTS,
+    FAMILIES,
+    JOINT_FIELDS,
+    KEY_FIELD_DEFAULTS,
+    KEY_FIELDS,
+    Family,
+    family_of,
+    variant_name,
+)
 
 from dglu_build.yaml_strict import StrictLoader
 
@@ -54,6 +64,7 @@ class Variant:
     cluster_m: int
     cluster_n: int
     scheduler: str
+    deterministic: bool = False
 
     @property
     def key(self) -> dict[str, Any]:
@@ -131,7 +142,7 @@ def expand_fields(fields: dict, where: str) -> list[Variant]:
     through it before any value reaches a variant name, a file or a compiler.
     """
     _check_fields(fields, where)
-    return [_normalise(combo, where) for combo in _expand(fields, where)]
+    return [_normalise(combo, where) for combo in _expand({**KEY_FIELD_DEFAULTS, **fields}, where)]
 
 
 def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:

@@ -93,6 +93,7 @@ _FIELD_SOURCES = {
     "cluster_m": "cluster_shape_mn",
     "cluster_n": "cluster_shape_mn",
     "scheduler": "use_dynamic_sched",
+    "deterministic": "deterministic",
 }
 WRAPPER_SOURCES = {
     **_FIELD_SOURCES,
@@ -176,6 +177,7 @@ def _select(
         cluster_m=options.cluster[0],
         cluster_n=options.cluster[1],
         scheduler=options.scheduler,
+        deterministic=options.deterministic,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
@@ -343,7 +345,7 @@ WRAPPER_SETTINGS = (
     "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
     "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
     "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
-    "d_dtype", "generate_dbias",
+    "d_dtype", "generate_dbias", "deterministic",
 )
 
 
@@ -424,6 +426,7 @@ def grouped_gemm_dglu(
     generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
     current_stream: Any = None,
+    deterministic: bool = False,
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on the tensors' device; allocates D_row (and dbias).
 
@@ -469,6 +472,7 @@ def grouped_gemm_dglu(
             cd_major,
             d_dtype,
             generate_dbias,
+            deterministic,
         ),
         a_tensor,
         c_tensor,
@@ -561,6 +565,7 @@ class GroupedGemmDglu:
         b_major: str = "k",
         epilogue_op: str | None = None,
         use_dynamic_sched: bool = False,
+        deterministic: bool = False,
     ) -> None:
         self._samples = _named(
             True,
@@ -603,6 +608,7 @@ class GroupedGemmDglu:
             "b_major": b_major,
             "epilogue_op": epilogue_op,
             "use_dynamic_sched": use_dynamic_sched,
+            "deterministic": deterministic,
         }
         self._reset()
 

@@ -2,7 +2,8 @@
 
 Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): block-scaled
 inputs and options, vector_f32, and activation constants given for an activation that does
-not use them. use_dynamic_sched picks the scheduler (False: "static", True: "dynamic");
+not use them. use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
+the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
 cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
 selected variant's. A tile, cluster or
@@ -47,6 +48,7 @@ class OpOptions(NamedTuple):
     cluster: tuple[int, int]
     scheduler: str  # "static" or "dynamic"
     m_aligned: int  # checked against the selected variant's
+    deterministic: bool = False  # True: the variant without order-dependent float atomics
 
 
 def _pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -109,6 +111,7 @@ def check_options(
     epilogue_op: Any,
     use_dynamic_sched: Any,
     cd_major: Any = "n",
+    deterministic: Any = False,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they select."""
     given = locals()
@@ -129,6 +132,8 @@ def check_options(
         raise ValueError(f"m_aligned: expected a positive int, got {m_aligned!r}")
     if not isinstance(use_dynamic_sched, bool):
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
+    if not isinstance(deterministic, bool):
+        raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
@@ -138,6 +143,7 @@ def check_options(
         cluster=_pair("cluster_shape_mn", cluster_shape_mn) or SINGLE_CTA_CLUSTER,
         scheduler="dynamic" if use_dynamic_sched else "static",
         m_aligned=m_aligned,
+        deterministic=deterministic,
     )
 
 

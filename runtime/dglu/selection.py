@@ -57,6 +57,7 @@ class VariantRequest:
     cluster_m: int | None = None
     cluster_n: int | None = None
     scheduler: str | None = None
+    deterministic: bool = False
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
@@ -97,6 +98,7 @@ def build_command(entry: dict[str, Any]) -> str:
         f"--tile {entry['tile_m']}x{entry['tile_n']}",
         f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
         f"--scheduler {entry['scheduler']}",
+        *(["--deterministic"] if entry["deterministic"] else []),
     ]
     return " ".join(parts)
 

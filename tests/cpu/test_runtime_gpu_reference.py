@@ -209,6 +209,7 @@ def test_shipped_configs_match_the_default_spec() -> None:
             v.b_major,
             v.scheduler,
             (v.cluster_m, v.cluster_n),
+            v.deterministic,
         )
         for v in shipped
     } == {key_fields(config) for config in SHIPPED}

@@ -52,6 +52,7 @@ class Config:
     b_major: str = "k"  # of discrete weights' (N, K) matrices
     scheduler: str = "static"  # or "dynamic" (use_dynamic_sched=True)
     cluster: tuple[int, int] = (1, 1)
+    deterministic: bool = False  # the bitwise reproducible variant (deterministic=True)
 
     @property
     def discrete(self) -> bool:
@@ -75,6 +76,7 @@ class Config:
             "use_dynamic_sched": self.scheduler == "dynamic",
             "cluster_shape_mn": None if self.cluster == (1, 1) else self.cluster,
             "b_major": self.b_major,
+            "deterministic": self.deterministic,
         }
 
     def __str__(self) -> str:
@@ -85,7 +87,8 @@ class Config:
             text += f"-discrete-{self.b_major}"
         if self.cluster != (1, 1):
             text += f"-cluster{self.cluster[0]}x{self.cluster[1]}"
-        return text + ("-dynamic" if self.scheduler == "dynamic" else "")
+        text += "-dynamic" if self.scheduler == "dynamic" else ""
+        return text + ("-det" if self.deterministic else "")
 
 
 def _configs(activations, c_dtype, d_dtype, tile, **launch) -> list[Config]:
@@ -111,6 +114,9 @@ SHIPPED: list[Config] = [
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="n"),
     *_configs(["dswiglu"], BF16, BF16, WIDE, scheduler="dynamic"),
     Config("dswiglu", BF16, BF16, True, WIDE, cluster=(2, 1)),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, deterministic=True),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, scheduler="dynamic", deterministic=True),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k", deterministic=True),
 ]
 
 
@@ -127,6 +133,7 @@ def key_fields(config: Config) -> tuple:
         config.b_major,
         config.scheduler,
         config.cluster,
+        config.deterministic,
     )
 
 
@@ -146,4 +153,5 @@ def installed_key_fields(key) -> tuple | None:
         key.b_major,
         key.scheduler,
         (key.cluster_m, key.cluster_n),
+        key.deterministic,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, Family, family_of
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELD_DEFAULTS, Family, family_of
 
 from . import sm90_bf16
 
@@ -57,7 +57,9 @@ def _check_allowed(family: Family, key: Mapping[str, Any]) -> None:
 
 
 def check_variant(key: Mapping[str, Any]) -> None:
-    """Raise ValueError naming the field(s) if no kernel can build this key; compiles nothing."""
+    """Raise ValueError naming the field(s) if no kernel can build this key; compiles nothing.
+    Fields of KEY_FIELD_DEFAULTS that the key leaves out take their defaults."""
+    key = {**KEY_FIELD_DEFAULTS, **key}
     family = _family(key)
     _check_allowed(family, key)
     FAMILY_MODULES[family.name].check(key)

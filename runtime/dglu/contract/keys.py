@@ -5,7 +5,8 @@ kernel family (an architecture and operand path) allows a set of values per fiel
 ``FAMILIES``; a spec entry or a call's request names a family through its ``arch`` and
 ``ab_dtype``. Activation constants and their defaults (the seed's) are in
 ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
-it also names the variant's kernel symbols, so it must not change for existing keys.
+it also names the variant's kernel symbols, so it must not change for existing keys: a
+``deterministic`` key appends ``_det``, the default (False) adds nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ KEY_FIELDS: dict[str, type] = {
     "cluster_m": int,
     "cluster_n": int,
     "scheduler": str,
+    "deterministic": bool,
 }
+
+# Fields a spec entry or a manifest key may leave out, and the value they then take.
+KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False}
 
 # Activation -> its compile-time constants and their defaults (the seed's).
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
@@ -92,6 +97,7 @@ FAMILIES: dict[str, Family] = {
                 "tile_mn": ((128, 128), (128, 64)),
                 "cluster_mn": ((1, 1), (2, 1)),
                 "scheduler": ("static", "dynamic"),
+                "deterministic": (False, True),
             },
         ),
     )
@@ -122,4 +128,6 @@ def variant_name(key: Mapping[str, Any]) -> str:
     if params != ACT_PARAM_DEFAULTS[key["act_func"]]:
         text = json.dumps(params, sort_keys=True)
         parts.append("p" + hashlib.sha256(text.encode()).hexdigest()[:8])
+    if key.get("deterministic", KEY_FIELD_DEFAULTS["deterministic"]):
+        parts.append("det")
     return "_".join(parts)

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ..errors import ManifestError
-from .keys import KEY_FIELDS
+from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 
 SCHEMA_VERSION = 2
 MANIFEST_FILE = "manifest.json"
@@ -63,37 +63,42 @@ _TYPE_NAMES = {
 
 
 class Expr(NamedTuple):
-    """A product of a positive integer and scalar names (``"2*n"``: (2, ("n",)))."""
+    """A product of a positive integer and scalar names, divided by ``divisor`` rounding up
+    (``"2*n"``: (2, ("n",)); ``"n/128"``: (1, ("n",), 128), the n-tiles of 128 columns)."""
 
     factor: int
     names: tuple[str, ...]
+    divisor: int = 1
 
     def value(self, scalars: Mapping[str, int]) -> int:
         """The expression's value under ``scalars`` (every name must be bound)."""
         value = self.factor
         for name in self.names:  # at most a few names: a loop beats math.prod of a generator
             value *= scalars[name]
-        return value
+        return value if self.divisor == 1 else -(-value // self.divisor)
 
     def text(self) -> str:
-        """Human form for messages: ``2N``, ``M*K``, ``16``."""
+        """Human form for messages: ``2N``, ``M*K``, ``16``, ``ceil(N/128)``."""
         names = "*".join(name.upper() for name in self.names)
-        if not names:
-            return str(self.factor)
-        return names if self.factor == 1 else f"{self.factor}{names}"
+        product = names if names and self.factor == 1 else f"{self.factor}{names}"
+        return product if self.divisor == 1 else f"ceil({product}/{self.divisor})"
 
 
 def parse_expr(value: Any) -> Expr:
     """Parse an EXPRESSION: a positive int, or factors (positive ints, scalar names) joined
-    by ``*``; raise ValueError saying why."""
+    by ``*``, optionally followed by ``/`` and a positive int (division rounding up);
+    raise ValueError saying why."""
     if type(value) is int:
         if value <= 0:
             raise ValueError(f"must be a positive integer or a product, got {value!r}")
         return Expr(value, ())
     if not isinstance(value, str) or not value:
         raise ValueError(f"must be an EXPRESSION (e.g. \"2*n\" or 4), got {value!r}")
+    product, slash, divisor = value.partition("/")
+    if slash and not (divisor.strip().isdigit() and int(divisor) > 0):
+        raise ValueError(f"has a bad divisor {divisor!r} in {value!r} (a positive int)")
     factor, names = 1, []
-    for part in value.split("*"):
+    for part in product.split("*"):
         part = part.strip()
         if part.isdigit() and int(part) > 0:
             factor *= int(part)
@@ -101,7 +106,7 @@ def parse_expr(value: Any) -> Expr:
             names.append(part)
         else:
             raise ValueError(f"has a bad factor {part!r} in {value!r} (positive ints, scalar names)")
-    return Expr(factor, tuple(names))
+    return Expr(factor, tuple(names), int(divisor) if slash else 1)
 
 
 class VariantKey(NamedTuple):
@@ -121,6 +126,7 @@ class VariantKey(NamedTuple):
     cluster_m: int
     cluster_n: int
     scheduler: str
+    deterministic: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The key as the manifest writes it (act_params as a mapping)."""
@@ -372,8 +378,9 @@ class _Entry:
 
 
 def _read_key(entry: _Entry) -> VariantKey:
-    entry.only(tuple(KEY_FIELDS))
-    fields = {name: entry.take(name, kind) for name, kind in KEY_FIELDS.items()}
+    required = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
+    entry.only(required, tuple(KEY_FIELD_DEFAULTS))
+    fields = {name: entry.take(name, kind, KEY_FIELD_DEFAULTS.get(name, ...)) for name, kind in KEY_FIELDS.items()}
     bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
     if bad:
         raise entry.fail("act_params", f"must map names to numbers, got {bad!r}")

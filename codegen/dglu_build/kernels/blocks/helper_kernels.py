@@ -1,4 +1,5 @@
-"""Small kernels around a fused kernel: the per-expert descriptor prologue and the dbias finish."""
+"""Small kernels around a fused kernel: the per-expert descriptor prologue, the dbias finish
+and the finishers of deterministic mode."""
 
 import cutlass
 import cutlass.cute as cute
@@ -70,3 +71,89 @@ class DbiasFinish:
             ws = cute.make_tensor(ws_ptr, cute.make_layout(count))
             dbias = cute.make_tensor(dbias_ptr, cute.make_layout(count))
             dbias[i] = (dbias[i].to(cutlass.Float32) + ws[i]).to(dbias.element_type)
+
+
+@cute.jit
+def covered_rows(offsets: cute.Tensor, l: cutlass.Int32, m: cutlass.Int32, walk_rows: int):
+    """Rows the fused kernel's tiles cover: below padded_offsets[-1] and A's m, in whole
+    walk units (``walk_rows``: tile_m times the cluster's m-tiles), as the kernel counts them."""
+    return cutlass.min(offsets[l - 1], m) // walk_rows * walk_rows
+
+
+class DprobFinish:
+    """Deterministic mode: a kernel that adds each row's per-n-tile partial sums (fp32,
+    [n_tiles, m], written by the fused kernel with plain stores) into dprob, in n-tile
+    order, one thread per row."""
+
+    def __init__(self, threads: int, walk_rows: int):
+        self.threads = threads
+        self.walk_rows = walk_rows
+
+    @cute.kernel
+    def kernel(
+        self,
+        parts_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n_tiles: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """dprob[i] += parts[0, i] + parts[1, i] + ... (left to right) for covered rows i."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * self.threads + tidx
+        offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
+        if i < covered_rows(offsets, l, m, self.walk_rows):
+            parts = cute.make_tensor(parts_ptr, cute.make_layout((n_tiles, m), stride=(m, 1)))
+            dprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
+            total = cutlass.Float32(0.0)
+            for n_tile in cutlass.range(n_tiles):
+                total = total + parts[(n_tile, i)]
+            dprob[i] = dprob[i] + total
+
+
+class DbiasPartsFinish:
+    """Deterministic mode: a kernel that adds the per-slab column sums (fp32, [m_slabs, 2n]:
+    slab s holds rows [s * slab_rows, (s + 1) * slab_rows), written by the fused kernel with
+    plain stores) of each expert's slabs, in row order, into the caller's dbias, one thread
+    per element."""
+
+    def __init__(self, threads: int, slab_rows: int, walk_rows: int):
+        self.threads = threads
+        self.slab_rows = slab_rows
+        self.walk_rows = walk_rows
+
+    @cute.kernel
+    def kernel(
+        self,
+        parts_ptr: cute.Pointer,
+        dbias_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n2: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """dbias[g, j] = dbias_dtype(float(dbias[g, j]) + sum of parts[s, j] over the covered
+        slabs s of expert g, in increasing s). A slab belongs to the expert of its first row
+        (the fused kernel's rule): s in [ceil(start / slab_rows), ceil(end / slab_rows))."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * self.threads + tidx
+        if i < l * n2:
+            expert = i // n2
+            column = i - expert * n2
+            offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
+            start = cutlass.Int32(0)
+            if expert > 0:
+                start = offsets[expert - 1]
+            end = cutlass.min(offsets[expert], covered_rows(offsets, l, m, self.walk_rows))
+            slabs = (m + self.slab_rows - 1) // self.slab_rows
+            parts = cute.make_tensor(parts_ptr, cute.make_layout((slabs, n2), stride=(n2, 1)))
+            dbias = cute.make_tensor(dbias_ptr, cute.make_layout(l * n2))
+            total = cutlass.Float32(0.0)
+            first = (start + self.slab_rows - 1) // self.slab_rows
+            last = (end + self.slab_rows - 1) // self.slab_rows
+            for slab in cutlass.range(first, last):
+                total = total + parts[(slab, column)]
+            dbias[i] = (dbias[i].to(cutlass.Float32) + total).to(dbias.element_type)

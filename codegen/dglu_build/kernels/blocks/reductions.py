@@ -14,8 +14,12 @@ def atomic_add_f32(target, value) -> None:
 
 
 @cute.jit
-def add_row_sums(row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32):
-    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane].
+def add_row_sums(
+    row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32,
+    atomically: cutlass.Constexpr[bool] = True,
+):
+    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane] by fp32
+    atomics; with ``atomically`` False, store them there (for an element no one else writes).
 
     A butterfly reduce-scatter: at each step a lane keeps the half of its
     rows selected by one bit of its lane index and adds in its partner's
@@ -27,7 +31,10 @@ def add_row_sums(row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, l
             send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
             keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
             row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
-    atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
+    if cutlass.const_expr(atomically):
+        atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
+    else:
+        out[row0 + lane] = row_sums[0]
 
 
 def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:
@@ -35,3 +42,9 @@ def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: i
     target = row.iterator + column
     atomic_add_f32(target, first_sum)
     atomic_add_f32(target + distance, second_sum)
+
+
+def store_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:
+    """Store a lane's sums of two columns (``column`` and ``column + distance``) into ``row``."""
+    row[column] = first_sum
+    row[column + distance] = second_sum

@@ -49,6 +49,8 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "b_ptrs": (i64, 8),
         "b_desc_ws": (i64, 128),
         "tile_counter": (i32, 4),
+        "dprob_parts": (f32, 16),  # deterministic mode's partial sums
+        "dbias_parts": (f32, 16),
     }
 
 

@@ -119,6 +119,7 @@ class Config:
     tile_m: int
     tile_n: int
     cluster_m: int
+    deterministic: bool = False
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
@@ -136,6 +137,7 @@ class Config:
             tile_m=key["tile_m"],
             tile_n=key["tile_n"],
             cluster_m=key["cluster_m"],
+            deterministic=key.get("deterministic", False),
         )
         config.check()
         return config
@@ -187,7 +189,9 @@ class Config:
         """Rows of B's tile each CTA loads: with a 2-CTA cluster, half, multicast to both."""
         return self.tile_n // self.cluster_m
 DESCRIPTOR_THREADS = 128  # b_descriptors: experts per block
-FINISH_THREADS = 256  # dbias_finish: elements per block
+FINISH_THREADS = 256  # dprob_finish, dbias_finish: elements per block
+# deterministic dbias: each epilogue warp's column sums of its rows of a tile (a slab)
+DBIAS_SLAB_ROWS = TILE_M // (EPILOGUE_THREADS // WARP_SIZE)
 TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role
 # every role of the CTA reads the tile queue: MMA warpgroups, epilogue, block mover
 TILE_QUEUE_READERS = NUM_MMA_THREADS + EPILOGUE_THREADS + WARP_SIZE

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..declaration import KernelDeclaration, Int32, Pointer, TmaAtom, TmaTensor, TENSORMAP_BYTES
 from .config import (
     BLOCK_COLUMNS,
+    DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
     FINISH_THREADS,
@@ -25,6 +26,14 @@ TMA_ALIGN_BYTES = 16  # TMA needs 16-byte aligned addresses and row pitches
 _ELEMENT_BYTES = {"i32": 4, "i64": 8, "fp32": 4}
 
 SCALARS = {"n2": "2*n", "l_n2": "l*n2"}
+
+
+def scalars(config: Config) -> dict[str, str]:
+    """Derived scalars; deterministic mode adds the partial sums' extents: the n-tiles
+    (dprob's partials per row) and the slabs of DBIAS_SLAB_ROWS rows (dbias's per column)."""
+    if not config.deterministic:
+        return dict(SCALARS)
+    return {**SCALARS, "n_tiles": f"n/{config.tile_n}", "m_slabs": f"m/{DBIAS_SLAB_ROWS}"}
 
 
 def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None = None,
@@ -86,7 +95,13 @@ def views(config: Config) -> dict[str, dict]:
 def workspaces(config: Config) -> dict[str, dict]:
     """The scratch tensors this variant's kernels use."""
     found = {}
-    if config.dbias:
+    if config.deterministic:
+        # per-tile partial sums, each written once by a plain store, reduced in a fixed
+        # order by dprob_finish and dbias_finish
+        found["dprob_parts"] = {"dtype": "fp32", "count": "n_tiles*m", "align": 16, "zero": "never"}
+        if config.dbias:
+            found["dbias_parts"] = {"dtype": "fp32", "count": "m_slabs*n2", "align": 16, "zero": "never"}
+    elif config.dbias:
         # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish
         found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
     if config.discrete_weights:
@@ -106,7 +121,9 @@ def b_tensor(config: Config) -> str:
 
 def main_kernel(config: Config) -> KernelDeclaration:
     """The fused kernel; discrete weights read B through per-expert descriptors
-    (``b_desc_ws``) made from a template for one expert's matrix."""
+    (``b_desc_ws``) made from a template for one expert's matrix. Deterministic mode
+    gives it the partial-sum workspaces where the others give dprob and dbias_ws."""
+    dprob, dbias_sums = ("dprob_parts", "dbias_parts") if config.deterministic else ("dprob", "dbias_ws")
     return KernelDeclaration(
         role="main",
         params=(
@@ -118,8 +135,8 @@ def main_kernel(config: Config) -> KernelDeclaration:
             Pointer("alpha"),
             Pointer("beta"),
             Pointer("prob"),
-            Pointer("dprob"),
-            Pointer("dbias_ws", optional=True),
+            Pointer(dprob),
+            Pointer(dbias_sums, optional=True),
             Pointer("b_desc_ws", optional=not config.discrete_weights),
             Pointer("tile_counter", optional=not config.dynamic_schedule),
             Int32("n"),
@@ -144,14 +161,30 @@ DBIAS_FINISH = KernelDeclaration(
     grid={"rule": "elementwise", "count": "l_n2"},
 )
 
+# deterministic mode: the partial sums, reduced in a fixed order
+DPROB_FINISH = KernelDeclaration(
+    role="dprob_finish",
+    params=(Pointer("dprob_parts"), Pointer("dprob"), Pointer("padded_offsets"), Int32("m"), Int32("n_tiles"),
+            Int32("l")),
+    block=FINISH_THREADS,
+    grid={"rule": "elementwise", "count": "m"},
+)
+DBIAS_PARTS_FINISH = KernelDeclaration(
+    role="dbias_finish",
+    params=(Pointer("dbias_parts"), Pointer("dbias"), Pointer("padded_offsets"), Int32("m"), Int32("n2"),
+            Int32("l")),
+    block=FINISH_THREADS,
+    grid={"rule": "elementwise", "count": "l_n2"},
+)
+
 
 def kernels(config: Config) -> list[KernelDeclaration]:
     """The variant's kernels in launch order."""
-    return [
-        *([B_DESCRIPTORS] if config.discrete_weights else []),
-        main_kernel(config),
-        *([DBIAS_FINISH] if config.dbias else []),
-    ]
+    if config.deterministic:
+        finishers = [DPROB_FINISH, *([DBIAS_PARTS_FINISH] if config.dbias else [])]
+    else:
+        finishers = [DBIAS_FINISH] if config.dbias else []
+    return [*([B_DESCRIPTORS] if config.discrete_weights else []), main_kernel(config), *finishers]
 
 
 def tma_rules(config: Config) -> dict[str, dict]:
@@ -187,7 +220,7 @@ def entry(config: Config) -> dict:
     return {
         "m_aligned": M_ALIGNED,
         "arguments": arguments(config),
-        "scalars": dict(SCALARS),
+        "scalars": scalars(config),
         "limits": limits(config),
         "views": views(config),
         "workspaces": workspaces(config),

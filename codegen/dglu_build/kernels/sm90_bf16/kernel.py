@@ -37,6 +37,13 @@ Variants also choose:
 A last, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
 caller's bf16 dbias.
 
+Deterministic variants use no float atomics: each epilogue warp stores its rows'
+dprob sums of a tile into dprob_parts[n_tile, row] and its column sums of a tile
+(a slab of DBIAS_SLAB_ROWS rows) into dbias_parts[slab, column], plain stores to
+elements no other tile writes; ``dprob_finish`` and ``dbias_finish``
+(blocks/helper_kernels.py) then add them up in n-tile and slab order, the same
+order whatever the scheduler or the timing.
+
 Hook points, where another family would differ: ``b_operand`` (the mainloop
 operand path) and ``store_d_pair`` (the epilogue output stage).
 
@@ -68,14 +75,15 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ..blocks.activations import ACTIVATIONS
 from ..blocks.expert_search import expert_of_row
-from ..blocks.helper_kernels import DbiasFinish, DescriptorPrologue
-from ..blocks.reductions import add_column_pair, add_row_sums
+from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
+from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
 from . import interface
 from .config import (
     BLOCK_COLUMNS,
+    DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
     EPILOGUE_REGISTERS,
@@ -114,6 +122,7 @@ class Sm90Bf16Kernel:
         self.discrete_weights = config.discrete_weights
         self.b_n_major = config.b_n_major
         self.dynamic_schedule = config.dynamic_schedule
+        self.deterministic = config.deterministic
         # The CTAs of a cluster take adjacent m-tiles of the same n-tile (one
         # expert: expert bounds are multiples of 256 rows) and share B by TMA multicast.
         self.cluster_m = config.cluster_m
@@ -132,6 +141,10 @@ class Sm90Bf16Kernel:
         self.num_stages = config.num_stages
         self.prologue = DescriptorPrologue(self.ab_dtype, self.b_n_major, DESCRIPTOR_THREADS)
         self.finish = DbiasFinish(FINISH_THREADS)
+        # the finishers of deterministic mode cover the rows the fused kernel's walk covers
+        walk_rows = self.tile_m * self.cluster_m
+        self.dprob_finish = DprobFinish(FINISH_THREADS, walk_rows)
+        self.dbias_parts_finish = DbiasPartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, walk_rows)
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -165,7 +178,6 @@ class Sm90Bf16Kernel:
             c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
             d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
             tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            slot_targets: cute.struct.MemRange[cutlass.Int32, 2 * EPILOGUE_SLOTS]
             sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
             staging: cute.struct.Align[cute.struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024]
@@ -191,6 +203,8 @@ class Sm90Bf16Kernel:
         b_ptrs: cute.Pointer,
         b_desc_ws: cute.Pointer,
         tile_counter: cute.Pointer,
+        dprob_parts: cute.Pointer,
+        dbias_parts: cute.Pointer,
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
@@ -231,6 +245,11 @@ class Sm90Bf16Kernel:
             "b_ptrs": b_ptrs,
             "b_desc_ws": b_desc_ws,
             "tile_counter": tile_counter,
+            "dprob_parts": dprob_parts,
+            "dbias_parts": dbias_parts,
+            "m": m,
+            "n2": two_n,
+            "n_tiles": (n + self.tile_n - 1) // self.tile_n,
             "n": n,
             "k": k,
             "l": l,
@@ -251,7 +270,11 @@ class Sm90Bf16Kernel:
 
     def kernel_functions(self) -> dict:
         """The DSL kernel of each declared role, bound to its builder."""
-        return {"b_descriptors": self.prologue.kernel, "main": self.kernel, "dbias_finish": self.finish.kernel}
+        if self.deterministic:
+            finishers = {"dprob_finish": self.dprob_finish.kernel, "dbias_finish": self.dbias_parts_finish.kernel}
+        else:
+            finishers = {"dbias_finish": self.finish.kernel}
+        return {"b_descriptors": self.prologue.kernel, "main": self.kernel, **finishers}
 
     @cute.kernel
     def kernel(
@@ -326,7 +349,6 @@ class Sm90Bf16Kernel:
             sD = cute.make_tensor(
                 cute.recast_ptr(storage.sC.data_ptr(), d_smem.inner, dtype=self.d_dtype), d_smem.outer
             )
-        slot_targets = storage.slot_targets.get_tensor(cute.make_layout((2, EPILOGUE_SLOTS)))
 
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         # rows past padded_offsets[-1] belong to no expert; never past A's rows, even
@@ -346,8 +368,7 @@ class Sm90Bf16Kernel:
                     queue, b_desc_ws_ptr,
                 )
             if warp_idx == MOVER_WARP:
-                self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n,
-                                 tiles, queue)
+                self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue)
         elif warpgroup_idx == EPILOGUE_WARPGROUP:
             cute.arch.setmaxregister_increase(EPILOGUE_REGISTERS)
             ring_bytes = self.slots.bytes
@@ -358,7 +379,7 @@ class Sm90Bf16Kernel:
             staged = cute.make_tensor(storage.staging.data_ptr(), cute.make_layout(self.tile_m * self.tile_n))
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
-                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
             )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -415,12 +436,13 @@ class Sm90Bf16Kernel:
         return cutlass.min(self.tile_n, n - n_tile * self.tile_n) // BLOCK_COLUMNS
 
     @cute.jit
-    def move_blocks(self, tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, slot_targets, c_full, d_full, n, tiles, queue):
+    def move_blocks(self, tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue):
         """The block-mover warp: loads each group's C into the next slot of the ring,
         after storing the D block the epilogue wrote over the slot's previous group.
 
-        ``slot_targets`` remembers, per slot, the m-tile and the group column
-        (in groups of GROUP_COLUMNS columns) its D block goes to.
+        The mover keeps the targets (m-tile, group column in groups of GROUP_COLUMNS
+        columns) of the two groups in flight in registers, oldest first: with
+        EPILOGUE_SLOTS == 2 the oldest is the group whose slot the next C goes to.
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
@@ -430,20 +452,26 @@ class Sm90Bf16Kernel:
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
         groups_per_n_tile = self.tile_n // BLOCK_COLUMNS
+        if cutlass.const_expr(EPILOGUE_SLOTS != 2):
+            raise ValueError(f"move_blocks keeps the targets of 2 slots in registers; EPILOGUE_SLOTS is {EPILOGUE_SLOTS}")
 
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
         tile = pop_tile(queue, queue_state)
         queue_state.advance()
         group = cutlass.Int32(0)
+        older_m_tile, older_column = cutlass.Int32(0), cutlass.Int32(0)
+        newer_m_tile, newer_column = cutlass.Int32(0), cutlass.Int32(0)
         while tile < num_tiles:
             m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             for g in range(self.groups_in_tile(n_tile, n)):
                 slot = group % EPILOGUE_SLOTS
                 if group >= EPILOGUE_SLOTS:
-                    self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group - EPILOGUE_SLOTS)
+                    self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - EPILOGUE_SLOTS, older_m_tile, older_column)
                 column = n_tile * groups_per_n_tile + g
-                slot_targets[(0, slot)] = m_tile
-                slot_targets[(1, slot)] = column
+                older_m_tile = newer_m_tile
+                older_column = newer_column
+                newer_m_tile = m_tile
+                newer_column = column
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(c_full + slot, self.slots.c.bytes)
                 for box in cutlass.range_constexpr(self.slots.c.boxes):
@@ -456,18 +484,19 @@ class Sm90Bf16Kernel:
                 group += 1
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
-        for j in cutlass.range_constexpr(EPILOGUE_SLOTS):
-            if group + j >= EPILOGUE_SLOTS:
-                self.store_group(tma_atom_d, tDsD, tDgD, slot_targets, d_full, group + j - EPILOGUE_SLOTS)
+        if group >= EPILOGUE_SLOTS:
+            self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - EPILOGUE_SLOTS, older_m_tile, older_column)
+        if group >= 1:
+            self.store_group(tma_atom_d, tDsD, tDgD, d_full, group - 1, newer_m_tile, newer_column)
 
     @cute.jit
-    def store_group(self, tma_atom_d, tDsD, tDgD, slot_targets, d_full, group: cutlass.Int32):
-        """Wait for the epilogue of ``group``, store its D block, and wait until
-        the store has read the slot (so the slot can take the next C)."""
+    def store_group(self, tma_atom_d, tDsD, tDgD, d_full, group: cutlass.Int32, m_tile: cutlass.Int32,
+                    column: cutlass.Int32):
+        """Wait for the epilogue of ``group``, store its D block to (``m_tile``, group
+        ``column``), and wait until the store has read the slot (so the slot can take
+        the next C)."""
         slot = group % EPILOGUE_SLOTS
         cute.arch.mbarrier_wait(d_full + slot, (group // EPILOGUE_SLOTS) % 2)
-        m_tile = slot_targets[(0, slot)]
-        column = slot_targets[(1, slot)]
         for box in cutlass.range_constexpr(self.slots.d.boxes):
             cute.copy(
                 tma_atom_d,
@@ -543,7 +572,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, n, l, tiles, queue,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue,
     ):
         """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
 
@@ -554,6 +583,9 @@ class Sm90Bf16Kernel:
         skipped (the TMA store would clip them anyway). ``staged`` is the staging
         buffer and ``ring_c``/``ring_d`` the slot ring, as flat views (ring_offset
         applies the swizzle).
+
+        Deterministic mode: ``dprob_ptr`` and ``dbias_ws_ptr`` are dprob_parts [n_tiles, m]
+        and dbias_parts [m_slabs, 2n] (the module docstring), written by plain stores.
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         rows = self.rows_per_epilogue_warp
@@ -562,8 +594,13 @@ class Sm90Bf16Kernel:
         alpha_all = cute.make_tensor(alpha_ptr, cute.make_layout(l))
         beta_all = cute.make_tensor(beta_ptr, cute.make_layout(l))
         prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
-        dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
-        dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+        if cutlass.const_expr(self.deterministic):
+            num_slabs = (m + DBIAS_SLAB_ROWS - 1) // DBIAS_SLAB_ROWS
+            dprob_parts = cute.make_tensor(dprob_ptr, cute.make_layout((num_n_tiles, m), stride=(m, 1)))
+            dbias_parts = cute.make_tensor(dbias_ws_ptr, cute.make_layout((num_slabs, 2 * n), stride=(2 * n, 1)))
+        else:
+            dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
+            dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
         dprob_rows = cute.make_rmem_tensor((rows,), cutlass.Float32)
 
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -608,11 +645,18 @@ class Sm90Bf16Kernel:
                 cute.arch.mbarrier_arrive(d_full + slot)
                 if cutlass.const_expr(self.with_dbias):
                     column = 2 * n_tile * self.tile_n + g * GROUP_COLUMNS + lane
-                    add_column_pair(dbias_ws[(expert, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
+                    if cutlass.const_expr(self.deterministic):
+                        slab = row0 // DBIAS_SLAB_ROWS
+                        store_column_pair(dbias_parts[(slab, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
+                    else:
+                        add_column_pair(dbias_ws[(expert, None)], column, gate_sum, input_sum, BLOCK_COLUMNS)
                 group += 1
             staging.consumer_release(staging_state)
             staging_state.advance()
-            add_row_sums(dprob_rows, dprob_all, row0, lane)
+            if cutlass.const_expr(self.deterministic):
+                add_row_sums(dprob_rows, dprob_parts[(n_tile, None)], row0, lane, atomically=False)
+            else:
+                add_row_sums(dprob_rows, dprob_all, row0, lane)
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
 
