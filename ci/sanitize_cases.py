@@ -39,7 +39,7 @@ SEED = 20260601
 SMALL = Shape(n=128, k=128, expert_rows=(256, 0, 256), extra_rows=64)
 COVERED_FIELDS = (
     "act_func", "act_params", "c_dtype", "d_dtype", "dbias", "tile", "weight_mode",
-    "b_major", "scheduler", "cluster", "c_d_dtypes", "weights",
+    "b_major", "scheduler", "cluster", "c_d_dtypes", "weights", "reduction",
 )
 
 
@@ -64,6 +64,9 @@ def features(key: dict) -> set[tuple[str, object]]:
         "cluster": (key["cluster_m"], key["cluster_n"]),
         "c_d_dtypes": (key["c_dtype"], key["d_dtype"]),
         "weights": (key["weight_mode"], key["b_major"]),
+        # deterministic variants reduce through their own finishers: each scheduler,
+        # weight mode and dbias setting is its own kernel class
+        "reduction": (key["deterministic"], key["scheduler"], key["weight_mode"], key["dbias"]),
     }
     return {(field, values[field]) for field in COVERED_FIELDS}
 
@@ -93,6 +96,7 @@ def config_for(variant: dict) -> Config:
         key["b_major"],
         key["scheduler"],
         (key["cluster_m"], key["cluster_n"]),
+        key["deterministic"],
     )
     for config in SHIPPED:
         if key_fields(config) == fields:
