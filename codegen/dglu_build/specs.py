@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from dglu.contract.keys import (
     family_of,
     variant_name,
 )
-
+from dglu.contract.schema import VariantKey
 from dglu_build.yaml_strict import StrictLoader
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean (true or false)", int: "an integer", dict: "a mapping"}
@@ -46,32 +45,16 @@ class SpecError(ValueError):
     """A spec file that cannot be turned into variants."""
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One kernel variant: the normalised fields of an expanded spec entry."""
+class Variant(VariantKey):
+    """One kernel variant: the normalised fields of an expanded spec entry (the runtime's
+    VariantKey, so the key's fields are written down once)."""
 
-    arch: str
-    ab_dtype: str
-    c_dtype: str
-    d_dtype: str
-    act_func: str
-    act_params: tuple[tuple[str, float], ...]
-    dbias: bool
-    weight_mode: str
-    b_major: str
-    tile_m: int
-    tile_n: int
-    cluster_m: int
-    cluster_n: int
-    scheduler: str
-    deterministic: bool = False
+    __slots__ = ()
 
     @property
     def key(self) -> dict[str, Any]:
         """The variant's fields as the manifest's ``key`` mapping."""
-        key = {field: getattr(self, field) for field in KEY_FIELDS}
-        key["act_params"] = dict(self.act_params)
-        return key
+        return self.as_dict()
 
     @property
     def name(self) -> str:
