@@ -22,6 +22,9 @@ from .timing import time_calls
 DESCRIPTIONS = {
     "fused": "dglu's fused op (dswiglu, dprob, dbias; class API execute, default dispatch), "
     "CUDA-graph replays: its device time",
+    "fused_deterministic": "the same op with deterministic=True (its _det variant: per-tile "
+    "partial sums of dprob and dbias reduced in a fixed order by finisher kernels, no float "
+    "atomics), CUDA-graph replays: the cost of determinism",
     "fused_eager": "the same call launched eagerly each time: adds its host path and the "
     "read-back of padded_offsets to the device timeline",
     "grouped_gemm": "torch._grouped_mm alone (GEMM only, bf16 R)",
@@ -31,6 +34,11 @@ DESCRIPTIONS = {
     "dense_mm": "torch.mm of the same FLOPs: (M, K) @ (K, N)",
 }
 EAGER_ONLY = {"fused_eager"}  # timed without CUDA graphs
+# dglu op candidate -> (deterministic, record key of its variant, of its gate's result)
+FUSED_OPS = {
+    "fused": (False, "variant", "agreement"),
+    "fused_deterministic": (True, "deterministic_variant", "deterministic_agreement"),
+}
 
 
 def error_record(exc: BaseException) -> dict[str, str]:
@@ -38,25 +46,51 @@ def error_record(exc: BaseException) -> dict[str, str]:
     return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=4)}
 
 
-def runners(op: Any, compiled_epilogue: Any) -> dict[str, Callable[[BufferSet], Any] | str]:
-    """Per candidate, its call on a buffer set, or why it cannot run (the dglu op or the
-    compiled epilogue is None when it could not be made)."""
-    fused: Callable[[BufferSet], Any] | str = (
-        partial(run_fused, op) if op is not None else "the dglu op could not be built (see variant)"
-    )
+def runners(
+    ops: dict[str, Any], compiled_epilogue: Any
+) -> dict[str, Callable[[BufferSet], Any] | str]:
+    """Per candidate, its call on a buffer set, or why it cannot run (``ops`` maps each
+    FUSED_OPS candidate to its dglu op, None when it could not be made; the compiled
+    epilogue is None when torch.compile could not make it)."""
+
+    def fused(name: str) -> Callable[[BufferSet], Any] | str:
+        op = ops[name]
+        if op is None:
+            return f"the dglu op could not be built (see {FUSED_OPS[name][1]})"
+        return partial(run_fused, op)
+
     compiled: Callable[[BufferSet], Any] | str = (
         partial(unfused, epilogue=compiled_epilogue)
         if compiled_epilogue is not None
         else "torch.compile is unavailable (see method.torch_compile)"
     )
     return {
-        "fused": fused,
-        "fused_eager": fused,
+        "fused": fused("fused"),
+        "fused_deterministic": fused("fused_deterministic"),
+        "fused_eager": fused("fused"),
         "grouped_gemm": grouped_gemm,
         "grouped_eager_epilogue": unfused,
         "grouped_compiled_epilogue": compiled,
         "dense_mm": dense_mm,
     }
+
+
+def _gated_op(
+    samples: BufferSet, deterministic: bool, variant_key: str, agreement_key: str, record: dict[str, Any]
+) -> Any:
+    """The dglu op (None if it cannot be built); its variant and its gate's result go
+    into ``record`` under the keys given (an error record where either failed)."""
+    try:
+        op = build_op(samples, deterministic)
+        record[variant_key] = op.variant_name
+    except Exception as exc:  # the other candidates are still timed
+        record[variant_key] = error_record(exc)
+        return None
+    try:
+        record[agreement_key] = agreement(op, samples)
+    except Exception as exc:  # the op is still timed; the failure is reported
+        record[agreement_key] = error_record(exc)
+    return op
 
 
 def _first_call_s(run: Callable[[BufferSet], Any], buffers: BufferSet) -> float:
@@ -72,23 +106,14 @@ def _first_call_s(run: Callable[[BufferSet], Any], buffers: BufferSet) -> float:
 def measure_shape(
     shape: Shape, device: Any, budget_ms: float, seed: int, compiled_epilogue: Any
 ) -> dict[str, Any]:
-    """Timings (bench.timing.Timing dicts or error records), the op's variant and its
-    agreement with the unfused path, for ``shape`` on the torch ``device``."""
+    """Timings (bench.timing.Timing dicts or error records), and each dglu op's variant
+    and gate (see FUSED_OPS), for ``shape`` on the torch ``device``."""
     import torch
 
     sets = make_buffer_sets(shape, device, seed)
     record: dict[str, Any] = {"buffer_sets": len(sets), "timings": {}}
-    try:
-        op = build_op(sets[0])
-        record["variant"] = op.variant_name
-    except Exception as exc:  # the baselines are still timed
-        op, record["variant"] = None, error_record(exc)
-    if op is not None:
-        try:
-            record["agreement"] = agreement(op, sets[0])
-        except Exception as exc:  # the op is still timed; the failure is reported
-            record["agreement"] = error_record(exc)
-    for name, run in runners(op, compiled_epilogue).items():
+    ops = {name: _gated_op(sets[0], *keys, record) for name, keys in FUSED_OPS.items()}
+    for name, run in runners(ops, compiled_epilogue).items():
         if isinstance(run, str):
             record["timings"][name] = {"error": run}
             continue

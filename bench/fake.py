@@ -13,6 +13,13 @@ from .timing import summarize
 
 FAKE_SAMPLES = 25
 FAKE_GEMM_TFLOPS = 600.0
+FAKE_AGREEMENT = {
+    "d_rel_l2": 3e-3,
+    "dprob_rel_l2": 2e-3,
+    "dbias_rel_l2": 2e-3,
+    "check": "every element within tests/gpu/checks.py's tolerances",
+    "ok": True,
+}
 # candidate -> (low, high) factor of the fake grouped GEMM time
 FAKE_FACTORS = {
     "fused": (0.9, 1.3),
@@ -22,6 +29,7 @@ FAKE_FACTORS = {
     "grouped_compiled_epilogue": (1.5, 5.0),
     "dense_mm": (0.8, 0.95),
 }
+FAKE_DETERMINISTIC_COST = (1.0, 1.1)  # (low, high) factor of the fake fused time
 
 
 def _fake_timing(rng: random.Random, center_ms: float) -> dict[str, Any]:
@@ -32,20 +40,15 @@ def _fake_timing(rng: random.Random, center_ms: float) -> dict[str, Any]:
 def fake_shape(shape: Shape, rng: random.Random) -> dict[str, Any]:
     """A bench.device.measure_shape record for ``shape`` with invented timings."""
     gemm_ms = shape.flops / (FAKE_GEMM_TFLOPS * 1e9)
-    timings = {
-        name: _fake_timing(rng, gemm_ms * rng.uniform(*FAKE_FACTORS[name])) for name in DESCRIPTIONS
-    }
+    centers = {name: gemm_ms * rng.uniform(*factors) for name, factors in FAKE_FACTORS.items()}
+    centers["fused_deterministic"] = centers["fused"] * rng.uniform(*FAKE_DETERMINISTIC_COST)
     return {
         "buffer_sets": 2,
-        "timings": timings,
+        "timings": {name: _fake_timing(rng, centers[name]) for name in DESCRIPTIONS},
         "variant": "dry-run (no variant loaded)",
-        "agreement": {
-            "d_rel_l2": 3e-3,
-            "dprob_rel_l2": 2e-3,
-            "dbias_rel_l2": 2e-3,
-            "check": "every element within tests/gpu/checks.py's tolerances",
-            "ok": True,
-        },
+        "agreement": dict(FAKE_AGREEMENT),
+        "deterministic_variant": "dry-run (no variant loaded)",
+        "deterministic_agreement": dict(FAKE_AGREEMENT),
         "compile_s": rng.uniform(5.0, 20.0),
     }
 

@@ -16,8 +16,10 @@ from .inputs import BufferSet
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "gpu"
 
 
-def build_op(samples: BufferSet) -> Any:
-    """A compiled (loaded) dglu.GroupedGemmDgluSm90 for dswiglu with dprob and dbias."""
+def build_op(samples: BufferSet, deterministic: bool = False) -> Any:
+    """A compiled (loaded) dglu.GroupedGemmDgluSm90 for dswiglu with dprob and dbias;
+    ``deterministic`` selects its variant without float atomics (dprob and dbias reduced
+    in a fixed order)."""
     import dglu
 
     op = dglu.GroupedGemmDgluSm90(
@@ -32,6 +34,7 @@ def build_op(samples: BufferSet) -> Any:
         sample_dbias=samples.dbias,
         sample_b=samples.b,
         act_func="dswiglu",
+        deterministic=deterministic,
     )
     op.compile()
     return op

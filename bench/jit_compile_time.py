@@ -63,13 +63,14 @@ def default_variant(variants: list[Any]) -> Any:
     if runtime not in sys.path:
         sys.path.insert(0, runtime)
     from dglu.errors import VariantNotFoundError
-    from dglu.manifest import VariantKey
+    from dglu.contract.schema import VariantKey
     from dglu.selection import VariantRequest, select_variant
 
     by_name = sorted(variants, key=lambda variant: variant.name)  # a manifest's order
     installed = [
         SimpleNamespace(
             name=variant.name,
+            directory="(spec file, not built)",  # select_variant logs where its choice lives
             key=VariantKey(
                 **{**variant.key, "act_params": tuple(sorted(variant.key["act_params"].items()))}
             ),

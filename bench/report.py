@@ -9,10 +9,23 @@ from .results import lookup, median_ms
 # (column header, candidate) for the time columns, in order.
 TIME_COLUMNS = (
     ("fused", "fused"),
+    ("det", "fused_deterministic"),
     ("gemm", "grouped_gemm"),
     ("+eager", "grouped_eager_epilogue"),
     ("+compiled", "grouped_compiled_epilogue"),
     ("mm", "dense_mm"),
+)
+# (column header, ratio) for the ratio columns, in order.
+RATIO_COLUMNS = (
+    ("fused/gemm", "fused_over_gemm"),
+    ("compiled/fused", "compiled_over_fused"),
+    ("det/fused", "deterministic_over_fused"),
+)
+# (summary name, ratio) for the ranges in the summary line, in order.
+SUMMARY_RATIOS = (
+    ("fused/gemm", "fused_over_gemm"),
+    ("compiled/fused", "compiled_over_fused"),
+    ("deterministic/fused", "deterministic_over_fused"),
 )
 SHAPE_WIDTH = 20
 CELL_WIDTH = 16
@@ -33,29 +46,33 @@ def _ratio_cell(value: float | None) -> str:
     return _cell("-" if value is None else f"{value:.2f}x")
 
 
+def _gate_mark(shape: dict[str, Any], key: str) -> str:
+    """ok, WRONG, or - (not checked) for the gate kept under ``key``."""
+    return {True: "ok", False: "WRONG", None: "-"}[lookup(shape, key, "ok")]
+
+
 def _agreement_cell(shape: dict[str, Any]) -> str:
-    agreement = shape.get("agreement")
-    if not isinstance(agreement, dict) or "ok" not in agreement:
-        return _cell("-")
-    return _cell(f"{'ok' if agreement['ok'] else 'WRONG'} {agreement['d_rel_l2']:.0e}")
+    """The fused and the deterministic op's gates, and the fused op's D relative L2."""
+    marks = f"{_gate_mark(shape, 'agreement')}/{_gate_mark(shape, 'deterministic_agreement')}"
+    d_rel_l2 = lookup(shape, "agreement", "d_rel_l2")
+    return _cell(marks if d_rel_l2 is None else f"{marks} {d_rel_l2:.0e}")
 
 
 def table(record: dict[str, Any]) -> str:
-    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, agreement; then
-    the host figures."""
+    """Per shape: median ms (TFLOP/s) of each candidate, the ratios, the gates (fused /
+    deterministic); then the host figures."""
     header = "shape".ljust(SHAPE_WIDTH) + "".join(
         _cell(f"{title} ms (TF/s)" if title in ("fused", "gemm") else f"{title} ms")
         for title, _ in TIME_COLUMNS
     )
-    header += _cell("fused/gemm") + _cell("compiled/fused") + _cell("agreement")
+    header += "".join(_cell(title) for title, _ in RATIO_COLUMNS) + _cell("agreement f/det")
     lines = [header]
     for shape in record["shapes"]:
         timings = shape["timings"]
         lines.append(
             shape["shape"]["name"].ljust(SHAPE_WIDTH)
             + "".join(_time_cell(timings, name) for _, name in TIME_COLUMNS)
-            + _ratio_cell(shape["ratios"]["fused_over_gemm"])
-            + _ratio_cell(shape["ratios"]["compiled_over_fused"])
+            + "".join(_ratio_cell(shape["ratios"][name]) for _, name in RATIO_COLUMNS)
             + _agreement_cell(shape)
         )
     host = record.get("host")
@@ -114,10 +131,7 @@ def summary_line(record: dict[str, Any]) -> str:
     environment = record["environment"]
     gpu = (environment.get("gpu") or {}).get("name", "no GPU")
     prefix = "BENCH (DRY RUN, fake timings)" if record["dry_run"] else "BENCH"
-    parts = [
-        f"fused/gemm {_span([r['fused_over_gemm'] for r in ratios], 'x')}",
-        f"compiled/fused {_span([r['compiled_over_fused'] for r in ratios], 'x')}",
-    ]
+    parts = [f"{title} {_span([r[name] for r in ratios], 'x')}" for title, name in SUMMARY_RATIOS]
     if host is not None:
         parts.append(_host_summary(host))
     parts.append(f"targets {tally['met']}/{tally['total']} met")

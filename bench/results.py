@@ -23,7 +23,10 @@ RATIOS = {
     "eager_over_fused": ("grouped_eager_epilogue", "fused"),
     "fused_over_dense": ("fused", "dense_mm"),
     "fused_eager_over_fused": ("fused_eager", "fused"),
+    "deterministic_over_fused": ("fused_deterministic", "fused"),
 }
+# record key of a dglu op's gate -> how the op is named when it fails
+GATES = {"agreement": "fused op", "deterministic_agreement": "deterministic fused op"}
 
 
 @dataclass(frozen=True)
@@ -162,11 +165,12 @@ def error_paths(record: Any, path: str = "") -> list[str]:
 
 
 def wrong_results(shapes: list[dict[str, Any]], host: dict[str, Any] | None) -> list[str]:
-    """The checks of the op's results that failed: per-shape agreement, graph replay."""
+    """The checks of the ops' results that failed: per-shape gates, graph replay."""
     wrong = [
-        f"{s['shape']['name']}: fused op disagrees with the unfused path"
+        f"{s['shape']['name']}: {op} disagrees with the unfused path"
         for s in shapes
-        if lookup(s, "agreement", "ok") is False
+        for gate, op in GATES.items()
+        if lookup(s, gate, "ok") is False
     ]
     if lookup(host, "graph_replay", "ok") is False:
         wrong.append("host: CUDA graph replay differs from an eager call")

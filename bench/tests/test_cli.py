@@ -59,10 +59,13 @@ def test_dry_run_writes_results_chart_and_table(tmp_path, capsys, monkeypatch):
         assert set(shape["timings"]) == set(record["method"]["candidates"])
         assert all(t["tflops"] > 0 for t in shape["timings"].values())
         assert shape["ratios"]["fused_over_gemm"] > 0
+        assert shape["ratios"]["deterministic_over_fused"] >= 1.0
+        assert shape["deterministic_agreement"]["ok"] is True
     assert record["host"]["targets"] and record["errors"] == [] and record["wrong"] == []
     assert (tmp_path / "bench_ratios.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert printed[-1] == record["summary"]
     assert printed[-1].startswith("BENCH (DRY RUN, fake timings):")
+    assert "; deterministic/fused 1." in printed[-1]
     assert (tmp_path / "bench_table.txt").read_text().splitlines()[-1] == record["summary"]
 
 

@@ -64,34 +64,48 @@ def cpu_device(monkeypatch):
     return sets
 
 
-def use_op(monkeypatch, sets, op):
-    op.buffers = sets[0]
+def use_ops(monkeypatch, sets, op, deterministic_op=None):
+    """build_op returns ``op``, or with deterministic=True ``deterministic_op`` (default:
+    a correct stand-in named "stand-in-det")."""
+    if deterministic_op is None:
+        deterministic_op = StandInOp()
+        deterministic_op.variant_name = "stand-in-det"
+    built = []
+    for each in (op, deterministic_op):
+        each.buffers = sets[0]
 
-    def build(samples):
-        return op
+    def build(samples, deterministic=False):
+        built.append(deterministic)
+        return deterministic_op if deterministic else op
 
     monkeypatch.setattr(device, "build_op", build)
+    return built
 
 
 def test_every_candidate_is_timed_and_the_op_agrees(cpu_device, monkeypatch):
     sets = cpu_device
-    use_op(monkeypatch, sets, StandInOp())
+    built = use_ops(monkeypatch, sets, StandInOp())
     record = device.measure_shape(SHAPE, "cpu", 100.0, 0, dswiglu_epilogue)
+    assert built == [False, True]
     assert list(record["timings"]) == list(device.DESCRIPTIONS)
     assert all(t["median_ms"] == 2.0 for t in record["timings"].values())
     assert record["timings"]["fused_eager"]["method"] == "eager"
     assert record["timings"]["fused"]["method"] == "cuda_graph"
+    assert record["timings"]["fused_deterministic"]["method"] == "cuda_graph"
     assert record["variant"] == "stand-in" and record["buffer_sets"] == 2
-    assert record["agreement"]["ok"] is True, record["agreement"].get("failure")
-    assert record["agreement"]["d_rel_l2"] < 2e-2
+    assert record["deterministic_variant"] == "stand-in-det"
+    for gate in ("agreement", "deterministic_agreement"):
+        assert record[gate]["ok"] is True, record[gate].get("failure")
+        assert record[gate]["d_rel_l2"] < 2e-2
     assert record["compile_s"] >= 0
 
 
 def test_a_wrong_op_fails_agreement_but_is_still_timed(cpu_device, monkeypatch):
     sets = cpu_device
-    use_op(monkeypatch, sets, StandInOp(error=1.5))
+    use_ops(monkeypatch, sets, StandInOp(error=1.5))
     record = device.measure_shape(SHAPE, "cpu", 100.0, 0, None)
     assert record["agreement"]["ok"] is False
+    assert record["deterministic_agreement"]["ok"] is True
     assert "d_row:" in record["agreement"]["failure"]
     assert record["agreement"]["d_rel_l2"] == pytest.approx(0.5, rel=2e-2)
     assert "median_ms" in record["timings"]["fused"]
@@ -99,7 +113,7 @@ def test_a_wrong_op_fails_agreement_but_is_still_timed(cpu_device, monkeypatch):
 
 
 def test_failures_are_recorded_and_the_rest_still_runs(cpu_device, monkeypatch):
-    def no_op(samples):
+    def no_op(samples, deterministic=False):
         raise RuntimeError("no prebuilt kernel")
 
     def broken_epilogue(*args):
@@ -108,8 +122,39 @@ def test_failures_are_recorded_and_the_rest_still_runs(cpu_device, monkeypatch):
     monkeypatch.setattr(device, "build_op", no_op)
     record = device.measure_shape(SHAPE, "cpu", 100.0, 0, broken_epilogue)
     assert record["variant"]["error"] == "RuntimeError: no prebuilt kernel"
-    assert "agreement" not in record
-    assert "could not be built" in record["timings"]["fused"]["error"]
+    assert record["deterministic_variant"]["error"] == "RuntimeError: no prebuilt kernel"
+    assert "agreement" not in record and "deterministic_agreement" not in record
+    assert "could not be built (see variant)" in record["timings"]["fused"]["error"]
+    assert "(see deterministic_variant)" in record["timings"]["fused_deterministic"]["error"]
     assert record["timings"]["grouped_compiled_epilogue"]["error"] == "ValueError: inductor failed"
     for name in ("grouped_gemm", "grouped_eager_epilogue", "dense_mm"):
         assert record["timings"][name]["median_ms"] == 2.0
+
+
+def test_a_wrong_deterministic_op_fails_its_own_gate(cpu_device, monkeypatch):
+    sets = cpu_device
+    use_ops(monkeypatch, sets, StandInOp(), deterministic_op=StandInOp(error=0.5))
+    record = device.measure_shape(SHAPE, "cpu", 100.0, 0, None)
+    assert record["agreement"]["ok"] is True
+    assert record["deterministic_agreement"]["ok"] is False
+    assert "d_row:" in record["deterministic_agreement"]["failure"]
+    assert "median_ms" in record["timings"]["fused_deterministic"]
+
+
+def test_the_deterministic_op_missing_leaves_the_default_one_timed(cpu_device, monkeypatch):
+    sets = cpu_device
+    op = StandInOp()
+    op.buffers = sets[0]
+
+    def build(samples, deterministic=False):
+        if deterministic:
+            raise RuntimeError("no _det variant")
+        return op
+
+    monkeypatch.setattr(device, "build_op", build)
+    record = device.measure_shape(SHAPE, "cpu", 100.0, 0, None)
+    assert record["deterministic_variant"]["error"] == "RuntimeError: no _det variant"
+    assert "deterministic_agreement" not in record
+    assert record["agreement"]["ok"] is True
+    assert "median_ms" in record["timings"]["fused"]
+    assert "could not be built" in record["timings"]["fused_deterministic"]["error"]

@@ -35,6 +35,7 @@ def test_tflops_and_ratios_come_from_medians():
     assert result["ratios"]["fused_over_gemm"] == 0.2 / 0.25
     assert result["ratios"]["compiled_over_fused"] == 0.6 / 0.2
     assert result["ratios"]["eager_over_fused"] is None  # not measured
+    assert result["ratios"]["deterministic_over_fused"] is None
     assert result["shape"]["name"] == "big"
 
 
@@ -79,12 +80,18 @@ def test_record_tallies_targets_errors_and_wrong_results():
         SHAPE, measured(fused=0.2, grouped_gemm=0.25, grouped_compiled_epilogue="x")
     )
     wrong = shape_result(
-        SHAPE, {**measured(fused=0.2, grouped_gemm=0.1), "agreement": {"ok": False}}
+        SHAPE,
+        {
+            **measured(fused=0.2, grouped_gemm=0.1),
+            "agreement": {"ok": False},
+            "deterministic_agreement": {"ok": False},
+        },
     )
     record = results_record(ENVIRONMENT, {}, [good, wrong], host_record(40.0, 20.0, False), False)
     assert record["errors"] == ["/shapes/0/timings/grouped_compiled_epilogue"]
     assert record["wrong"] == [
         "big: fused op disagrees with the unfused path",
+        "big: deterministic fused op disagrees with the unfused path",
         "host: CUDA graph replay differs from an eager call",
     ]
     tally = record["targets"]
@@ -101,8 +108,37 @@ def test_error_paths_walks_lists_and_mappings():
     assert error_paths({"a": [1, 2]}) == []
 
 
+def test_the_deterministic_op_is_costed_beside_the_fused_one():
+    small = shape_result(SHAPE, measured(fused=0.2, fused_deterministic=0.21, grouped_gemm=0.25))
+    large = shape_result(SHAPE, measured(fused=0.1, fused_deterministic=0.13, grouped_gemm=0.25))
+    assert small["ratios"]["deterministic_over_fused"] == 0.21 / 0.2
+    record = results_record(ENVIRONMENT, {}, [small, large], None, False)
+    header, row = table(record).splitlines()[:2]
+    assert "det ms" in header and "det/fused" in header
+    assert "0.210 (" in row and "1.05x" in row
+    assert "; deterministic/fused 1.05-1.30x;" in summary_line(record)
+
+
+def test_the_agreement_column_shows_both_gates():
+    both = shape_result(
+        SHAPE,
+        {**measured(fused=0.2), "deterministic_agreement": {"ok": False, "d_rel_l2": 0.5}},
+    )
+    unchecked = shape_result(Shape("none", n=64, k=64, expert_rows=(256,)), {"timings": {}})
+    record = results_record(ENVIRONMENT, {}, [both, unchecked], None, False)
+    rows = table(record).splitlines()
+    assert rows[0].rstrip().endswith("agreement f/det")
+    assert rows[1].rstrip().endswith("ok/WRONG 3e-03")
+    assert rows[2].rstrip().endswith("-/-")
+
+
 def test_table_and_summary_line_show_the_figures():
-    ok = shape_result(SHAPE, measured(fused=0.2, grouped_gemm=0.25, grouped_compiled_epilogue=0.6))
+    ok = shape_result(
+        SHAPE,
+        measured(
+            fused=0.2, fused_deterministic=0.22, grouped_gemm=0.25, grouped_compiled_epilogue=0.6
+        ),
+    )
     failed = shape_result(
         Shape("broken", n=64, k=64, expert_rows=(256,)), measured(fused="RuntimeError: x")
     )
@@ -110,11 +146,14 @@ def test_table_and_summary_line_show_the_figures():
     text = table(record).splitlines()
     assert text[0].split()[0] == "shape"
     big_row = next(line for line in text if line.startswith("big"))
-    assert "0.200" in big_row and "0.80x" in big_row and "3.00x" in big_row and "ok" in big_row
+    assert "0.200" in big_row and "0.80x" in big_row and "3.00x" in big_row and "1.10x" in big_row
+    assert "ok/-" in big_row
     broken_row = next(line for line in text if line.startswith("broken"))
     assert "error" in broken_row
     line = summary_line(record)
-    assert line.startswith("BENCH: fused/gemm 0.80-0.80x; compiled/fused 3.00-3.00x")
+    assert line.startswith(
+        "BENCH: fused/gemm 0.80-0.80x; compiled/fused 3.00-3.00x; deterministic/fused 1.10-1.10x;"
+    )
     assert "1 failed measurements" in line
     assert line.endswith("(Test GPU, commit abc1234)")
     dry = summary_line({**record, "dry_run": True})
