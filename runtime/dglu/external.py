@@ -56,7 +56,7 @@ def given_workspaces(
                 f"{rule.align}-byte aligned; the buffer at {address:#x} holds {usable} from "
                 f"{pointer:#x}"
             )
-        made[name] = Workspace(name, rule, pointer, usable, None)
+        made[name] = Workspace(name, rule, pointer, usable)
     return made
 
 

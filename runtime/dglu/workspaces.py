@@ -1,47 +1,49 @@
 """The scratch memory a variant's manifest entry asks for (``workspaces``), reused per
 (device, stream).
 
-Each stream keeps its own workspaces (torch tensors) and grows them when a call needs more,
-so a repeated call allocates nothing. Workspaces marked ``zero: each_call`` are cleared with
-cuMemsetD32Async on the call's stream before its first kernel: calls on one stream run in
-order, and calls on different streams never share a workspace.
+Every workspace is a stream-ordered driver allocation (cuMemAllocAsync), never a torch
+tensor. Each stream keeps its own pooled workspaces, allocated on that stream, and grows
+them when a call needs more (the new one allocated first, the old one then freed with
+cuMemFreeAsync on the same stream, after the kernels that used it), so a repeated call
+allocates nothing. Why not torch tensors: cudagraph trees (torch.compile's
+"reduce-overhead") run their eager warm-up with torch's allocator routed into the graph's
+private pool, and refuse a live tensor of that pool that is not an output of the graph; a
+workspace dglu keeps alive would be one. Driver memory stays outside torch's caching
+allocator (torch.cuda.memory_allocated does not count it); release_all frees it.
+Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
+stream before its first kernel: calls on one stream run in order, and calls on different
+streams never share a workspace.
 
-A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is a
-stream-ordered allocation (cuMemAllocAsync) captured into the graph before the call's
-clears, and freed (cuMemFreeAsync) after its last kernel, also inside the graph. The graph
-then owns the memory: its address is fixed for the graph's lifetime, CUDA backs it only
-while a replay runs between the two nodes (never shared with eager calls or with another
-graph running at the same time), and it goes with the graph. Why not a torch tensor from
-the graph's private pool: dglu would have to keep it alive after the call, and cudagraph
-trees (torch.compile's "reduce-overhead") refuse a live pool tensor that is not an output
-of the graph; letting it die would hand its memory to later allocations of the same pool
-while the graph still writes it. Workspaces hold nothing from one call to the next (zeroed
-each call, or written before read), so an allocation inside the graph loses nothing.
+A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is
+allocated (cuMemAllocAsync) inside the graph before the call's clears, and freed
+(cuMemFreeAsync) after its last kernel, also inside the graph. The graph then owns the
+memory: its address is fixed for the graph's lifetime, CUDA backs it only while a replay
+runs between the two nodes (never shared with eager calls or with another graph running at
+the same time), and it goes with the graph. Workspaces hold nothing from one call to the
+next (zeroed each call, or written before read), so an allocation inside the graph loses
+nothing.
 """
-
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .driver import checked
-from .dtypes import ELEMENT_TYPES, torch_dtype
 from .contract.schema import WorkspaceRule
+from .driver import checked, device_context
+from .dtypes import ELEMENT_TYPES
 from .errors import CudaDriverError, DeviceMemoryError
-from .streams import on_stream
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 
 
 class Workspace(NamedTuple):
-    """One workspace: its name and rule, address, size in elements, and owning tensor."""
+    """One workspace: its name and rule, device address and size in elements."""
 
     name: str
     rule: WorkspaceRule
     pointer: int
     elements: int
-    owner: Any
 
 
 class StreamWorkspaces:
@@ -80,25 +82,25 @@ def is_capturing(stream: Any) -> bool:
 
 
 def _allocate(
-    name: str, rule: WorkspaceRule, elements: int, device: int, stream: int
+    name: str, rule: WorkspaceRule, elements: int, device: int, stream: Any
 ) -> Workspace:
-    """A new pooled workspace, a torch tensor allocated on ``stream``; DeviceMemoryError
-    when the device has no room for it."""
-    import torch
-
+    """A new workspace of ``elements``, allocated with cuMemAllocAsync on ``stream`` (a
+    CUstream) in the current context (``device``'s); DeviceMemoryError when the device has
+    no room for it."""
+    size = elements * ELEMENT_TYPES[rule.dtype].size
     try:
-        with on_stream(stream, device):
-            tensor = _device_tensor(elements, torch_dtype(rule.dtype), device)
-    except torch.OutOfMemoryError as exc:
+        # cuMemAllocAsync refuses 0 bytes (a count of 0: nothing is read there)
+        pointer = int(checked("cuMemAllocAsync", max(size, WORD_BYTES), stream))
+    except CudaDriverError as exc:
+        if exc.error_name != "CUDA_ERROR_OUT_OF_MEMORY":
+            raise
         raise _no_room(name, rule, elements, device, exc) from exc
-    return _aligned(Workspace(name, rule, tensor.data_ptr(), elements, tensor))
-
-
-def _device_tensor(elements: int, dtype: Any, device: int) -> Any:
-    """An uninitialised torch tensor of ``elements`` on cuda:``device``."""
-    import torch
-
-    return torch.empty(elements, dtype=dtype, device=torch.device("cuda", device))
+    workspace = Workspace(name, rule, pointer, elements)
+    try:
+        return _aligned(workspace)
+    except RuntimeError:
+        checked("cuMemFreeAsync", pointer, stream)
+        raise
 
 
 def _aligned(workspace: Workspace) -> Workspace:
@@ -144,18 +146,21 @@ def acquire(
     device: int,
     pool: StreamWorkspaces,
 ) -> dict[str, Workspace]:
-    """The pool's workspaces of ``rules``, grown when smaller than the problem needs. The
-    stream must not be capturing (graph_workspaces then). Hold ``pool.lock``; a failed
+    """The pool's workspaces of ``rules``, grown when smaller than the problem needs (the
+    old allocation freed on the pool's stream). The stream must not be capturing
+    (graph_workspaces then). Hold ``pool.lock`` and be in ``device``'s context; a failed
     allocation leaves every slot holding a usable workspace."""
     made = {}
     for name, rule in rules.items():
         elements = rule.count.value(scalars)
         slot = pool_slot(name, rule)
-        workspace = pool.workspaces.get(slot)
-        if workspace is None or workspace.elements < elements:
+        workspace = old = pool.workspaces.get(slot)
+        if old is None or old.elements < elements:
             workspace = pool.workspaces[slot] = _allocate(
-                name, rule, elements, device, pool.stream
+                name, rule, elements, device, pool.cu_stream
             )
+            if old is not None:
+                checked("cuMemFreeAsync", old.pointer, pool.cu_stream)
         made[name] = workspace
     return made
 
@@ -172,17 +177,7 @@ def graph_workspaces(
     made: dict[str, Workspace] = {}
     try:
         for name, rule in rules.items():
-            elements = rule.count.value(scalars)
-            size = elements * ELEMENT_TYPES[rule.dtype].size
-            try:
-                # cuMemAllocAsync refuses 0 bytes (a count of 0: nothing is read there)
-                pointer = int(checked("cuMemAllocAsync", max(size, WORD_BYTES), stream))
-            except CudaDriverError as exc:
-                if exc.error_name != "CUDA_ERROR_OUT_OF_MEMORY":
-                    raise
-                raise _no_room(name, rule, elements, device, exc) from exc
-            made[name] = Workspace(name, rule, pointer, elements, None)
-            _aligned(made[name])
+            made[name] = _allocate(name, rule, rule.count.value(scalars), device, stream)
     except BaseException:
         free_graph_workspaces(made, stream)
         raise
@@ -217,6 +212,13 @@ def clear(pointer: int, size: int, stream: Any) -> None:
 
 
 def release_all() -> None:
-    """Drop every pooled workspace (their memory returns to torch's allocator)."""
+    """Free every pooled workspace, each with cuMemFreeAsync on its pool's stream (after the
+    kernels enqueued there) in its device's context, and forget the pools."""
     with _pools_lock:
+        pools = list(_pools.items())
         _pools.clear()
+    for (device, _), pool in pools:
+        with pool.lock, device_context(device):
+            for workspace in pool.workspaces.values():
+                checked("cuMemFreeAsync", workspace.pointer, pool.cu_stream)
+            pool.workspaces.clear()

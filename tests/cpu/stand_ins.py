@@ -2,10 +2,13 @@
 
 ``StandInDriver`` answers every ``dglu.driver.checked`` call with success (handles for the
 calls that return one), records the calls in order, and fails a chosen call when told to
-(``fail``: the driver's error, ``fail_next_allocation``: torch's out-of-memory); it keeps a
-context stack (push, pop, current) and the context of each stream handle. ``install`` puts
-it, an H200's facts, a fixed workspace address and recording TMA encoding in place of the
-GPU parts, so the rest of the runtime runs its real code on CPU tensors.
+(``fail``: the driver's error, ``fail_next_allocation``: cuMemAllocAsync's out-of-memory);
+it keeps a context stack (push, pop, current) and the context of each stream handle, and
+hands out cuMemAllocAsync addresses (``ALLOCATION_ALIGN``-aligned, one after the other:
+from WORKSPACE_ADDRESS for a stream that is not capturing, from GRAPH_ADDRESS while
+``capturing``), recording which are still allocated (``allocated``). ``install`` puts it,
+an H200's facts and recording TMA encoding in place of the GPU parts, so the rest of the
+runtime runs its real code on CPU tensors.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from dglu.manifest import SearchEntry
 
 H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
 DRIVER_VERSION = 12090
-WORKSPACE_ADDRESS = 0x10000
-GRAPH_ADDRESS = 0x800000  # where cuMemAllocAsync's allocations start
+WORKSPACE_ADDRESS = 0x10000  # where the pooled workspaces' allocations start
+GRAPH_ADDRESS = 0x1_0000_0000  # where the allocations made while capturing start
+ALLOCATION_ALIGN = 512  # what cuMemAllocAsync's addresses are aligned to
 PRIMARY_CONTEXT = 0xC0  # device 0's primary context
 STREAM = 7
 
@@ -43,16 +47,17 @@ class StandInDriver:
         self.stream_contexts: dict[int, int] = {}  # stream handle -> context (else primary)
         self.context_devices: dict[int, int] = {PRIMARY_CONTEXT: 0}
         self._failures: dict[str, list] = {}  # name -> [calls to let pass, error name]
-        self._allocation_failures = 0
         self.capturing = False  # what cuStreamIsCapturing says of every stream
+        self.allocated: dict[int, tuple[int, object]] = {}  # address -> (bytes, stream)
+        self._next = {False: WORKSPACE_ADDRESS, True: GRAPH_ADDRESS}  # by self.capturing
 
     def fail(self, name: str, error: str, after: int = 0) -> None:
         """Make the call of ``name`` after ``after`` successful ones fail with ``error``."""
         self._failures[name] = [after, error]
 
     def fail_next_allocation(self) -> None:
-        """Make the next workspace allocation raise torch's out-of-memory error."""
-        self._allocation_failures += 1
+        """Make the next cuMemAllocAsync fail with CUDA_ERROR_OUT_OF_MEMORY."""
+        self.fail("cuMemAllocAsync", "CUDA_ERROR_OUT_OF_MEMORY")
 
     def __call__(self, name: str, *args: object) -> object:
         self.calls.append((name, args))
@@ -76,11 +81,20 @@ class StandInDriver:
             "cuModuleLoadData": 0x1000 + self.counts[name],
             "cuModuleGetFunction": 0x2000 + self.counts[name],
             "cuStreamIsCapturing": None,
-            "cuMemAllocAsync": GRAPH_ADDRESS + 0x1000 * (self.counts[name] - 1),
         }
         if name == "cuStreamGetCtx":
             return self.stream_contexts.get(int(args[0]), PRIMARY_CONTEXT)
+        if name == "cuMemAllocAsync":
+            return self._allocate(*args)
+        if name == "cuMemFreeAsync":
+            del self.allocated[int(args[0])]
         return answers.get(name)
+
+    def _allocate(self, size: int, stream: object) -> int:
+        address = self._next[self.capturing]
+        self._next[self.capturing] = -(-(address + size) // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+        self.allocated[address] = (size, stream)
+        return address
 
     def names(self, name: str) -> list[tuple]:
         return [args for call, args in self.calls if call == name]
@@ -89,20 +103,6 @@ class StandInDriver:
         """The names of the memset and launch calls made, in order."""
         kinds = ("cuMemsetD32Async", "cuMemsetD8Async", "cuLaunchKernelEx")
         return [name for name, _ in self.calls if name in kinds]
-
-    def device_tensor(self, elements: int, dtype: object, device: int) -> object:
-        """workspaces._device_tensor's stand-in: a tensor at WORKSPACE_ADDRESS."""
-        if self._allocation_failures:
-            import torch
-
-            self._allocation_failures -= 1
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate (stand-in)")
-        return _StandInTensor()
-
-
-class _StandInTensor:
-    def data_ptr(self) -> int:
-        return WORKSPACE_ADDRESS
 
 
 def fake_tensor_map(rule: Any, view: Any) -> bytes:
@@ -134,10 +134,9 @@ def install(
         (api, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (workspaces, "is_capturing", lambda stream: fake.capturing),
         (api, "is_capturing", lambda stream: fake.capturing),
-        (workspaces, "_device_tensor", fake.device_tensor),
-        (workspaces, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (runner, "encode_tensor_map", fake_tensor_map),
         (workspaces.StreamWorkspaces, "__init__", _pool_init),
+        (workspaces, "_pools", {}),  # this test's pools, allocated by this stand-in
     ]:
         monkeypatch.setattr(module, name, value)
     api.clear_caches()

@@ -7,7 +7,8 @@ with the grids, descriptors, workspaces and parameters the manifest asks for: de
 discrete weights (b_descriptors first, the b_expert template), static or dynamic
 scheduling (tile_counter), clusters of one or two CTAs; nothing at all when M = 0.
 Repeated calls reuse their launch plan and their stream's workspaces. dglu.workspaces:
-sizes, reuse per stream, fresh allocations under graph capture, zeroing by memset, and
+sizes, driver allocations on the pool's stream, reuse, growth and release freeing on the
+stream, out of memory, fresh allocations under graph capture, zeroing by memset, and
 alignment. prepare_launch / launch_kernel: the cluster launch attribute.
 """
 
@@ -15,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 import stand_ins
 from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts
 from dglu import driver, launch, runner, workspaces
-from dglu.errors import CudaDriverError, IntegrityError
+from dglu.errors import CudaDriverError, DeviceMemoryError, IntegrityError
 from dglu.manifest import read_manifest
 from dglu.params import KernelArguments
 from dglu.problem import Problem, TensorView
@@ -163,7 +163,7 @@ def launches(recorder: stand_ins.StandInDriver, monkeypatch: pytest.MonkeyPatch)
     def acquire(rules, scalars, device, pool):
         allocated.extend(sorted(rules))
         return {
-            name: workspaces.Workspace(name, rule, WORKSPACE_POINTERS[name], 10**6, None)
+            name: workspaces.Workspace(name, rule, WORKSPACE_POINTERS[name], 10**6)
             for name, rule in rules.items()
         }
 
@@ -322,47 +322,6 @@ def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
     assert launches[4]["encoded"] and launches[4]["grid"] == (16, 1, 1)
 
 
-class FakeTensor:
-    """What dglu.workspaces reads of a tensor torch allocated."""
-
-    def __init__(self, pointer: int, count: int) -> None:
-        self.pointer, self.count = pointer, count
-
-    def data_ptr(self) -> int:
-        return self.pointer
-
-    def numel(self) -> int:
-        return self.count
-
-
-class FakeTorch:
-    """The part of torch dglu.workspaces uses: allocations recorded, at chosen addresses."""
-
-    def __init__(self, pointers: list[int]) -> None:
-        self.pointers = pointers  # of the allocations, in order
-        self.made: list[tuple] = []
-        self.cuda = self
-        self.streams: list[object] = []
-
-    def device(self, kind: str, index: int) -> str:
-        return f"{kind}:{index}"
-
-    @property
-    def _C(self) -> object:  # noqa: N802 (torch's name): the current stream is another one
-        return type("C", (), {"_cuda_getCurrentRawStream": staticmethod(lambda device: 0)})
-
-    def ExternalStream(self, handle: int, device: str) -> tuple:  # noqa: N802 (torch's name)
-        return (handle, device)
-
-    def stream(self, stream: object):
-        self.streams.append(stream)
-        return contextlib.nullcontext()
-
-    def empty(self, count: int, dtype: str, device: str) -> FakeTensor:
-        self.made.append((count, dtype, device))
-        return FakeTensor(self.pointers[len(self.made) - 1], count)
-
-
 SCALARS = {"l": L, "l_n2": L * 2 * N}
 NAMES = ["b_desc_ws", "dbias_ws", "tile_counter"]
 
@@ -376,55 +335,85 @@ def rules(tmp_path: Path) -> dict:
     return {name: variant.workspaces[name] for name in NAMES}
 
 
-@pytest.fixture
-def fake_torch(monkeypatch: pytest.MonkeyPatch):
-    """Install FakeTorch (pointers given later) and a capture flag the test can set."""
-    state = {"capturing": False}
-    monkeypatch.setattr(workspaces, "torch_dtype", lambda name: f"torch.{name}")
-    monkeypatch.setattr(workspaces, "is_capturing", lambda stream: state["capturing"])
-
-    def install(pointers: list[int]) -> FakeTorch:
-        fake = FakeTorch(pointers)
-        monkeypatch.setitem(sys.modules, "torch", fake)
-        return fake
-
-    return install, state
-
-
-def test_workspaces_sizes_reuse_and_alignment(fake_torch, rules) -> None:
+def test_pooled_workspaces_are_driver_allocations_on_the_pools_stream(recorder, rules) -> None:
     """b_desc_ws: L * 128 bytes; dbias_ws: L * 2N fp32; tile_counter: 16 bytes; allocated
-    on the call's stream and device once, then reused by the next call on that stream."""
-    install, _ = fake_torch
-    fake = install([0xA800, 0x9000, 0xAC00, 0x7000])
-    pool = workspaces.StreamWorkspaces(STREAM)
-    made = workspaces.acquire(rules, SCALARS, 3, pool)
-    assert {name: w.pointer for name, w in made.items()} == dict(zip(NAMES, [0xA800, 0x9000, 0xAC00]))
-    assert fake.made == [
-        (L * 16, "torch.i64", "cuda:3"),
-        (L * 2 * N, "torch.fp32", "cuda:3"),
-        (4, "torch.i32", "cuda:3"),
+    with cuMemAllocAsync on the pool's stream once, then reused by the next call; a grown
+    workspace is allocated anew and the old one freed on the stream after it; release_all
+    frees every pooled one on its stream, in the device's context."""
+    pool = workspaces.stream_pool(0, STREAM)
+    made = workspaces.acquire(rules, SCALARS, 0, pool)
+    assert recorder.names("cuMemAllocAsync") == [
+        (L * 16 * 8, STREAM), (L * 2 * N * 4, STREAM), (16, STREAM)
     ]
-    assert fake.streams == [(STREAM, "cuda:3")] * 3
-    again = workspaces.acquire(rules, SCALARS, 3, pool)
-    assert again == made and len(fake.made) == 3
-    dbias_only = {"dbias_ws": rules["dbias_ws"]}
-    bigger = workspaces.acquire(dbias_only, {"l_n2": 4 * L * 2 * N}, 3, pool)
-    assert bigger["dbias_ws"].pointer == 0x7000 and fake.made[-1][0] == 4 * L * 2 * N
+    assert {n: w.elements for n, w in made.items()} == {
+        "b_desc_ws": 16 * L, "dbias_ws": L * 2 * N, "tile_counter": 4
+    }
+    assert sorted(recorder.allocated) == sorted(w.pointer for w in made.values())
+    assert all(w.pointer % w.rule.align == 0 for w in made.values())
+    assert workspaces.acquire(rules, SCALARS, 0, pool) == made
+    assert recorder.counts["cuMemAllocAsync"] == 3
 
-    misaligned = install([0xA840])
+    first = len(recorder.calls)
+    bigger = workspaces.acquire({"dbias_ws": rules["dbias_ws"]}, {"l_n2": 4 * L * 2 * N}, 0, pool)
+    grown = bigger["dbias_ws"]
+    assert recorder.calls[first:] == [
+        ("cuMemAllocAsync", (4 * L * 2 * N * 4, STREAM)),
+        ("cuMemFreeAsync", (made["dbias_ws"].pointer, STREAM)),
+    ]
+    assert grown.elements == 4 * L * 2 * N and grown.pointer != made["dbias_ws"].pointer
+    assert workspaces.acquire(rules, SCALARS, 0, pool)["dbias_ws"] is grown  # big enough
+
+    first = len(recorder.calls)
+    workspaces.release_all()
+    released = recorder.calls[first:]
+    freed = [args for name, args in released if name == "cuMemFreeAsync"]
+    assert sorted(freed) == sorted(
+        (w.pointer, STREAM) for w in (made["b_desc_ws"], grown, made["tile_counter"])
+    )
+    names = [name for name, _ in released]
+    assert names.index("cuCtxPushCurrent") < names.index("cuMemFreeAsync")
+    assert names[-1] == "cuCtxPopCurrent" and recorder.pushed == []
+    assert recorder.allocated == {} and pool.workspaces == {}
+    assert workspaces.stream_pool(0, STREAM) is not pool
+
+
+def test_no_room_for_a_pooled_workspace_is_a_device_memory_error_and_keeps_the_old_one(
+    recorder, rules
+) -> None:
+    pool = workspaces.stream_pool(0, STREAM)
+    dbias_only = {"dbias_ws": rules["dbias_ws"]}
+    (old,) = workspaces.acquire(dbias_only, SCALARS, 0, pool).values()
+    recorder.fail_next_allocation()
+    with pytest.raises(
+        DeviceMemoryError,
+        match=rf"^workspace dbias_ws: no room for {8 * L * 2 * N} fp32 elements "
+        rf"\({8 * L * 2 * N * 4} bytes\) on cuda:0 \(cuMemAllocAsync failed: "
+        r"CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued and no argument was written",
+    ):
+        workspaces.acquire(dbias_only, {"l_n2": 8 * L * 2 * N}, 0, pool)
+    assert recorder.names("cuMemFreeAsync") == [] and old.pointer in recorder.allocated
+    assert workspaces.acquire(dbias_only, SCALARS, 0, pool)["dbias_ws"] is old
+
+
+def test_a_misaligned_allocation_is_freed_and_refused(monkeypatch: pytest.MonkeyPatch, rules) -> None:
+    calls = []
+    monkeypatch.setattr(
+        workspaces, "checked", lambda name, *args: calls.append((name, args)) or 0xA840
+    )
+    pool = workspaces.StreamWorkspaces(STREAM)
     with pytest.raises(RuntimeError, match="workspace b_desc_ws: .*0xa840.* not 128-byte"):
-        workspaces.acquire(
-            {"b_desc_ws": rules["b_desc_ws"]}, SCALARS, 3, workspaces.StreamWorkspaces(STREAM)
-        )
-    assert len(misaligned.made) == 1
+        workspaces.acquire({"b_desc_ws": rules["b_desc_ws"]}, SCALARS, 0, pool)
+    assert calls == [
+        ("cuMemAllocAsync", (L * 16 * 8, pool.cu_stream)), ("cuMemFreeAsync", (0xA840, pool.cu_stream))
+    ]
+    assert pool.workspaces == {}
 
 
 def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
     monkeypatch: pytest.MonkeyPatch, rules
 ) -> None:
     """While capturing: one cuMemAllocAsync per workspace on the stream (bytes of its
-    count), freed by free_graph_workspaces on the same stream; torch and the pool are not
-    involved."""
+    count), freed by free_graph_workspaces on the same stream; no pool is involved."""
     calls = []
     addresses = iter([0x1000, 0x2000, 0x3000])
 
@@ -434,10 +423,10 @@ def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
 
     monkeypatch.setattr(workspaces, "checked", driver)
     made = workspaces.graph_workspaces(rules, SCALARS, 0, STREAM)
-    assert {n: (w.pointer, w.elements, w.owner) for n, w in made.items()} == {
-        "b_desc_ws": (0x1000, 16 * L, None),
-        "dbias_ws": (0x2000, L * 2 * N, None),
-        "tile_counter": (0x3000, 4, None),
+    assert {n: (w.pointer, w.elements) for n, w in made.items()} == {
+        "b_desc_ws": (0x1000, 16 * L),
+        "dbias_ws": (0x2000, L * 2 * N),
+        "tile_counter": (0x3000, 4),
     }
     assert calls == [
         ("cuMemAllocAsync", (16 * L * 8, STREAM)),
@@ -450,7 +439,7 @@ def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
 
 def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces(rules) -> None:
     made = {  # pooled workspaces larger than this problem needs: only its part is cleared
-        name: workspaces.Workspace(name, rules[name], pointer, 10**6, None)
+        name: workspaces.Workspace(name, rules[name], pointer, 10**6)
         for name, pointer in zip(NAMES, [0xA800, 0x9000, 0xAC00])
     }
     assert workspaces.zeroed_ranges(made, SCALARS) == [(0x9000, L * 2 * N * 4), (0xAC00, 16)]
