@@ -61,10 +61,11 @@ def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
 
 def _roles(variant: Variant) -> list[str]:
     """The kernels a variant launches, in order: B's descriptors for discrete weights, the fused
-    kernel, dbias's finisher with dbias."""
+    kernel, dprob's finisher in deterministic mode, dbias's finisher with dbias."""
     return [
         *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
         "main",
+        *(["dprob_finish"] if variant.deterministic else []),
         *(["dbias_finish"] if variant.dbias else []),
     ]
 
