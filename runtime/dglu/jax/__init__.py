@@ -15,6 +15,9 @@ Arguments follow the torch wrapper's seed names, as JAX arrays:
 - ``dprob_tensor`` (optional): accumulated into and returned as a new array (the given one
   is never mutated); None starts from zeros.
 
+``deterministic=True`` selects the ``_det`` variants, as in the torch path: D, dprob and
+dbias bitwise reproducible from call to call (no order-dependent float atomics).
+
 Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
 d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
 generate_dbias=True else None; the block-scaled outputs are None. Rows of D_row past
@@ -187,6 +190,7 @@ def grouped_gemm_dglu_jax(
     epilogue_op: str | None = None,
     generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
+    deterministic: bool = False,
 ) -> DgluResults:
     """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring)."""
     check_absent(
