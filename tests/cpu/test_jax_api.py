@@ -297,7 +297,8 @@ def test_deterministic_reaches_the_handler_and_selects_the_det_variant(
     load = launch.load_variant
     monkeypatch.setattr(launch, "load_variant", lambda v, d: (loaded.append(v.name), load(v, d))[1])
     a, c, vectors = _concrete()
-    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("generate_dbias", "deterministic"))
+    static = ("generate_dbias", "deterministic")
+    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=static)
     run(
         a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), generate_dbias=True,
         deterministic=deterministic, **vectors,
