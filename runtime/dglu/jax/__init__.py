@@ -2,7 +2,8 @@
 ``jax.jit`` and from eager code, launching the installed cubins on XLA's stream.
 
 ``import dglu`` never imports this package (nor jax). The handler is Python (ctypes,
-dglu.jax.ffi): no compiled extension, no CuTe DSL at run time.
+dglu.jax.ffi): no compiled extension, no CuTe DSL at run time. dglu.jax.mlp is a client: a
+MoE expert MLP whose jax.custom_vjp backward takes dH and dprob from this entry.
 
 Arguments follow the torch wrapper's seed names, as JAX arrays:
 - A (M, K[, 1]) and C (M, 2N[, 1]) row-major; padded_offsets (L,) int32; alpha, beta (L,)
