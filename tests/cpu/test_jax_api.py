@@ -14,10 +14,11 @@ np = pytest.importorskip("numpy")
 jnp = jax.numpy
 
 import stand_ins  # noqa: E402
-from conftest_runtime import variant_key, write_artifacts  # noqa: E402
+from conftest_runtime import variant_key, write_artifacts, write_manifest  # noqa: E402
 
 import dglu.jax as dglu_jax  # noqa: E402
 from dglu.jax import checks, ffi, launch  # noqa: E402
+from dglu.contract.keys import variant_name  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
 
@@ -28,13 +29,27 @@ KEYS = [
     variant_key(dbias=False),
     variant_key(dbias=True, scheduler="dynamic"),
     variant_key(dbias=False, weight_mode="discrete", b_major="n"),
+    variant_key(dbias=True, deterministic=True),
 ]
+# The deterministic variant's own workspace (its dprob partial sums: one row per n-tile).
+DPROB_PARTS = {"dtype": "fp32", "count": "m", "align": 16, "zero": "never"}
+
+
+def _write_installed(directory):
+    """KEYS' artifacts; the deterministic ones under their real (``_det``) names, with
+    their partial-sum workspace."""
+    manifest = write_artifacts(directory, KEYS)
+    for entry in manifest["variants"]:
+        if entry["key"].get("deterministic"):
+            entry["name"] = variant_name(entry["key"])
+            entry["workspaces"]["dprob_parts"] = dict(DPROB_PARTS)
+    write_manifest(directory, manifest)
 
 
 @pytest.fixture
 def driver(tmp_path, monkeypatch):
     """The variants of KEYS installed for both paths; the driver and the H200 stood in."""
-    write_artifacts(tmp_path, KEYS)
+    _write_installed(tmp_path)
     variants = read_manifest(tmp_path).variants
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
     monkeypatch.setattr(checks, "installed_variants", lambda: tuple(variants))
@@ -272,3 +287,29 @@ def test_export_round_trip_keeps_the_custom_call(plans_on_cpu):
     exported = jax.export.export(jax.jit(run), disabled_checks=unchecked)(a, c, b)
     restored = jax.export.deserialize(exported.serialize())
     np.testing.assert_array_equal(np.asarray(restored.call(a, c, b)), 1.0)  # zeros + 1
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_reaches_the_handler_and_selects_the_det_variant(
+    plans_on_cpu, monkeypatch, deterministic
+):
+    loaded: list[str] = []
+    load = launch.load_variant
+    monkeypatch.setattr(launch, "load_variant", lambda v, d: (loaded.append(v.name), load(v, d))[1])
+    a, c, vectors = _concrete()
+    static = ("generate_dbias", "deterministic")
+    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=static)
+    run(
+        a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), generate_dbias=True,
+        deterministic=deterministic, **vectors,
+    ).dprob_tensor.block_until_ready()  # fmt: skip
+    _, call = plans_on_cpu[-1]
+    assert call.attrs["deterministic"] is deterministic
+    assert ("dprob_parts" in call.attrs["workspaces"].split(",")) == deterministic
+    assert len(loaded) == 1 and loaded[0].endswith("_det") == deterministic
+    assert (loaded[0] == variant_name(KEYS[-1])) == deterministic
+
+
+def test_deterministic_must_be_a_bool(driver):
+    with pytest.raises(ValueError, match="deterministic: expected a bool, got 1"):
+        _shapes(_arrays(), deterministic=1)

@@ -93,6 +93,40 @@ def test_jitted_results_match_the_reference(mode, act_func, dbias):
         assert out.dbias_tensor is None
 
 
+# uneven experts, one empty: several m-tiles per expert and n-tiles per row, so the fast
+# path's float atomics would vary the summation order (as in test_deterministic.py)
+DETERMINISTIC_SHAPE = Shape(n=512, k=256, expert_rows=(768, 0, 256, 1536), extra_rows=64)
+REPEATS = 5
+
+
+def _bits(x) -> np.ndarray:
+    """An array's bytes (tells -0.0 from 0.0 and NaN payloads apart)."""
+    return np.ascontiguousarray(np.asarray(x)).view(np.uint8)
+
+
+@pytest.mark.parametrize("use_dynamic_sched", [False, True])
+def test_deterministic_jitted_calls_repeat_bit_for_bit(use_dynamic_sched):
+    shape = DETERMINISTIC_SHAPE
+    x = make_inputs(shape, "dswiglu", {}, seed=11)
+    dprob = to_jax(initial_dprob(shape.m, seed=11))
+
+    @jax.jit
+    def run(a, c, offsets, alpha, beta, prob, dprob, b):
+        out = dglu_jax.grouped_gemm_dglu_jax(
+            a, c, padded_offsets=offsets, alpha_tensor=alpha, beta_tensor=beta,
+            prob_tensor=prob, dprob_tensor=dprob, b_tensor=b, generate_dbias=True,
+            use_dynamic_sched=use_dynamic_sched, deterministic=True,
+        )  # fmt: skip
+        return out.d_row_tensor[: shape.valid_m], out.dprob_tensor, out.dbias_tensor
+
+    args = [to_jax(t) for t in (x.a, x.c, x.padded_offsets, x.alpha, x.beta, x.prob)]
+    b = to_jax(x.b.permute(2, 0, 1))
+    first, *others = [[_bits(r) for r in run(*args, dprob, b)] for _ in range(REPEATS)]
+    for repeat, other in enumerate(others, 1):
+        for name, want, got in zip(("d_row", "dprob", "dbias"), first, other):
+            assert np.array_equal(want, got), f"{name} of call {repeat} differs from call 0's"
+
+
 _CAPTURED = textwrap.dedent(
     """
     import json

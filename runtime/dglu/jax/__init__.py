@@ -2,7 +2,8 @@
 ``jax.jit`` and from eager code, launching the installed cubins on XLA's stream.
 
 ``import dglu`` never imports this package (nor jax). The handler is Python (ctypes,
-dglu.jax.ffi): no compiled extension, no CuTe DSL at run time.
+dglu.jax.ffi): no compiled extension, no CuTe DSL at run time. dglu.jax.mlp is a client: a
+MoE expert MLP whose jax.custom_vjp backward takes dH and dprob from this entry.
 
 Arguments follow the torch wrapper's seed names, as JAX arrays:
 - A (M, K[, 1]) and C (M, 2N[, 1]) row-major; padded_offsets (L,) int32; alpha, beta (L,)
@@ -14,6 +15,9 @@ Arguments follow the torch wrapper's seed names, as JAX arrays:
   unmoved for every execution of the traced computation.
 - ``dprob_tensor`` (optional): accumulated into and returned as a new array (the given one
   is never mutated); None starts from zeros.
+
+``deterministic=True`` selects the ``_det`` variants, as in the torch path: D, dprob and
+dbias bitwise reproducible from call to call (no order-dependent float atomics).
 
 Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
 d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
@@ -187,6 +191,7 @@ def grouped_gemm_dglu_jax(
     epilogue_op: str | None = None,
     generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
+    deterministic: bool = False,
 ) -> DgluResults:
     """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring)."""
     check_absent(

@@ -31,7 +31,7 @@ OPTION_NAMES = (
     "mma_tiler_mn", "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned",
     "discrete_col_sfd", "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min",
     "linear_offset", "situ_beta1", "situ_beta2", "b_major", "epilogue_op",
-    "use_dynamic_sched", "cd_major",
+    "use_dynamic_sched", "cd_major", "deterministic",
 )  # fmt: skip
 C_DTYPES = "torch.bfloat16, torch.float16, torch.float32"
 
@@ -102,6 +102,7 @@ def _select(config: CallConfig, types: Mapping[str, str], arch: str | None, arch
         cluster_m=options.cluster[0],
         cluster_n=options.cluster[1],
         scheduler=options.scheduler,
+        deterministic=options.deterministic,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"

@@ -52,6 +52,7 @@ class CallConfig(NamedTuple):
             "cluster": np.array(options.cluster, np.int64),
             "scheduler": options.scheduler,
             "m_aligned": np.int64(options.m_aligned),
+            "deterministic": options.deterministic,
             "results": NAME_SEPARATOR.join(results),
             "workspaces": NAME_SEPARATOR.join(workspaces),
             **{ACT_PREFIX + name: np.float64(value) for name, value in options.act_params},
@@ -90,6 +91,7 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         cluster=tuple(attrs["cluster"]),
         scheduler=attrs["scheduler"],
         m_aligned=attrs["m_aligned"],
+        deterministic=attrs["deterministic"],
     )
     discrete = (
         DiscreteWeights(n=attrs["n"], n_from="n", dtype=attrs["b_dtype"])
