@@ -16,21 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, variant_name
+from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, variant_name
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
 
 log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
-# Launch shape of a suggested entry when no installed variant can lend one.
-FALLBACK_LAUNCH_SHAPE = {
-    "tile_m": 128,
-    "tile_n": 128,
-    "cluster_m": 1,
-    "cluster_n": 1,
-    "scheduler": "static",
-}
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str | None:
@@ -74,8 +66,24 @@ def _show(name: str, value: Any) -> str:
     return f"{name}={dict(value) if name == 'act_params' else value}"
 
 
+def _family_defaults(request: VariantRequest) -> dict[str, Any]:
+    """The first allowed value of every field of the family that would build the request
+    (dglu.contract.keys.FAMILIES): what a suggestion fills in when no installed variant
+    can lend its fields. The request's arch is None when it accepts any."""
+    family = next(
+        (f for f in FAMILIES.values() if f.matches(request.arch or f.allowed["arch"][0], request.ab_dtype)),
+        next(iter(FAMILIES.values())),
+    )
+    defaults = {}
+    for field, values in family.allowed.items():
+        names = JOINT_FIELDS.get(field, (field,))
+        first = values[0] if len(names) > 1 else (values[0],)
+        defaults.update(zip(names, first))
+    return defaults
+
+
 def _suggested_key(request: VariantRequest, nearest: Variant | None) -> dict[str, Any]:
-    base = nearest.key.as_dict() if nearest else dict(FALLBACK_LAUNCH_SHAPE)
+    base = nearest.key.as_dict() if nearest else _family_defaults(request)
     entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
