@@ -337,6 +337,30 @@ def test_refuses_a_malformed_entry_naming_where(tmp_path: Path, case: str) -> No
         assert fragment in message, f"{fragment!r} not in {message!r}"
 
 
+def test_variants_sharing_entries_share_their_reading_and_each_is_checked_in_its_own(
+    tmp_path: Path,
+) -> None:
+    """A family's variants repeat rules and kernel params: read once, yet a params list
+    accepted for one variant is refused for another whose tensors it does not fit."""
+    manifest = write_artifacts(tmp_path, DEFAULT_KEYS[:1])
+    first = _variant(manifest)
+    twin = copy.deepcopy(first) | {"name": first["name"] + "_twin"}
+    manifest["variants"].append(twin)
+    write_manifest(tmp_path, manifest)
+    one, other = read_manifest(tmp_path).variants
+    assert other.name == twin["name"] and other.arguments is one.arguments
+    assert other.kernels[0].params is one.kernels[0].params
+
+    del twin["tma"]["a"]
+    write_manifest(tmp_path, manifest)
+    with pytest.raises(ManifestError) as error:
+        read_manifest(tmp_path)
+    assert str(error.value).startswith(
+        f"{tmp_path / 'manifest.json'}: variants[1] ('{twin['name']}'), kernels[0], params["
+    ), error.value
+    assert "field 'tensor' is 'a'" in str(error.value)
+
+
 def test_reads_a_discrete_weight_variant_as_documented(tmp_path: Path) -> None:
     """The b_descriptors kernel, the b_expert template descriptor, b_ptrs and b_desc_ws."""
     write_artifacts(tmp_path, [variant_key(weight_mode="discrete", b_major="n", dbias=False)])

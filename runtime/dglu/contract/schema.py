@@ -2,7 +2,8 @@
 
 ``read_manifest(directory)`` parses ``directory/manifest.json`` into immutable NamedTuples,
 type-checking every field and refusing unknown ones; each error names the file, the
-variant entry and the field. ``manifest_text(variants)`` is the one way to write a
+variant entry and the field. Entries that repeat (a family's variants share their tensor
+rules and kernel params) are read once per context and shared (``_memoised``). ``manifest_text(variants)`` is the one way to write a
 manifest: it reads every entry back first, then writes JSON with sorted keys (except the
 order-carrying maps ``arguments`` and ``scalars``, kept as given), a two-space indent and a
 final newline. EXPRESSIONs (``"2*n"``, ``"m*k"``, ``"16*l"``, ``4``) parse into ``Expr``.
@@ -11,12 +12,14 @@ Pure standard library: both dglu (the runtime) and dglu_build import it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import ManifestError
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
@@ -49,6 +52,12 @@ TMA_ENUMS: dict[str, tuple[str, ...]] = {
 MAX_TMA_RANK = 5
 MAX_TMA_BOX = 256
 ORDERED_MAPS = ("arguments", "scalars")  # JSON objects whose order means something
+
+# Parsed sub-entries by (reader, canonical JSON text, context): the entries of a family's
+# variants repeat, so each distinct one is checked once (see _memoised).
+MEMO_CAPACITY = 4096
+_memo: dict[tuple[Any, ...], Any] = {}
+T = TypeVar("T")
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -107,6 +116,12 @@ def parse_expr(value: Any) -> Expr:
         else:
             raise ValueError(f"has a bad factor {part!r} in {value!r} (positive ints, scalar names)")
     return Expr(factor, tuple(names), int(divisor) if slash else 1)
+
+
+@functools.lru_cache(maxsize=MEMO_CAPACITY)
+def _parsed(value: str | int) -> Expr:
+    """parse_expr of a string or int, remembered: manifests repeat a few expressions."""
+    return parse_expr(value)
 
 
 class VariantKey(NamedTuple):
@@ -328,10 +343,10 @@ class _Entry:
             raise self.fail(field, f"must be 3 positive integers, got {value!r}")
         return tuple(value)
 
-    def expr(self, field: str, value: Any, scalars: set[str]) -> Expr:
+    def expr(self, field: str, value: Any, scalars: AbstractSet[str]) -> Expr:
         """``value`` (found in ``field``) as an EXPRESSION over ``scalars``."""
         try:
-            expr = parse_expr(value)
+            expr = _parsed(value) if type(value) in (str, int) else parse_expr(value)
         except ValueError as exc:
             raise self.fail(field, str(exc)) from None
         unknown = [n for n in expr.names if n not in scalars]
@@ -341,7 +356,9 @@ class _Entry:
             )
         return expr
 
-    def exprs(self, field: str, scalars: set[str], length: int | None = None) -> tuple[Expr, ...]:
+    def exprs(
+        self, field: str, scalars: AbstractSet[str], length: int | None = None
+    ) -> tuple[Expr, ...]:
         values = self.take(field, list)
         if not values or (length is not None and len(values) != length):
             wanted = f"{length} entries" if length is not None else "at least one entry"
@@ -377,6 +394,27 @@ class _Entry:
         return entries
 
 
+def _memoised(read: Callable[..., T]) -> Callable[..., T]:
+    """``read(entry, *context)`` remembered by the entry's canonical JSON text and the
+    (hashable) ``context``: a repeated entry read in the same context gets the first
+    reading's value without being checked again (its checks passed, and depend on nothing
+    else). A failed reading stores nothing, so every error names the entry it was found in.
+    Entries are JSON-decoded data, whose text tells every value and type apart."""
+
+    def cached(entry: _Entry, *context: Any) -> T:
+        key = (read, repr(entry.data), context)
+        value = _memo.get(key)
+        if value is None:
+            value = read(entry, *context)
+            if len(_memo) >= MEMO_CAPACITY:
+                _memo.clear()
+            _memo[key] = value
+        return value
+
+    cached.__doc__ = read.__doc__
+    return cached
+
+
 def _read_key(entry: _Entry) -> VariantKey:
     required = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
     entry.only(required, tuple(KEY_FIELD_DEFAULTS))
@@ -388,6 +426,7 @@ def _read_key(entry: _Entry) -> VariantKey:
     return VariantKey(**fields)
 
 
+@_memoised
 def _read_build(entry: _Entry) -> Build:
     entry.only(("dglu_version", "source_hash", "toolchain"))
     source_hash = entry.take("source_hash", str)
@@ -412,7 +451,8 @@ def _read_scalars(entry: _Entry) -> dict[str, Expr]:
     return scalars
 
 
-def _read_argument(entry: _Entry, scalars: set[str]) -> Argument:
+@_memoised
+def _read_argument(entry: _Entry, scalars: frozenset[str]) -> Argument:
     entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop",))
     shape = entry.exprs("shape", scalars)
     return Argument(
@@ -425,6 +465,7 @@ def _read_argument(entry: _Entry, scalars: set[str]) -> Argument:
     )
 
 
+@_memoised
 def _read_limit(entry: _Entry) -> Limit:
     entry.only(("why",), ("min", "max", "multiple_of"))
     why = entry.take("why", str)
@@ -436,7 +477,8 @@ def _read_limit(entry: _Entry) -> Limit:
     return Limit(why=why, **bounds)
 
 
-def _read_view(entry: _Entry, scalars: set[str], arguments: Mapping[str, Argument]) -> ViewRule:
+@_memoised
+def _read_view(entry: _Entry, scalars: frozenset[str], arguments: frozenset[str]) -> ViewRule:
     entry.only(("of", "dtype", "shape", "strides", "address_align_down"))
     shape = entry.exprs("shape", scalars)
     return ViewRule(
@@ -448,7 +490,8 @@ def _read_view(entry: _Entry, scalars: set[str], arguments: Mapping[str, Argumen
     )
 
 
-def _read_workspace(entry: _Entry, scalars: set[str]) -> WorkspaceRule:
+@_memoised
+def _read_workspace(entry: _Entry, scalars: frozenset[str]) -> WorkspaceRule:
     entry.only(("dtype", "count", "align", "zero"))
     return WorkspaceRule(
         dtype=entry.choice("dtype", ELEMENT_TYPES),
@@ -458,6 +501,7 @@ def _read_workspace(entry: _Entry, scalars: set[str]) -> WorkspaceRule:
     )
 
 
+@_memoised
 def _read_tma(entry: _Entry) -> TmaRule:
     entry.only(("dtype", "dims", "box", *TMA_ENUMS))
     dims = entry.take("dims", list)
@@ -478,7 +522,8 @@ def _read_tma(entry: _Entry) -> TmaRule:
     )
 
 
-def _read_grid(entry: _Entry, scalars: set[str]) -> GridSpec:
+@_memoised
+def _read_grid(entry: _Entry, scalars: frozenset[str]) -> GridSpec:
     rule = entry.choice("rule", GRID_RULES)
     entry.only(("rule", *GRID_RULES[rule]))
     if rule == "elementwise":
@@ -486,7 +531,9 @@ def _read_grid(entry: _Entry, scalars: set[str]) -> GridSpec:
     return GridSpec(rule, tile_m=entry.positive("tile_m"), tile_n=entry.positive("tile_n"))
 
 
-def _read_param(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[str]) -> ParamSpec:
+def _read_param(
+    entry: _Entry, scalars: frozenset[str], tensors: frozenset[str], tma: frozenset[str]
+) -> ParamSpec:
     kind = entry.choice("kind", PARAM_SOURCES)
     source = PARAM_SOURCES[kind]
     entry.only(("name", "kind", "size", "align", source), ("optional",) if kind == "pointer" else ())
@@ -508,7 +555,9 @@ def _read_param(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[st
     return ParamSpec(**spec)
 
 
-def _read_kernel(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[str]) -> KernelSpec:
+def _read_kernel(
+    entry: _Entry, scalars: frozenset[str], tensors: frozenset[str], tma: frozenset[str]
+) -> KernelSpec:
     entry.only(
         ("role", "symbol", "block", "cluster", "dynamic_smem_bytes", "attributes", "grid", "params")
     )
@@ -523,7 +572,7 @@ def _read_kernel(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[s
             "attributes",
             f"cluster_dimension {list(attributes['cluster_dimension'])} differs from cluster {list(cluster)}",
         )
-    params = entry.take("params", list)
+    entry.take("params", list)
     return KernelSpec(
         role=entry.name("role"),
         symbol=entry.take("symbol", str),
@@ -532,10 +581,64 @@ def _read_kernel(entry: _Entry, scalars: set[str], tensors: set[str], tma: set[s
         dynamic_smem_bytes=entry.positive("dynamic_smem_bytes", zero_ok=True),
         attributes=_frozen(attributes),
         grid=_read_grid(_Entry(entry.take("grid", dict), f"{entry.where}, grid"), scalars),
-        params=tuple(
-            _read_param(_Entry(p, f"{entry.where}, params[{i}]"), scalars, tensors, tma)
-            for i, p in enumerate(params)
-        ),
+        params=_read_params(_Entry({"params": entry.data["params"]}, entry.where), scalars, tensors, tma),
+    )
+
+
+@_memoised
+def _read_params(
+    entry: _Entry, scalars: frozenset[str], tensors: frozenset[str], tma: frozenset[str]
+) -> tuple[ParamSpec, ...]:
+    """A kernel's ``params`` list (``entry`` holds only it: kernels of a family share it)."""
+    return tuple(
+        _read_param(_Entry(p, f"{entry.where}, params[{i}]"), scalars, tensors, tma)
+        for i, p in enumerate(entry.data["params"])
+    )
+
+
+RULE_FIELDS = ("scalars", "arguments", "limits", "views", "workspaces", "tma")
+
+
+class _Rules(NamedTuple):
+    """A variant's tensor rules (RULE_FIELDS): variants of a family share them."""
+
+    scalars: Mapping[str, Expr]
+    arguments: Mapping[str, Argument]
+    limits: Mapping[str, Limit]
+    views: Mapping[str, ViewRule]
+    workspaces: Mapping[str, WorkspaceRule]
+    tma: Mapping[str, TmaRule]
+
+
+@_memoised
+def _read_rules(entry: _Entry) -> _Rules:
+    """The RULE_FIELDS of a variant ``entry`` holding only those, checked together."""
+    derived = _read_scalars(entry)
+    scalars = frozenset((*BASE_SCALARS, *derived))
+    arguments = {
+        role: _read_argument(e, scalars) for role, e in entry.objects("arguments").items()
+    }
+    if not arguments:
+        raise entry.fail("arguments", "must list at least one argument")
+    limits = {}
+    for scalar, e in entry.objects("limits").items():
+        if scalar not in scalars:
+            raise entry.fail("limits", f"limits unknown scalar {scalar!r} (known: {sorted(scalars)})")
+        limits[scalar] = _read_limit(e)
+    names = frozenset(arguments)
+    views = {v: _read_view(e, scalars, names) for v, e in entry.objects("views").items()}
+    workspaces = {w: _read_workspace(e, scalars) for w, e in entry.objects("workspaces").items()}
+    clash = sorted((set(arguments) & set(views)) | (set(workspaces) & {*arguments, *views}))
+    if clash:
+        raise entry.fail("workspaces", f"reuses tensor names {clash} of arguments or views")
+    tma = {}
+    for tensor, e in entry.objects("tma").items():
+        if tensor not in arguments and tensor not in views:
+            raise entry.fail("tma", f"has a rule for {tensor!r}, which is no argument or view")
+        tma[tensor] = _read_tma(e)
+    return _Rules(
+        _frozen(derived), _frozen(arguments), _frozen(limits), _frozen(views),
+        _frozen(workspaces), _frozen(tma),
     )
 
 
@@ -557,32 +660,12 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
     sha256 = entry.take("sha256", str)
     if not _SHA256.fullmatch(sha256):
         raise entry.fail("sha256", f"must be 64 lowercase hex digits, got {sha256!r}")
-    derived = _read_scalars(entry)
-    scalars = {*BASE_SCALARS, *derived}
-    arguments = {
-        role: _read_argument(e, scalars) for role, e in entry.objects("arguments").items()
-    }
-    if not arguments:
-        raise entry.fail("arguments", "must list at least one argument")
-    limits = {}
-    for scalar, e in entry.objects("limits").items():
-        if scalar not in scalars:
-            raise entry.fail("limits", f"limits unknown scalar {scalar!r} (known: {sorted(scalars)})")
-        limits[scalar] = _read_limit(e)
-    views = {v: _read_view(e, scalars, arguments) for v, e in entry.objects("views").items()}
-    workspaces = {w: _read_workspace(e, scalars) for w, e in entry.objects("workspaces").items()}
-    clash = sorted((set(arguments) & set(views)) | (set(workspaces) & {*arguments, *views}))
-    if clash:
-        raise entry.fail("workspaces", f"reuses tensor names {clash} of arguments or views")
-    tma = {}
-    for tensor, e in entry.objects("tma").items():
-        if tensor not in arguments and tensor not in views:
-            raise entry.fail("tma", f"has a rule for {tensor!r}, which is no argument or view")
-        tma[tensor] = _read_tma(e)
+    rules = _read_rules(_Entry({f: entry.data[f] for f in RULE_FIELDS}, entry.where))
+    scalars = frozenset((*BASE_SCALARS, *rules.scalars))
     kernels = entry.take("kernels", list)
     if not kernels:
         raise entry.fail("kernels", "must list at least one kernel")
-    tensors = {*arguments, *views, *workspaces}
+    tensors = frozenset((*rules.arguments, *rules.views, *rules.workspaces))
     return Variant(
         name=name,
         family=entry.name("family"),
@@ -593,16 +676,18 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
         build=_read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
         min_driver=entry.positive("min_driver"),
         m_aligned=entry.positive("m_aligned"),
-        arguments=_frozen(arguments),
-        scalars=_frozen(derived),
-        limits=_frozen(limits),
-        views=_frozen(views),
-        workspaces=_frozen(workspaces),
+        arguments=rules.arguments,
+        scalars=rules.scalars,
+        limits=rules.limits,
+        views=rules.views,
+        workspaces=rules.workspaces,
         kernels=tuple(
-            _read_kernel(_Entry(k, f"{entry.where}, kernels[{i}]"), scalars, tensors, set(tma))
+            _read_kernel(
+                _Entry(k, f"{entry.where}, kernels[{i}]"), scalars, tensors, frozenset(rules.tma)
+            )
             for i, k in enumerate(kernels)
         ),
-        tma=_frozen(tma),
+        tma=rules.tma,
         directory=directory,
     )
 
