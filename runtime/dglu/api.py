@@ -205,17 +205,9 @@ def device_arch(device: int) -> str:
     return arch
 
 
-# os.environ's own store and its key for DGLU_CHECK_OFFSETS: read on every call, a dict
-# read costs ~40 ns where os.environ.get (which encodes the key) costs ~2 us; it follows
-# every change made through os.environ (monkeypatch.setenv included).
-_ENVIRON_DATA = os.environ._data
-_CHECK_OFFSETS_KEY = os.environ.encodekey(CHECK_OFFSETS_ENV)
-
-
 def offsets_check_enabled() -> bool:
     """True when DGLU_CHECK_OFFSETS asks every call to check padded_offsets on the host."""
-    raw = _ENVIRON_DATA.get(_CHECK_OFFSETS_KEY)
-    return raw is not None and os.environ.decodevalue(raw) not in ("", "0")
+    return os.environ.get(CHECK_OFFSETS_ENV, "") not in ("", "0")
 
 
 def _check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned: int) -> None:
