@@ -148,6 +148,19 @@ def test_missing_variant_with_nothing_installed() -> None:
     assert "--no-dbias" in message
 
 
+def test_missing_variant_for_any_arch_suggests_the_family_defaults() -> None:
+    """A request that accepts any arch (JAX tracing without a GPU), with nothing installed:
+    the suggestion takes the first arch, tile, cluster and scheduler its family allows."""
+    request = replace(request_for(act_func="dgeglu", dbias=True), arch=None)
+    with pytest.raises(VariantNotFoundError) as error:
+        select_variant((), request)
+    entry = json.loads(str(error.value).splitlines()[-1].strip().removeprefix("- "))
+    launch = {k: entry[k] for k in ("arch", "tile_m", "tile_n", "cluster_m", "cluster_n", "scheduler")}
+    assert launch == {"arch": "sm_90a", "tile_m": 128, "tile_n": 128, "cluster_m": 1,
+                      "cluster_n": 1, "scheduler": "static"}
+    assert "--arch sm_90a" in str(error.value)
+
+
 @pytest.mark.parametrize(
     ("capability", "arch"), [((9, 0), "sm_90a"), ((10, 0), "sm_100a"), ((10, 3), "sm_103a")]
 )
