@@ -58,6 +58,7 @@ class VariantRequest:
     cluster_n: int | None = None
     scheduler: str | None = None
     deterministic: bool = False
+    act_out: bool = False
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
@@ -99,6 +100,7 @@ def build_command(entry: dict[str, Any]) -> str:
         f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
         f"--scheduler {entry['scheduler']}",
         *(["--deterministic"] if entry["deterministic"] else []),
+        *(["--act-out"] if entry.get("act_out") else []),
     ]
     return " ".join(parts)
 
@@ -145,6 +147,12 @@ def missing_variant_message(
         f"    - {json.dumps(entry)}",
     ]
     return "\n".join(lines)
+
+
+def has_variant(variants: Sequence[Variant], request: VariantRequest) -> bool:
+    """Whether some variant matches every given field of ``request``."""
+    wanted = request.wanted()
+    return any(not _differences(variant.key, wanted) for variant in variants)
 
 
 def select_variant(
