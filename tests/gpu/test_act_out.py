@@ -15,7 +15,6 @@ torch = pytest.importorskip("torch", reason="the GPU tests need torch")
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
-import dglu  # noqa: E402
 from configs import BF16, WIDE, Config  # noqa: E402
 from harness import Case, case_inputs, run_wrapper  # noqa: E402
 from inputs import Shape, initial_dprob  # noqa: E402
@@ -38,20 +37,19 @@ def test_act_out_matches_the_reference_and_leaves_the_other_outputs_unchanged(co
     plain = run_wrapper(config, x, dprob_plain)
     out = run_wrapper(config, x, dprob_aout, act_out=True)
     torch.cuda.synchronize()
-    assert len(plain) == 7 and len(out) == 8 and list(out)[:7] != []
+    assert len(plain) == 7 and len(out) == 8 and list(out.keys())[-1] == "act_out_tensor"
     act = out["act_out_tensor"]
     assert act.shape == (SHAPE.m, SHAPE.n, 1) and act.dtype == torch.bfloat16
     valid = SHAPE.ends[-1]
     activation = Activation(config.act_func, **config.act_params)
     expected = act_out_reference(x.c, x.padded_offsets, x.beta, x.prob, activation)[:valid]
     got = act.view(SHAPE.m, SHAPE.n)[:valid].double()
-    # bf16 rounding of the value plus the fp32 approximations of sigmoid (rcp, exp)
-    bound = expected.abs() * (BF16_EPS + 2.0**-20) + 1e-30
+    # bf16 rounding of the value, plus the fp32 approximations of sigmoid (rcp, exp) with a
+    # floor for values near 0
+    bound = expected.abs() * (BF16_EPS + 2.0**-16) + 2.0**-20 * expected.abs().max()
     bad = (got - expected).abs() > bound
     assert not bad.any(), f"{config}: {int(bad.sum())} act_out elements off, first at {bad.nonzero()[0].tolist()}"
     assert torch.equal(out["d_row_tensor"].view(torch.uint8), plain["d_row_tensor"].view(torch.uint8))
     assert torch.equal(dprob_aout, dprob_plain)
     if config.dbias:
         assert torch.equal(out["dbias_tensor"], plain["dbias_tensor"])
-    assert out.get("dbias_tensor") is None if not config.dbias else True
-    assert "act_out" in dglu.GroupedGemmDgluSm90.__init__.__code__.co_varnames
