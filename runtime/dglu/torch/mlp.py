@@ -11,8 +11,8 @@ up rows in the seed's 32-column interleave (``layouts``), and W2 (L, N, K) (the 
 Backward: one fused dglu call gives dH, dprob and (with b1) db1; torch._grouped_mm gives
 dX = dH W1_g, dW1_g = dH_g^T X_g, dW2_g = A_g^T dY_g; b2's gradients are a row sum. A for
 dW2 comes from the same fused call (act_out=True: the kernel writes prob * GLU(H) in bf16 as
-it reads H) when an act_out variant serves the call (``_act_out_served``: installed for
-this device, activation, H's dtype and bias; always on CPU tensors, the reference); else it
+it reads H) when an act_out variant serves the call (``_act_out_served``: H in bf16 and a variant
+installed for this device, activation and bias; on CPU tensors the reference); else it
 is recomputed from H in eager torch as the forward made it.
 Padding rows carry zero X, zero prob and (from the scatter back) zero dY, so they add
 nothing. The fused op is ``torch.ops.dglu.grouped_gemm_dglu``: on CUDA tensors dglu's
@@ -54,10 +54,10 @@ def _glu(h: torch.Tensor, prob: torch.Tensor, activation: Activation) -> torch.T
 def _act_out_served(device: torch.device, dtype: torch.dtype, activation: Activation, dbias: bool) -> bool:
     """Whether the fused op can also write A (an act_out variant is installed for the call:
     dense bf16 weights, C and D in ``dtype``, the activation's constants, dbias or not)."""
+    if dtype != torch.bfloat16:  # the op writes A in bf16 only
+        return False
     if device.type != "cuda":
         return True  # the CPU kernel is the reference, which writes every output
-    if dtype != torch.bfloat16:
-        return False
     from ..manifest import installed_variants
 
     constants = activation.op_arguments()

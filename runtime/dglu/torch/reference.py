@@ -128,9 +128,10 @@ def use_reference_on_cpu() -> None:
         )
         dprob_tensor.add_(dprob.view(dprob_tensor.shape))
         d_row = d.to(d_dtype or torch.bfloat16).unsqueeze(-1)
-        absent = d_row.new_empty((0,), dtype=torch.bfloat16)
-        dbias = dbias.to(torch.bfloat16).unsqueeze(-1) if generate_dbias else absent
-        act = absent
+        # placeholders, one tensor each (a custom op's outputs must not alias)
+        absent = lambda: d_row.new_empty((0,), dtype=torch.bfloat16)  # noqa: E731
+        dbias = dbias.to(torch.bfloat16).unsqueeze(-1) if generate_dbias else absent()
+        act = absent()
         if act_out:
             act = act_out_reference(c_tensor, padded_offsets, beta_tensor, prob_tensor, activation,
                                     torch.float32).to(torch.bfloat16).unsqueeze(-1)
