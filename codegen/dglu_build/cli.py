@@ -220,6 +220,10 @@ def _add_field_options(command):
     "--deterministic/--fast", default=False, show_default=True,
     help="Bitwise reproducible D, dprob and dbias (no order-dependent float atomics).",
 )
+@click.option(
+    "--act-out/--no-act-out", default=False, show_default=True,
+    help="Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs).",
+)
 @_add_field_options
 @click.option("--tile", "tiles", type=_MxN(), multiple=True, default=["128x128"], show_default=True, help="Tile (repeatable).")
 @click.option("--cluster", "clusters", type=_MxN(), multiple=True, default=["1x1"], show_default=True, help="Cluster (repeatable).")
@@ -229,6 +233,7 @@ def add(
     act_params: tuple[tuple[str, float], ...],
     dbias: bool,
     deterministic: bool,
+    act_out: bool,
     tiles: tuple[tuple[int, int], ...],
     clusters: tuple[tuple[int, int], ...],
     out: Path,
@@ -248,13 +253,14 @@ def add(
       dglu-build add --act dswiglu --act dgeglu --tile 128x64 -o .artifacts/extra
       dglu-build add --act dgeglu --act-param geglu_alpha=1.0 --act-param linear_offset=0.0
       dglu-build add --act dswiglu --dbias --deterministic
+      dglu-build add --act dgeglu --act-out
     """
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
 
     require_build_extra("add")
     fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias,
-              "deterministic": deterministic}
+              "deterministic": deterministic, "act_out": act_out}
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
         for tile_m, tile_n in tiles
@@ -508,4 +514,5 @@ def describe_key(key: dict[str, Any]) -> str:
         f"ab/c/d {key['ab_dtype']}/{key['c_dtype']}/{key['d_dtype']} {key['arch']} {key['weight_mode']} "
         f"b_major {key['b_major']} tile {key['tile_m']}x{key['tile_n']} cluster {key['cluster_m']}x{key['cluster_n']} "
         f"{key['scheduler']}{' deterministic' if key.get('deterministic') else ''}"
+        f"{' act_out' if key.get('act_out') else ''}"
     )

@@ -72,6 +72,7 @@ ARGUMENT_NAMES = {
     "dprob": "dprob_tensor",
     "dbias": "dbias_tensor",
     "b_ptrs": "b_ptrs",
+    "act_out": "act_out_tensor",
 }
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
@@ -94,6 +95,7 @@ _FIELD_SOURCES = {
     "cluster_n": "cluster_shape_mn",
     "scheduler": "use_dynamic_sched",
     "deterministic": "deterministic",
+    "act_out": "act_out",
 }
 WRAPPER_SOURCES = {
     **_FIELD_SOURCES,
@@ -178,6 +180,7 @@ def _select(
         cluster_n=options.cluster[1],
         scheduler=options.scheduler,
         deterministic=options.deterministic,
+        act_out=options.act_out,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
@@ -345,7 +348,7 @@ WRAPPER_SETTINGS = (
     "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
     "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
     "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
-    "d_dtype", "generate_dbias", "deterministic",
+    "d_dtype", "generate_dbias", "deterministic", "act_out",
 )
 
 
@@ -376,7 +379,7 @@ def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> 
 _wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_calls: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
-WRAPPER_OUTPUTS = ("d_row", "dbias")  # allocated by the wrapper when the variant takes them
+WRAPPER_OUTPUTS = ("d_row", "dbias", "act_out")  # allocated by the wrapper when the variant takes them
 _COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
 # The roles of the tensors each call hands _run, in order: by weights (discrete or not) for
 # the wrapper, by the weights' role for execute() (and with dbias).
@@ -427,6 +430,7 @@ def grouped_gemm_dglu(
     use_dynamic_sched: bool = False,
     current_stream: Any = None,
     deterministic: bool = False,
+    act_out: bool = False,
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on the tensors' device; allocates D_row (and dbias).
 
@@ -436,7 +440,10 @@ def grouped_gemm_dglu(
     Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
     d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
     bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past
-    valid_m (owned by no expert) are left uninitialised.
+    valid_m (owned by no expert) are left uninitialised. act_out=True (not in the seed) runs
+    the variant that also writes prob * GLU(C), the MLP's activation that dW2 needs, and adds
+    it as an eighth, trailing entry act_out_tensor ((M, N, 1) bf16; rows past valid_m
+    uninitialised); without it the TupleDict keeps the seed's seven entries.
     """
     check_absent(
         BLOCK_SCALED,
@@ -473,6 +480,7 @@ def grouped_gemm_dglu(
             d_dtype,
             generate_dbias,
             deterministic,
+            act_out,
         ),
         a_tensor,
         c_tensor,
@@ -501,6 +509,7 @@ def grouped_gemm_dglu(
         amax_tensor=None,
         sfd_row_tensor=None,
         sfd_col_tensor=None,
+        **({"act_out_tensor": made["act_out"]} if act_out else {}),
     )
 
 
@@ -566,6 +575,7 @@ class GroupedGemmDglu:
         epilogue_op: str | None = None,
         use_dynamic_sched: bool = False,
         deterministic: bool = False,
+        act_out: bool = False,
     ) -> None:
         self._samples = _named(
             True,
@@ -609,6 +619,7 @@ class GroupedGemmDglu:
             "epilogue_op": epilogue_op,
             "use_dynamic_sched": use_dynamic_sched,
             "deterministic": deterministic,
+            "act_out": act_out,
         }
         self._reset()
 
@@ -647,8 +658,9 @@ class GroupedGemmDglu:
             self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
         )
         variant = _select(config, samples, CLASS_SOURCES)
-        # discrete weights have no sample: execute() checks b_ptrs
-        describe_tensors(variant, samples, config.given_scalars(), ("b_ptrs",) if discrete else ())
+        # discrete weights have no sample, nor the act_out output: execute() checks them
+        later = ("b_ptrs", "act_out") if discrete else ("act_out",)
+        describe_tensors(variant, samples, config.given_scalars(), later)
         self._config, self._variant = config, variant
         return True
 
@@ -681,8 +693,11 @@ class GroupedGemmDglu:
         amax_tensor: Any = None,
         norm_const_tensor: Any = None,
         current_stream: Any = None,
+        act_out_tensor: Any = None,
     ) -> None:
-        """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed)."""
+        """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed).
+        An op built with act_out=True also writes prob * GLU(C) into ``act_out_tensor``
+        ((M, N, 1) bf16, required then; refused otherwise)."""
         # all None (the usual call): one comparison chain instead of check_absent's dict
         if not (
             d_col_tensor is sfa_tensor is sfb_tensor is sfb_ptrs is sfd_row_tensor
@@ -722,6 +737,11 @@ class GroupedGemmDglu:
         )
         if dbias_tensor is not None:
             tensors += (dbias_tensor,)
+        if (act_out_tensor is not None) != self._options_given["act_out"]:
+            self._refuse_act_out(act_out_tensor)
+        if act_out_tensor is not None:
+            roles += ("act_out",)
+            tensors += (act_out_tensor,)
         self._run(roles, tensors, current_stream)
 
     @functools.cached_property
@@ -742,6 +762,15 @@ class GroupedGemmDglu:
                 "has no dbias; construct it with sample_dbias to produce dbias"
             )
         raise ValueError("dbias_tensor: required, because the op was built with sample_dbias")
+
+    def _refuse_act_out(self, act_out_tensor: Any) -> None:
+        """act_out_tensor given to an op built without act_out, or missing from one with it."""
+        if act_out_tensor is not None:
+            raise ValueError(
+                "act_out_tensor: this op was built with act_out=False, so its kernel writes no "
+                "activation; construct it with act_out=True to produce one"
+            )
+        raise ValueError("act_out_tensor: required, because the op was built with act_out=True")
 
     def _run(
         self,

@@ -4,6 +4,7 @@ Arguments this SM90 BF16 backend cannot honour raise (never silently ignored): b
 inputs and options, vector_f32, and activation constants given for an activation that does
 not use them. use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
 the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
+act_out=True picks the variants that also write prob * GLU(C) (act_out_tensor);
 cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
 selected variant's. A tile, cluster or
@@ -49,6 +50,7 @@ class OpOptions(NamedTuple):
     scheduler: str  # "static" or "dynamic"
     m_aligned: int  # checked against the selected variant's
     deterministic: bool = False  # True: the variant without order-dependent float atomics
+    act_out: bool = False  # True: the variant that also writes prob * GLU(C)
 
 
 def _pair(name: str, value: Any) -> tuple[int, int] | None:
@@ -112,6 +114,7 @@ def check_options(
     use_dynamic_sched: Any,
     cd_major: Any = "n",
     deterministic: Any = False,
+    act_out: Any = False,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they select."""
     given = locals()
@@ -134,6 +137,8 @@ def check_options(
         raise ValueError(f"use_dynamic_sched: expected a bool, got {use_dynamic_sched!r}")
     if not isinstance(deterministic, bool):
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
+    if not isinstance(act_out, bool):
+        raise ValueError(f"act_out: expected a bool, got {act_out!r}")
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
@@ -144,6 +149,7 @@ def check_options(
         scheduler="dynamic" if use_dynamic_sched else "static",
         m_aligned=m_aligned,
         deterministic=deterministic,
+        act_out=act_out,
     )
 
 

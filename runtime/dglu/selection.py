@@ -50,6 +50,7 @@ class VariantRequest:
     cluster_n: int | None = None
     scheduler: str | None = None
     deterministic: bool = False
+    act_out: bool = False
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
@@ -107,6 +108,7 @@ def build_command(entry: dict[str, Any]) -> str:
         f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
         f"--scheduler {entry['scheduler']}",
         *(["--deterministic"] if entry["deterministic"] else []),
+        *(["--act-out"] if entry.get("act_out") else []),
     ]
     return " ".join(parts)
 
@@ -153,6 +155,12 @@ def missing_variant_message(
         f"    - {json.dumps(entry)}",
     ]
     return "\n".join(lines)
+
+
+def has_variant(variants: Sequence[Variant], request: VariantRequest) -> bool:
+    """Whether some variant matches every given field of ``request``."""
+    wanted = request.wanted()
+    return any(not _differences(variant.key, wanted) for variant in variants)
 
 
 def select_variant(

@@ -31,7 +31,7 @@ WRAPPER = [
     ("d_dtype", K, None), ("cd_major", K, "n"),
     *[(n, K, d) for n, d in CONFIG],
     ("epilogue_op", K, None), ("generate_dbias", K, False), ("use_dynamic_sched", K, False),
-    ("current_stream", K, None), ("deterministic", K, False),
+    ("current_stream", K, None), ("deterministic", K, False), ("act_out", K, False),
 ]
 CONSTRUCTOR = [
     ("self", P, REQUIRED), ("sample_a", P, REQUIRED), ("sample_c", P, REQUIRED),
@@ -42,7 +42,7 @@ CONSTRUCTOR = [
     ("num_experts", K, None), ("b_shape", K, None), ("b_dtype", K, None), ("acc_dtype", K, None),
     *[(n, K, d) for n, d in CONFIG],
     ("b_major", K, "k"), ("epilogue_op", K, None), ("use_dynamic_sched", K, False),
-    ("deterministic", K, False),
+    ("deterministic", K, False), ("act_out", K, False),
 ]
 EXECUTE = [
     ("self", P, REQUIRED), ("a_tensor", P, REQUIRED), ("c_tensor", P, REQUIRED),
@@ -51,7 +51,7 @@ EXECUTE = [
                                  "dprob_tensor")],
     *[(n, K, None) for n in ("dbias_tensor", "b_tensor", "sfb_tensor", "b_ptrs", "sfb_ptrs",
                              "sfd_row_tensor", "sfd_col_tensor", "amax_tensor",
-                             "norm_const_tensor", "current_stream")],
+                             "norm_const_tensor", "current_stream", "act_out_tensor")],
 ]
 
 

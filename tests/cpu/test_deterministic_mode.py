@@ -30,7 +30,7 @@ variants:
 
 
 def test_the_key_field_and_its_allowed_values() -> None:
-    assert KEY_FIELDS["deterministic"] is bool and list(KEY_FIELDS)[-1] == "deterministic"
+    assert KEY_FIELDS["deterministic"] is bool and list(KEY_FIELDS)[-2:] == ["deterministic", "act_out"]
     assert FAMILIES["sm90_bf16"].allowed["deterministic"] == (False, True)
 
 

@@ -61,7 +61,7 @@ def op_args(arguments: dict, **options) -> tuple:
         config["geglu_alpha"], config["glu_clamp_max"], config["glu_clamp_min"],
         config["linear_offset"], config["situ_beta1"], config["situ_beta2"],
         config["generate_dbias"], config["use_dynamic_sched"], None, None,
-        config.get("d_dtype"),
+        config.get("d_dtype"), config.get("act_out", False),
     )
 
 
@@ -69,7 +69,7 @@ def test_schema_declares_dprob_mutated_and_returns_new_tensors() -> None:
     schema = torch.ops.dglu.grouped_gemm_dglu.default._schema
     mutated = [arg.name for arg in schema.arguments if arg.alias_info and arg.alias_info.is_write]
     assert mutated == ["dprob_tensor"]
-    assert [str(ret.type) for ret in schema.returns] == ["Tensor", "Tensor"]
+    assert [str(ret.type) for ret in schema.returns] == ["Tensor", "Tensor", "Tensor"]
     assert all(ret.alias_info is None for ret in schema.returns)
 
 

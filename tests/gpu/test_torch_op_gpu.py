@@ -94,7 +94,7 @@ def test_opcheck_on_cuda(seed: int) -> None:
          *(OPTIONS[name] for name in ("act_func", "geglu_alpha", "glu_clamp_max",
                                       "glu_clamp_min", "linear_offset", "situ_beta1",
                                       "situ_beta2")),
-         True, False, None, None, None),
+         True, False, None, None, None, False),
         test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"),
     )
 

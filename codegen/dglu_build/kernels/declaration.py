@@ -87,9 +87,16 @@ def launch_arguments(params: Sequence[Param], values: Mapping[str, Any]) -> list
 
 
 def check_signature(kernel: Callable, params: Sequence[Param]) -> None:
-    """Raise TypeError unless the (bound) ``kernel``'s parameters take ``params`` in order."""
-    annotations = [_type_name(p.annotation) for p in inspect.signature(kernel).parameters.values()]
+    """Raise TypeError unless the (bound) ``kernel``'s parameters take ``params`` in order.
+
+    Trailing parameters that default to None and that ``params`` does not cover are a
+    variant's absent ones: left None, they are compile-time constants to the DSL, not
+    kernel parameters."""
+    taken = list(inspect.signature(kernel).parameters.values())
     declared = [kind for param in params for kind in _ANNOTATIONS[type(param)]]
+    while len(taken) > len(declared) and taken[-1].default is None:
+        taken.pop()
+    annotations = [_type_name(p.annotation) for p in taken]
     if annotations != declared:
         raise TypeError(f"{kernel.__qualname__} takes {annotations}; its declaration says {declared}")
 

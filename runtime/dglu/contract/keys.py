@@ -6,7 +6,8 @@ kernel family (an architecture and operand path) allows a set of values per fiel
 ``ab_dtype``. Activation constants and their defaults (the seed's) are in
 ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
-``deterministic`` key appends ``_det``, the default (False) adds nothing.
+``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
+prob * GLU(C)) ``_aout``; their defaults (False) add nothing.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ KEY_FIELDS: dict[str, type] = {
     "cluster_n": int,
     "scheduler": str,
     "deterministic": bool,
+    "act_out": bool,
 }
 
 # Fields a spec entry or a manifest key may leave out, and the value they then take.
-KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False}
+KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False, "act_out": False}
 
 # Activation -> its compile-time constants and their defaults (the seed's).
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
@@ -98,6 +100,7 @@ FAMILIES: dict[str, Family] = {
                 "cluster_mn": ((1, 1), (2, 1)),
                 "scheduler": ("static", "dynamic"),
                 "deterministic": (False, True),
+                "act_out": (False, True),
             },
         ),
     )
@@ -130,4 +133,6 @@ def variant_name(key: Mapping[str, Any]) -> str:
         parts.append("p" + hashlib.sha256(text.encode()).hexdigest()[:8])
     if key.get("deterministic", KEY_FIELD_DEFAULTS["deterministic"]):
         parts.append("det")
+    if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):
+        parts.append("aout")
     return "_".join(parts)

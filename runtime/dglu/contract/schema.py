@@ -142,6 +142,7 @@ class VariantKey(NamedTuple):
     cluster_n: int
     scheduler: str
     deterministic: bool = False
+    act_out: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The key as the manifest writes it (act_params as a mapping)."""

@@ -9,8 +9,11 @@ up rows in the seed's 32-column interleave (``layouts``), and W2 (L, N, K) (the 
     Y = A W2_g (+ prob * b2_g)        torch._grouped_mm; b2 as GPT-OSS (scaled by prob)
 
 Backward: one fused dglu call gives dH, dprob and (with b1) db1; torch._grouped_mm gives
-dX = dH W1_g, dW1_g = dH_g^T X_g, dW2_g = A_g^T dY_g (A recomputed from H in eager torch;
-the kernel's recomputed-A output is not available yet); b2's gradients are a row sum.
+dX = dH W1_g, dW1_g = dH_g^T X_g, dW2_g = A_g^T dY_g; b2's gradients are a row sum. A for
+dW2 comes from the same fused call (act_out=True: the kernel writes prob * GLU(H) in bf16 as
+it reads H) when an act_out variant serves the call (``_act_out_served``: H in bf16 and a variant
+installed for this device, activation and bias; on CPU tensors the reference); else it
+is recomputed from H in eager torch as the forward made it.
 Padding rows carry zero X, zero prob and (from the scatter back) zero dY, so they add
 nothing. The fused op is ``torch.ops.dglu.grouped_gemm_dglu``: on CUDA tensors dglu's
 kernels; on CPU tensors whatever is registered for the CPU (``use_reference_on_cpu``).
@@ -18,10 +21,13 @@ kernels; on CPU tensors whatever is registered for the CPU (``use_reference_on_c
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
 
+from ..contract.keys import ACT_PARAM_DEFAULTS
+from ..selection import VariantRequest, arch_for_capability, has_variant
 from .activations import SWIGLU, Activation
 from .layouts import split_blocked
 from .op import grouped_gemm_dglu
@@ -42,6 +48,27 @@ def _per_row(table: torch.Tensor, rows_expert: torch.Tensor) -> torch.Tensor:
 def _glu(h: torch.Tensor, prob: torch.Tensor, activation: Activation) -> torch.Tensor:
     gate, up = split_blocked(h.float())
     return (prob[:, None] * activation.forward(gate, up)).to(h.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _act_out_served(device: torch.device, dtype: torch.dtype, activation: Activation, dbias: bool) -> bool:
+    """Whether the fused op can also write A (an act_out variant is installed for the call:
+    dense bf16 weights, C and D in ``dtype``, the activation's constants, dbias or not)."""
+    if dtype != torch.bfloat16:  # the op writes A in bf16 only
+        return False
+    if device.type != "cuda":
+        return True  # the CPU kernel is the reference, which writes every output
+    from ..manifest import installed_variants
+
+    constants = activation.op_arguments()
+    act_func = constants.pop("act_func")
+    request = VariantRequest(
+        arch=arch_for_capability(torch.cuda.get_device_capability(device)) or "",
+        ab_dtype="bf16", c_dtype="bf16", d_dtype="bf16", act_func=act_func,
+        act_params=tuple(sorted((name, float(constants[name])) for name in ACT_PARAM_DEFAULTS[act_func])),
+        dbias=dbias, weight_mode="dense", b_major="k", scheduler="static", act_out=True,
+    )
+    return has_variant(installed_variants(), request)
 
 
 def _check(x, prob, padded_offsets, w1, w2, b1, b2) -> None:
@@ -95,6 +122,8 @@ class ExpertMLPFunction(torch.autograd.Function):
         rows, experts = x.shape[0], w1.shape[0]
         dprob = torch.zeros(rows, 1, 1, dtype=torch.float32, device=x.device)
         ones = torch.ones(experts, dtype=torch.float32, device=x.device)
+        with_dbias = ctx.b1_dtype is not None
+        fused_a = needs[4] and _act_out_served(h.device, h.dtype, ctx.activation, with_dbias)
         fused = grouped_gemm_dglu(
             dy.unsqueeze(-1),
             h.unsqueeze(-1),
@@ -104,8 +133,9 @@ class ExpertMLPFunction(torch.autograd.Function):
             prob_tensor=prob.view(rows, 1, 1),
             dprob_tensor=dprob,
             b_tensor=w2.permute(1, 2, 0),
-            generate_dbias=ctx.b1_dtype is not None,
+            generate_dbias=with_dbias,
             d_dtype=h.dtype,
+            act_out=fused_a,
             **ctx.activation.op_arguments(),
         )
         dh = fused.d_row_tensor.view(rows, -1)
@@ -113,7 +143,7 @@ class ExpertMLPFunction(torch.autograd.Function):
         dw1 = torch._grouped_mm(dh.t(), x, offs=offsets) if needs[3] else None
         dw2 = None
         if needs[4]:
-            a = _glu(h, prob, ctx.activation)
+            a = fused.act_out_tensor.view(rows, -1) if fused_a else _glu(h, prob, ctx.activation)
             dw2 = torch._grouped_mm(a.t(), dy, offs=offsets)
         dprob = dprob.view(rows)
         db1 = None

@@ -9,7 +9,9 @@ layer adds the dispatcher's cost, nothing inside the wrapper).
 
 ``grouped_gemm_dglu`` below is the function to call: the seed's BF16 arguments and
 defaults, returning ``DgluOutputs`` in the seed's order (d_row, d_col, dprob, dbias, amax,
-sfd_row, sfd_col; d_col, amax and the scale factors None). Under
+sfd_row, sfd_col; d_col, amax and the scale factors None); with act_out=True (not in the
+seed) ``DgluActOutputs``, the same plus a trailing act_out_tensor (M, N, 1) bf16, prob * GLU(C)
+written by the kernel (an act_out variant must be installed). Under
 ``torch.compile(mode="reduce-overhead")`` a dprob buffer that is an input of the compiled
 function is a mutated input, which keeps that graph out of CUDA graphs; allocate dprob
 inside the compiled function (as the MLP's backward does) or pass a static buffer.
@@ -35,6 +37,19 @@ class DgluOutputs(NamedTuple):
     amax_tensor: None
     sfd_row_tensor: None
     sfd_col_tensor: None
+
+
+class DgluActOutputs(NamedTuple):
+    """DgluOutputs plus act_out_tensor (M, N, 1) bf16: prob * GLU(C), for act_out=True."""
+
+    d_row_tensor: torch.Tensor
+    d_col_tensor: None
+    dprob_tensor: torch.Tensor
+    dbias_tensor: Optional[torch.Tensor]
+    amax_tensor: None
+    sfd_row_tensor: None
+    sfd_col_tensor: None
+    act_out_tensor: torch.Tensor
 
 
 def _pair(values: Optional[list[int]]) -> Optional[tuple[int, ...]]:
@@ -69,9 +84,11 @@ def grouped_gemm_dglu_op(
     mma_tiler_mn: Optional[list[int]],
     cluster_shape_mn: Optional[list[int]],
     d_dtype: Optional[torch.dtype],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(D_row (M, 2N, 1), dbias (L, 2N, 1) bf16); dbias is an empty (0,) tensor unless
-    generate_dbias (a custom op's outputs cannot be None)."""
+    act_out: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(D_row (M, 2N, 1), dbias (L, 2N, 1) bf16, act_out (M, N, 1) bf16); dbias and act_out
+    are empty (0,) tensors unless generate_dbias and act_out (a custom op's outputs cannot be
+    None)."""
     import dglu
 
     out = dglu.grouped_gemm_dglu(
@@ -99,13 +116,15 @@ def grouped_gemm_dglu_op(
         situ_beta2=situ_beta2,
         generate_dbias=generate_dbias,
         use_dynamic_sched=use_dynamic_sched,
+        act_out=act_out,
     )
     d_row, dbias = out["d_row_tensor"], out["dbias_tensor"]
-    return d_row, _no_dbias(d_row) if dbias is None else dbias
+    activation = out["act_out_tensor"] if act_out else _absent(d_row)
+    return d_row, _absent(d_row) if dbias is None else dbias, activation
 
 
-def _no_dbias(like: torch.Tensor) -> torch.Tensor:
-    """The placeholder returned for dbias without generate_dbias."""
+def _absent(like: torch.Tensor) -> torch.Tensor:
+    """The placeholder returned for dbias without generate_dbias (and act_out without act_out)."""
     return like.new_empty((0,), dtype=torch.bfloat16)
 
 
@@ -114,16 +133,19 @@ def _fake(
     a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor,
     b_tensor, b_ptrs, n, b_dtype, b_major, act_func, geglu_alpha, glu_clamp_max,
     glu_clamp_min, linear_offset, situ_beta1, situ_beta2, generate_dbias, use_dynamic_sched,
-    mma_tiler_mn, cluster_shape_mn, d_dtype,
+    mma_tiler_mn, cluster_shape_mn, d_dtype, act_out,
 ):
     """Shapes and dtypes only: D_row (M, 2N, 1) of A's rows and C's width, dbias (L, 2N, 1)
-    or the (0,) placeholder."""
+    and act_out (M, N, 1) bf16, or the (0,) placeholders."""
     rows, width = a_tensor.shape[0], c_tensor.shape[1]
     d_row = a_tensor.new_empty((rows, width, 1), dtype=d_dtype or torch.bfloat16)
-    if not generate_dbias:
-        return d_row, _no_dbias(d_row)
-    experts = padded_offsets.shape[0]
-    return d_row, a_tensor.new_empty((experts, width, 1), dtype=torch.bfloat16)
+    dbias = _absent(d_row)
+    if generate_dbias:
+        dbias = a_tensor.new_empty((padded_offsets.shape[0], width, 1), dtype=torch.bfloat16)
+    activation = _absent(d_row)
+    if act_out:
+        activation = a_tensor.new_empty((rows, width // 2, 1), dtype=torch.bfloat16)
+    return d_row, dbias, activation
 
 
 def grouped_gemm_dglu(
@@ -152,10 +174,12 @@ def grouped_gemm_dglu(
     situ_beta2: float = 25.0,
     generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
-) -> DgluOutputs:
+    act_out: bool = False,
+) -> DgluOutputs | DgluActOutputs:
     """The fused op through the dispatcher (torch.compile- and CUDA-graph-safe); the seed's
-    arguments (BF16 contract) and return order. dprob_tensor accumulates in place."""
-    d_row, dbias = torch.ops.dglu.grouped_gemm_dglu(
+    arguments (BF16 contract) and return order. dprob_tensor accumulates in place. act_out
+    (not in the seed): also return prob * GLU(C), DgluActOutputs."""
+    d_row, dbias, activation = torch.ops.dglu.grouped_gemm_dglu(
         a_tensor,
         c_tensor,
         padded_offsets,
@@ -180,7 +204,7 @@ def grouped_gemm_dglu(
         None if mma_tiler_mn is None else list(mma_tiler_mn),
         None if cluster_shape_mn is None else list(cluster_shape_mn),
         d_dtype,
+        act_out,
     )
-    return DgluOutputs(
-        d_row, None, dprob_tensor, dbias if generate_dbias else None, None, None, None
-    )
+    outputs = (d_row, None, dprob_tensor, dbias if generate_dbias else None, None, None, None)
+    return DgluActOutputs(*outputs, activation) if act_out else DgluOutputs(*outputs)

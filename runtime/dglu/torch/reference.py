@@ -3,7 +3,7 @@
 ``grouped_gemm_dglu_reference`` computes what the kernel computes (docs: op_contract.md):
 per expert g, R = alpha_g^2 A_g B_g^T, then D (the gate and up gradients of prob * GLU at
 the saved C, interleaved), dprob += R . GLU(C) row sums, dbias = D's per-expert column
-sums. ``glu_derivatives`` are the derivatives of ``Activation.forward`` written out (the
+sums; ``act_out_reference`` is the act_out variants' prob * GLU(C). ``glu_derivatives`` are the derivatives of ``Activation.forward`` written out (the
 tests check them against autograd of the forward). dswiglu scales C by beta_g first, the other activations ignore beta.
 ``use_reference_on_cpu`` registers it as the CPU kernel of the custom op: the seam through
 which the MLP runs, and is tested, on the CPU.
@@ -78,6 +78,29 @@ def grouped_gemm_dglu_reference(
     return d, dprob, dbias
 
 
+def act_out_reference(
+    c: torch.Tensor,
+    padded_offsets: torch.Tensor,
+    beta: torch.Tensor,
+    prob: torch.Tensor,
+    activation: Activation,
+    compute_dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """prob * GLU(C) (M, N) in ``compute_dtype``: what an act_out variant writes (dswiglu
+    scales C by beta_g first, as the op does); rows past padded_offsets[-1] get zeros."""
+    m = c.shape[0]
+    c2 = c.reshape(m, -1).to(compute_dtype)
+    p = prob.reshape(m).to(compute_dtype)
+    out = torch.zeros(m, c2.shape[1] // 2, dtype=compute_dtype, device=c.device)
+    ends = padded_offsets.tolist()
+    for g, (start, end) in enumerate(zip([0, *ends], ends)):
+        gate, up = split_blocked(c2[start:end])
+        if activation.act_func == "dswiglu":
+            gate, up = gate * beta[g].item(), up * beta[g].item()
+        out[start:end] = p[start:end, None] * activation.forward(gate, up)
+    return out
+
+
 _registered = False
 
 
@@ -93,7 +116,8 @@ def use_reference_on_cpu() -> None:
     def _cpu(a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
              dprob_tensor, b_tensor, b_ptrs, n, b_dtype, b_major, act_func, geglu_alpha,
              glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
-             generate_dbias, use_dynamic_sched, mma_tiler_mn, cluster_shape_mn, d_dtype):
+             generate_dbias, use_dynamic_sched, mma_tiler_mn, cluster_shape_mn, d_dtype,
+             act_out):
         if b_tensor is None:
             raise NotImplementedError("b_ptrs: the CPU reference needs dense b_tensor")
         activation = Activation(act_func, geglu_alpha, glu_clamp_max, glu_clamp_min,
@@ -104,8 +128,13 @@ def use_reference_on_cpu() -> None:
         )
         dprob_tensor.add_(dprob.view(dprob_tensor.shape))
         d_row = d.to(d_dtype or torch.bfloat16).unsqueeze(-1)
-        if not generate_dbias:
-            return d_row, d_row.new_empty((0,), dtype=torch.bfloat16)
-        return d_row, dbias.to(torch.bfloat16).unsqueeze(-1)
+        # placeholders, one tensor each (a custom op's outputs must not alias)
+        absent = lambda: d_row.new_empty((0,), dtype=torch.bfloat16)  # noqa: E731
+        dbias = dbias.to(torch.bfloat16).unsqueeze(-1) if generate_dbias else absent()
+        act = absent()
+        if act_out:
+            act = act_out_reference(c_tensor, padded_offsets, beta_tensor, prob_tensor, activation,
+                                    torch.float32).to(torch.bfloat16).unsqueeze(-1)
+        return d_row, dbias, act
 
     _registered = True

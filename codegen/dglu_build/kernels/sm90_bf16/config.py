@@ -120,6 +120,7 @@ class Config:
     tile_n: int
     cluster_m: int
     deterministic: bool = False
+    act_out: bool = False  # the epilogue also writes prob * GLU(C) (m, n) in bf16
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
@@ -138,6 +139,7 @@ class Config:
             tile_n=key["tile_n"],
             cluster_m=key["cluster_m"],
             deterministic=key.get("deterministic", False),
+            act_out=key.get("act_out", False),
         )
         config.check()
         return config

@@ -69,6 +69,9 @@ def arguments(config: Config) -> dict[str, dict]:
         "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
         **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate", TMA_ALIGN_BYTES)}
            if config.dbias else {}),
+        # prob * GLU(C), the MLP's second-GEMM input that dW2 needs; rows past valid_m unwritten
+        **({"act_out": _argument(["m", "n", 1], ["n", 1, "m*n"], "bf16", "out", TMA_ALIGN_BYTES, rank_drop=True)}
+           if config.act_out else {}),
     }
 
 
@@ -122,7 +125,8 @@ def b_tensor(config: Config) -> str:
 def main_kernel(config: Config) -> KernelDeclaration:
     """The fused kernel; discrete weights read B through per-expert descriptors
     (``b_desc_ws``) made from a template for one expert's matrix. Deterministic mode
-    gives it the partial-sum workspaces where the others give dprob and dbias_ws."""
+    gives it the partial-sum workspaces where the others give dprob and dbias_ws; act_out
+    variants append the act_out pointer (the others' kernel has no such parameter)."""
     dprob, dbias_sums = ("dprob_parts", "dbias_parts") if config.deterministic else ("dprob", "dbias_ws")
     return KernelDeclaration(
         role="main",
@@ -141,6 +145,7 @@ def main_kernel(config: Config) -> KernelDeclaration:
             Pointer("tile_counter", optional=not config.dynamic_schedule),
             Int32("n"),
             Int32("l"),
+            *([Pointer("act_out")] if config.act_out else []),
         ),
         block=THREADS_PER_CTA,
         grid={"rule": "persistent_tiles", "tile_m": config.tile_m, "tile_n": config.tile_n},

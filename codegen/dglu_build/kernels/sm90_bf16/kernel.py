@@ -123,6 +123,7 @@ class Sm90Bf16Kernel:
         self.b_n_major = config.b_n_major
         self.dynamic_schedule = config.dynamic_schedule
         self.deterministic = config.deterministic
+        self.act_out = config.act_out
         # The CTAs of a cluster take adjacent m-tiles of the same n-tile (one
         # expert: expert bounds are multiples of 256 rows) and share B by TMA multicast.
         self.cluster_m = config.cluster_m
@@ -205,6 +206,7 @@ class Sm90Bf16Kernel:
         tile_counter: cute.Pointer,
         dprob_parts: cute.Pointer,
         dbias_parts: cute.Pointer,
+        act_out: cute.Pointer,
         m: cutlass.Int32,
         n: cutlass.Int32,
         k: cutlass.Int32,
@@ -247,6 +249,7 @@ class Sm90Bf16Kernel:
             "tile_counter": tile_counter,
             "dprob_parts": dprob_parts,
             "dbias_parts": dbias_parts,
+            "act_out": act_out,
             "m": m,
             "n2": two_n,
             "n_tiles": (n + self.tile_n - 1) // self.tile_n,
@@ -297,7 +300,10 @@ class Sm90Bf16Kernel:
         tile_counter_ptr: cute.Pointer,
         n: cutlass.Int32,
         l: cutlass.Int32,
+        act_out_ptr: cute.Pointer = None,
     ):
+        # act_out_ptr: declared (and passed) only by act_out variants; None is a
+        # compile-time constant to the DSL, so the others' kernel has no such parameter
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -380,6 +386,7 @@ class Sm90Bf16Kernel:
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
+                act_out_ptr,
             )
         else:
             cute.arch.setmaxregister_increase(MMA_REGISTERS)
@@ -572,7 +579,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, act_out_ptr,
     ):
         """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
 
@@ -586,6 +593,10 @@ class Sm90Bf16Kernel:
 
         Deterministic mode: ``dprob_ptr`` and ``dbias_ws_ptr`` are dprob_parts [n_tiles, m]
         and dbias_parts [m_slabs, 2n] (the module docstring), written by plain stores.
+
+        act_out variants also store prob * GLU(C) (the dprob term times the row's prob) in
+        bf16 into act_out (m, n) at ``act_out_ptr``: on each row the warp's 32 lanes write
+        32 adjacent columns (64 contiguous bytes per store instruction).
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         rows = self.rows_per_epilogue_warp
@@ -601,6 +612,9 @@ class Sm90Bf16Kernel:
         else:
             dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
             dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
+        if cutlass.const_expr(self.act_out):
+            # 64-bit row stride: m * n may pass 2**31
+            act_out_all = cute.make_tensor(act_out_ptr, cute.make_layout((m, n), stride=(cutlass.Int64(n), 1)))
         dprob_rows = cute.make_rmem_tensor((rows,), cutlass.Float32)
 
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
@@ -633,13 +647,16 @@ class Sm90Bf16Kernel:
                     x = ring_c[input_at].to(cutlass.Float32)
                     grad = staged[(first_row + k + rows_8) * self.tile_n + self.staged_column(k, pair)] * scale
                     d_gate, d_input, d_prob = self.activation(gate, x, beta, self.act_params)
-                    scaled = grad * cute.arch.shuffle_sync(my_prob, r)  # prob of row r
+                    prob = cute.arch.shuffle_sync(my_prob, r)  # prob of row r
+                    scaled = grad * prob
                     d_gate_out, d_input_out = self.store_d_pair(
                         ring_d, slot, first_row, k, lane, rows_8, scaled, d_gate, d_input
                     )
                     gate_sum = gate_sum + d_gate_out.to(cutlass.Float32)
                     input_sum = input_sum + d_input_out.to(cutlass.Float32)
                     dprob_rows[r] = dprob_rows[r] + grad * d_prob
+                    if cutlass.const_expr(self.act_out):
+                        act_out_all[(row0 + r, n_tile * self.tile_n + pair)] = (prob * d_prob).to(cutlass.BFloat16)
                 # D is in shared memory: make it visible to the TMA store
                 cute.arch.fence_proxy("async.shared", space="cta")
                 cute.arch.mbarrier_arrive(d_full + slot)
