@@ -6,11 +6,15 @@
    XLA_PYTHON_CLIENT_PREALLOCATE defaults to false, as torch shares the GPU),
    against the same jit with the same arguments and outputs made by jnp.zeros alone (no
    custom call). Calls are dispatched back to back and synchronised once per round.
-2. Kernel time on one bench shape (default qwen3-moe-like): one jit chaining REPEATS calls
-   over every buffer set (each call's dprob feeding the next of its set, so none is dead
-   code; the sets rotate as in bench.timing, defeating L2), its wall time per call,
-   against the torch path's bench.timing.time_calls (CUDA graph replay, events) of the
-   class API on the same buffer sets. D_row of one set must be bitwise equal both ways.
+2. Kernel time on one bench shape (default qwen3-moe-like), both sides timed the same way:
+   one chain of --repeats rounds of the call over every buffer set (the sets rotate as in
+   bench.timing, defeating L2), launched after the device is idle and waited for; the
+   figure is the chain's wall time / its calls, median of CHAIN_TRIALS after a warm-up run.
+   JAX: one jit of the chain (each call's dprob feeding the next of its set, so none is dead
+   code; a command buffer under XLA_FLAGS), waited for with block_until_ready. torch: the
+   class API's calls captured into one CUDA graph (eager calls where capture fails; the
+   record says which), replayed, waited for with torch.cuda.synchronize. D_row of one set
+   must be bitwise equal both ways.
 
 Prints a JSON record, then one summary line (last):
 ``JAX: host us/call X (jit without the call Y), kernel ms jax A torch B``.
@@ -32,14 +36,13 @@ from typing import Any
 from .fused import build_op, run_fused
 from .inputs import BufferSet, make_buffer_set, make_buffer_sets
 from .shapes import SHAPE_NAMES, Shape, select_shapes
-from .timing import time_calls
+from .timing import _capture
 from .tiny_problem import TINY
 
 COMMAND_BUFFER_FLAG = "--xla_gpu_graph_min_graph_size=1"
 WARMUP_CALLS = 50
 HOST_ROUNDS = 7  # the host figure is the median round
-CHAIN_TRIALS = 7  # the JAX kernel figure is the median trial
-TORCH_BUDGET_MS = 2000.0
+CHAIN_TRIALS = 7  # each kernel figure is the median trial
 ENTRY_OPTIONS = {"act_func": "dswiglu", "generate_dbias": True}
 SEED = 5
 
@@ -113,9 +116,22 @@ def host_us_per_call(step: Callable, arguments: dict[str, Any], calls: int) -> f
     return statistics.median(rounds)
 
 
-def chained_ms_per_call(sets: Sequence[dict[str, Any]], repeats: int) -> float:
-    """Wall milliseconds per call of one jit running ``repeats`` rounds of the call over
-    ``sets`` (median of CHAIN_TRIALS, after a compiling run)."""
+def chain_ms_per_call(run: Callable[[], Any], wait: Callable[[Any], Any], calls: int) -> float:
+    """Wall milliseconds per call of ``run`` (a chain of ``calls`` calls; ``wait(run())``
+    returns once its work is done): median of CHAIN_TRIALS, after one warm-up run."""
+    if calls <= 0:
+        raise ValueError(f"calls: need the chain's positive call count, got {calls}")
+    wait(run())
+    trials = []
+    for _ in range(CHAIN_TRIALS):
+        start = time.perf_counter()
+        wait(run())
+        trials.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(trials) / calls
+
+
+def jax_kernel_ms(sets: Sequence[dict[str, Any]], repeats: int) -> float:
+    """chain_ms_per_call of one jit running ``repeats`` rounds of the entry over ``sets``."""
     import jax
     import jax.numpy as jnp
     from dglu.jax import grouped_gemm_dglu_jax
@@ -129,13 +145,35 @@ def chained_ms_per_call(sets: Sequence[dict[str, Any]], repeats: int) -> float:
         return dprobs
 
     run = jax.jit(chain)
-    jax.block_until_ready(run(sets))
-    trials = []
-    for _ in range(CHAIN_TRIALS):
-        start = time.perf_counter()
-        jax.block_until_ready(run(sets))
-        trials.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(trials) / (repeats * len(sets))
+    return chain_ms_per_call(partial(run, sets), jax.block_until_ready, repeats * len(sets))
+
+
+def torch_chain(calls: Sequence[Callable[[], Any]]) -> tuple[Callable[[], Any], str, str | None]:
+    """(run the whole chain, "cuda_graph" or "eager", why not a graph): ``calls`` captured
+    into one CUDA graph, or called one by one where capture fails."""
+    import torch
+
+    def run_all() -> None:
+        for call in calls:
+            call()
+
+    try:
+        (graph,) = _capture([run_all])
+        return graph.replay, "cuda_graph", None
+    except Exception as exc:  # timed eagerly instead; the reason is kept
+        torch.cuda.synchronize()
+        return run_all, "eager", f"graph capture failed, timed eagerly: {type(exc).__name__}: {exc}"
+
+
+def torch_kernel(op: Any, sets: Sequence[BufferSet], repeats: int) -> dict[str, Any]:
+    """chain_ms_per_call of ``repeats`` rounds of the class API over ``sets`` (torch_chain)."""
+    import torch
+
+    calls = [partial(run_fused, op, s) for _ in range(repeats) for s in sets]
+    run, method, note = torch_chain(calls)
+    torch.cuda.synchronize()
+    ms = chain_ms_per_call(run, lambda _: torch.cuda.synchronize(), len(calls))
+    return {"ms_per_call": ms, "method": method, **({"note": note} if note else {})}
 
 
 def d_rows_equal(buffers: BufferSet, arguments: dict[str, Any]) -> bool:
@@ -163,7 +201,6 @@ def measure(shape: Shape, calls: int, repeats: int) -> dict[str, Any]:
     torch_sets = make_buffer_sets(shape, device, SEED)
     jax_sets = [jax_arguments(s) for s in torch_sets]
     op = build_op(torch_sets[0])
-    torch_ms = time_calls([partial(run_fused, op, s) for s in torch_sets], TORCH_BUDGET_MS)
     return {
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "host_problem": TINY.describe(),
@@ -172,9 +209,10 @@ def measure(shape: Shape, calls: int, repeats: int) -> dict[str, Any]:
         "host_us_without_call": host_us_per_call(zeros_step(step, tiny), tiny, calls),
         "kernel_shape": shape.describe(),
         "buffer_sets": len(torch_sets),
-        "jax_repeats": repeats,
-        "jax_kernel_ms": chained_ms_per_call(jax_sets, repeats),
-        "torch_kernel": torch_ms.as_dict(),
+        "kernel_repeats": repeats,
+        "kernel_timing": "wall time of a chain of repeats x buffer_sets calls, per call",
+        "jax_kernel_ms": jax_kernel_ms(jax_sets, repeats),
+        "torch_kernel": torch_kernel(op, torch_sets, repeats),
         "d_row_equal": d_rows_equal(torch_sets[0], jax_sets[0]),
     }
 
@@ -184,7 +222,7 @@ def summary_line(record: dict[str, Any]) -> str:
         f"JAX: host us/call {record['host_us_per_call']:.1f} "
         f"(jit without the call {record['host_us_without_call']:.1f}), "
         f"kernel ms jax {record['jax_kernel_ms']:.4f} "
-        f"torch {record['torch_kernel']['median_ms']:.4f}"
+        f"torch {record['torch_kernel']['ms_per_call']:.4f}"
     )
 
 
@@ -196,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--shape", choices=SHAPE_NAMES, default="qwen3-moe-like")
     parser.add_argument("--calls", type=int, default=2000, help="dispatches per host round")
-    parser.add_argument("--repeats", type=int, default=10, help="rounds of the JAX chain")
+    parser.add_argument("--repeats", type=int, default=10, help="rounds of each kernel chain")
     args = parser.parse_args(argv)
     if args.calls <= 0 or args.repeats <= 0:
         parser.error(f"--calls, --repeats: need positive counts, got {args.calls}, {args.repeats}")
