@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 import dglu  # noqa: E402
 import torch  # noqa: E402
 from configs import SHIPPED, Config, key_fields  # noqa: E402
-from harness import Case, case_inputs, class_op, execute, run_case  # noqa: E402
+from harness import Case, case_inputs, class_op, execute, run_case, run_wrapper  # noqa: E402
 from inputs import Shape, initial_dprob  # noqa: E402
 
 SEED = 20260601
@@ -39,7 +39,7 @@ SEED = 20260601
 SMALL = Shape(n=128, k=128, expert_rows=(256, 0, 256), extra_rows=64)
 COVERED_FIELDS = (
     "act_func", "act_params", "c_dtype", "d_dtype", "dbias", "tile", "weight_mode",
-    "b_major", "scheduler", "cluster", "c_d_dtypes", "weights", "reduction",
+    "b_major", "scheduler", "cluster", "c_d_dtypes", "weights", "reduction", "act_out",
 )
 
 
@@ -67,6 +67,7 @@ def features(key: dict) -> set[tuple[str, object]]:
         # deterministic variants reduce through their own finishers: each scheduler,
         # weight mode and dbias setting is its own kernel class
         "reduction": (key["deterministic"], key["scheduler"], key["weight_mode"], key["dbias"]),
+        "act_out": (key["act_out"], key["act_func"]),
     }
     return {(field, values[field]) for field in COVERED_FIELDS}
 
@@ -110,8 +111,26 @@ def config_for(variant: dict) -> Config:
 def run_cases(variants: Iterable[dict], api: str) -> None:
     for variant in variants:
         case = Case(config=config_for(variant), shape=SMALL, seed=SEED, api=api)
-        run_case(case)
+        if variant["key"]["act_out"]:
+            run_act_out_case(case)
+        else:
+            run_case(case)
         print(f"sanitize case ok: {variant['name']} ({case.describe()})", flush=True)
+
+
+def run_act_out_case(case: Case) -> None:
+    """An act_out variant through the wrapper (act_out=True): the GPU suite's harness has
+    no act_out output, so D, dprob and dbias are checked against the variant without it,
+    bit for bit (tests/gpu/test_act_out.py checks act_out's values)."""
+    x = case_inputs(case)
+    plain_dprob, dprob = initial_dprob(SMALL.m, SEED), initial_dprob(SMALL.m, SEED)
+    plain = run_wrapper(case.config, x, plain_dprob)
+    out = run_wrapper(case.config, x, dprob, act_out=True)
+    torch.cuda.synchronize()
+    valid = SMALL.ends[-1]
+    same = torch.equal(out["d_row_tensor"][:valid], plain["d_row_tensor"][:valid])
+    if not (same and torch.equal(dprob, plain_dprob) and out["act_out_tensor"][:valid].isfinite().all()):
+        raise SystemExit(f"act_out case {case.describe()}: outputs differ from the plain variant's")
 
 
 def _probe_call(d_row: torch.Tensor, config: Config, shape: Shape, c: torch.Tensor | None = None):
