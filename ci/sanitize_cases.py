@@ -121,7 +121,7 @@ def run_cases(variants: Iterable[dict], api: str) -> None:
 def run_act_out_case(case: Case) -> None:
     """An act_out variant through the wrapper (act_out=True): the GPU suite's harness has
     no act_out output, so D, dprob and dbias are checked against the variant without it,
-    bit for bit (tests/gpu/test_act_out.py checks act_out's values)."""
+    bit for bit (tests/gpu/test_act_out_gpu.py checks act_out's values)."""
     x = case_inputs(case)
     plain_dprob, dprob = initial_dprob(SMALL.m, SEED), initial_dprob(SMALL.m, SEED)
     plain = run_wrapper(case.config, x, plain_dprob)

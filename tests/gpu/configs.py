@@ -140,7 +140,7 @@ def key_fields(config: Config) -> tuple:
 def installed_key_fields(key) -> tuple | None:
     """key_fields of an installed variant's key (dglu.manifest.VariantKey); None when the
     variant is outside what this suite calls (A and B of another dtype than bf16, or an
-    act_out variant: test_act_out.py runs those beside their siblings)."""
+    act_out variant: test_act_out_gpu.py runs those beside their siblings)."""
     if key.ab_dtype != "bf16" or key.act_out:
         return None
     return (

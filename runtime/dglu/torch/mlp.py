@@ -12,8 +12,8 @@ Backward: one fused dglu call gives dH, dprob and (with b1) db1; torch._grouped_
 dX = dH W1_g, dW1_g = dH_g^T X_g, dW2_g = A_g^T dY_g; b2's gradients are a row sum. A for
 dW2 comes from the same fused call (act_out=True: the kernel writes prob * GLU(H) in bf16 as
 it reads H) when an act_out variant serves the call (``_act_out_served``: H in bf16 and a variant
-installed for this device, activation and bias; on CPU tensors the reference); else it
-is recomputed from H in eager torch as the forward made it.
+installed for this device, activation and bias; on CPU tensors the reference; never under
+torch.compile); else it is recomputed from H as the forward made it.
 Padding rows carry zero X, zero prob and (from the scatter back) zero dY, so they add
 nothing. The fused op is ``torch.ops.dglu.grouped_gemm_dglu``: on CUDA tensors dglu's
 kernels; on CPU tensors whatever is registered for the CPU (``use_reference_on_cpu``).
@@ -50,10 +50,19 @@ def _glu(h: torch.Tensor, prob: torch.Tensor, activation: Activation) -> torch.T
     return (prob[:, None] * activation.forward(gate, up)).to(h.dtype)
 
 
-@functools.lru_cache(maxsize=64)
 def _act_out_served(device: torch.device, dtype: torch.dtype, activation: Activation, dbias: bool) -> bool:
     """Whether the fused op can also write A (an act_out variant is installed for the call:
-    dense bf16 weights, C and D in ``dtype``, the activation's constants, dbias or not)."""
+    dense bf16 weights, C and D in ``dtype``, the activation's constants, dbias or not).
+    Under torch.compile the answer is False: reading the installed manifests is not
+    traceable, so a compiled backward recomputes A."""
+    if torch.compiler.is_compiling():
+        return False
+    return _act_out_installed(device, dtype, activation, dbias)
+
+
+@functools.lru_cache(maxsize=64)
+def _act_out_installed(device: torch.device, dtype: torch.dtype, activation: Activation, dbias: bool) -> bool:
+    """_act_out_served outside torch.compile (cached per device, dtype, activation, dbias)."""
     if dtype != torch.bfloat16:  # the op writes A in bf16 only
         return False
     if device.type != "cuda":

@@ -49,7 +49,9 @@ def test_act_out_matches_the_reference_and_leaves_the_other_outputs_unchanged(co
     bound = expected.abs() * (BF16_EPS + 2.0**-16) + 2.0**-20 * expected.abs().max()
     bad = (got - expected).abs() > bound
     assert not bad.any(), f"{config}: {int(bad.sum())} act_out elements off, first at {bad.nonzero()[0].tolist()}"
-    assert torch.equal(out["d_row_tensor"].view(torch.uint8), plain["d_row_tensor"].view(torch.uint8))
+    # rows past valid_m are owned by no expert: left uninitialised by both calls
+    d_row, plain_d_row = (o["d_row_tensor"][:valid].view(torch.uint8) for o in (out, plain))
+    assert torch.equal(d_row, plain_d_row)
     assert torch.equal(dprob_aout, dprob_plain)
     if config.dbias:
         assert torch.equal(out["dbias_tensor"], plain["dbias_tensor"])
