@@ -14,6 +14,7 @@ from conftest_runtime import (
     write_artifacts,
     write_manifest,
 )
+from dglu.contract.keys import KEY_FIELD_DEFAULTS
 from dglu.contract.schema import parse_expr
 from dglu.errors import ManifestError
 from dglu.manifest import (
@@ -33,8 +34,8 @@ def test_reads_every_field_of_a_good_manifest(tmp_path: Path) -> None:
     assert manifest.path == tmp_path / "manifest.json"
     assert [v.name for v in manifest.variants] == [v["name"] for v in written["variants"]]
     for variant, entry in zip(manifest.variants, written["variants"], strict=True):
-        # a key without "deterministic" (written before the field) reads as the fast path
-        assert variant.key.as_dict() == {"deterministic": False, **entry["key"]} and variant.family == entry["family"]
+        # a key without the newer fields (written before them) reads as their defaults
+        assert variant.key.as_dict() == {**KEY_FIELD_DEFAULTS, **entry["key"]} and variant.family == entry["family"]
         assert variant.cubin_path == tmp_path / entry["cubin"]
         assert (variant.sha256, variant.size) == (entry["sha256"], entry["size"])
         assert variant.build.dglu_version == entry["build"]["dglu_version"]
