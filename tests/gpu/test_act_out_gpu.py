@@ -3,8 +3,10 @@
 Each shipped act_out variant (bf16 C and D, dswiglu and dgeglu, dense static, dbias on and
 off) runs through the wrapper on one problem with uneven and empty experts and rows past
 valid_m: act_out must match prob * GLU(C) of the float64 reference element by element
-within bf16 rounding, and D, dprob and dbias must equal bit for bit what the variant
-without act_out gives on the same inputs.
+within bf16 rounding, and D must equal bit for bit what the variant without act_out gives
+on the same inputs. dprob and dbias are sums the fast path adds with float atomics, in an
+order that varies from run to run (deterministic=True is the bitwise mode): they must agree
+to fp32 rounding (dprob) and one bf16 step (dbias).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def test_act_out_matches_the_reference_and_leaves_the_other_outputs_unchanged(co
     # rows past valid_m are owned by no expert: left uninitialised by both calls
     d_row, plain_d_row = (o["d_row_tensor"][:valid].view(torch.uint8) for o in (out, plain))
     assert torch.equal(d_row, plain_d_row)
-    assert torch.equal(dprob_aout, dprob_plain)
+    torch.testing.assert_close(dprob_aout, dprob_plain, rtol=2.0**-18, atol=2.0**-18 * float(dprob_plain.abs().max()))
     if config.dbias:
-        assert torch.equal(out["dbias_tensor"], plain["dbias_tensor"])
+        dbias = plain["dbias_tensor"].float()
+        torch.testing.assert_close(out["dbias_tensor"].float(), dbias, rtol=BF16_EPS, atol=BF16_EPS * float(dbias.abs().max()))
