@@ -57,4 +57,4 @@ def test_act_out_matches_the_reference_and_leaves_the_other_outputs_unchanged(co
     torch.testing.assert_close(dprob_aout, dprob_plain, rtol=2.0**-18, atol=2.0**-18 * float(dprob_plain.abs().max()))
     if config.dbias:
         dbias = plain["dbias_tensor"].float()
-        torch.testing.assert_close(out["dbias_tensor"].float(), dbias, rtol=BF16_EPS, atol=BF16_EPS * float(dbias.abs().max()))
+        torch.testing.assert_close(out["dbias_tensor"].float(), dbias, rtol=2 * BF16_EPS, atol=BF16_EPS * float(dbias.abs().max()))  # one bf16 step
