@@ -12,7 +12,6 @@ torch = pytest.importorskip("torch", reason="the GPU tests need torch")
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
-import dglu.torch  # noqa: E402
 from dglu.torch import (  # noqa: E402
     DEEPSEEK_V4_CLAMPED_SWIGLU,
     GPT_OSS_GEGLU,
