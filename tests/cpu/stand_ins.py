@@ -150,3 +150,21 @@ def _pool_init(self: workspaces.StreamWorkspaces, stream: int) -> None:
     self.stream = stream
     self.cu_stream = stream
     self.workspaces = {}
+
+
+def dense_call_tensors(m: int, n: int, k: int, l: int, dprob: float = 0.0) -> dict[str, Any]:
+    """A wrapper call's tensors for dense weights on the CPU (the stand-ins never read
+    them): zero A, C and B, four experts' offsets over M, unit alpha, beta and prob, dprob
+    filled with ``dprob``."""
+    import torch
+
+    return dict(
+        a_tensor=torch.zeros(m, k, 1, dtype=torch.bfloat16),
+        c_tensor=torch.zeros(m, 2 * n, 1, dtype=torch.bfloat16),
+        padded_offsets=torch.tensor([256, 256, 768, 1024], dtype=torch.int32),
+        alpha_tensor=torch.ones(l),
+        beta_tensor=torch.ones(l),
+        prob_tensor=torch.ones(m, 1, 1),
+        dprob_tensor=torch.full((m, 1, 1), dprob),
+        b_tensor=torch.zeros(l, n, k, dtype=torch.bfloat16).permute(1, 2, 0),
+    )

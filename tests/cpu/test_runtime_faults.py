@@ -42,16 +42,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> stand_ins.StandInDr
 
 
 def inputs() -> dict[str, torch.Tensor]:
-    return dict(
-        a_tensor=torch.zeros(M, K, 1, dtype=torch.bfloat16),
-        c_tensor=torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16),
-        padded_offsets=torch.tensor([256, 256, 768, 1024], dtype=torch.int32),
-        alpha_tensor=torch.ones(L),
-        beta_tensor=torch.ones(L),
-        prob_tensor=torch.ones(M, 1, 1),
-        dprob_tensor=torch.full((M, 1, 1), 2.0),
-        b_tensor=torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0),
-    )
+    return stand_ins.dense_call_tensors(M, N, K, L, dprob=2.0)
 
 
 def wrapper_call(t: dict[str, torch.Tensor], **changes: object):

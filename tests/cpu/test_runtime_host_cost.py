@@ -49,16 +49,7 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Counte
 
 
 def inputs() -> dict[str, torch.Tensor]:
-    return dict(
-        a_tensor=torch.zeros(M, K, 1, dtype=torch.bfloat16),
-        c_tensor=torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16),
-        padded_offsets=torch.tensor([256, 256, 768, 1024], dtype=torch.int32),
-        alpha_tensor=torch.ones(L),
-        beta_tensor=torch.ones(L),
-        prob_tensor=torch.ones(M, 1, 1),
-        dprob_tensor=torch.zeros(M, 1, 1),
-        b_tensor=torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0),
-    )
+    return stand_ins.dense_call_tensors(M, N, K, L)
 
 
 def calls_of_a_repeat(counted: dict[str, Counter], call) -> tuple[Counter, Counter]:
