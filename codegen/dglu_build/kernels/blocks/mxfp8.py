@@ -1,0 +1,582 @@
+"""Building-block kernels of the MXFP8 family (blockscaled_contract.md), one thread per item:
+
+- ``DequantizeA`` / ``DequantizeB``: an FP8 operand times its E8M0 block scales -> a bf16
+  K-major workspace (exact while the product fits bf16's 8-bit exponent);
+- ``WidenC``: an FP8 C -> bf16 (exact, no scale);
+- ``QuantizeRows`` / ``QuantizeCols``: the fp32 D -> FP8 D_row / D_col and their E8M0 SFD
+  bytes, bit for bit the contract's quantizer (tests/gpu/blockscaled_reference.py).
+
+FP8 data moves as 32-bit words of 4 values and is converted by inline PTX (``cvt.rn.f16x2``
+to decode, ``cvt.rn.satfinite.e4m3x2/e5m2x2.f32`` to encode, ``cvt.rn.bf16x2.f32``), so the
+rounding is exactly the named instruction's. Kernels take raw pointers and build typed views
+with explicit alignment; byte offsets into matrices are 64-bit.
+
+Constraints: ``threads`` a multiple of 32; matrix pointers (A, B and each expert's B, C, the
+bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (K-contiguous rows of 16
+FP8 values); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 256 (128 would
+do); per expert, N * K < 2^31.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from .expert_search import expert_of_row
+
+SF_VEC = 32  # elements per E8M0 scale
+HALF_BLOCK = 16  # K rows are padded to 16 elements, so a 32-block may be half full
+ATOM_ROWS = 128  # rows of one 512-byte SF atom
+ATOM_BLOCKS = 4  # 32-blocks of one SF atom
+ATOM_BYTES = 512
+E8M0_NAN = 0xFF
+E8M0_MAX_FINITE = 0xFE
+E8M0_MIN_BITS = 0x00400000  # fp32 bits of 2^-127 (byte 0)
+F32_NAN_BITS = 0x7FC00000
+F32_ABS_MASK = 0x7FFFFFFF
+FLT_MAX = 3.4028234663852886e38
+WARP_SIZE = 32
+
+# FP8 dtype -> (PTX type name, f32(1/max) used by the quantizer's scale)
+FP8_FORMATS = {
+    cutlass.Float8E4M3FN: ("e4m3", 1 / 448),
+    cutlass.Float8E5M2: ("e5m2", 1 / 128),
+}
+
+
+def fp8_format(dtype: type) -> tuple[str, float]:
+    """(PTX name, quantizer rcp) of an FP8 dtype; a clear error for anything else."""
+    if dtype not in FP8_FORMATS:
+        raise ValueError(f"fp8_dtype: got {dtype}, need one of {[t.__name__ for t in FP8_FORMATS]}")
+    return FP8_FORMATS[dtype]
+
+
+def check_threads(threads: int) -> int:
+    """Threads per block: whole warps (the column quantizer searches experts warp-wide)."""
+    if threads <= 0 or threads % WARP_SIZE:
+        raise ValueError(f"threads: got {threads}, need a positive multiple of {WARP_SIZE}")
+    return threads
+
+
+# --- inline PTX and bit casts ----------------------------------------------------------
+
+
+@dsl_user_op
+def f32_from_bits(bits: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Float32:
+    """The fp32 whose bits are ``bits``."""
+    return cutlass.Float32(llvm.bitcast(T.f32(), cutlass.Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def bits_of_f32(x: cutlass.Float32, *, loc=None, ip=None) -> cutlass.Int32:
+    """The bits of fp32 ``x``."""
+    return cutlass.Int32(llvm.bitcast(T.i32(), cutlass.Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def fp8x4_to_f32x4(word: cutlass.Int32, kind: str, *, loc=None, ip=None) -> list:
+    """The 4 FP8 values of ``word`` (lowest byte first) as fp32, exact (FP8 -> f16 -> f32)."""
+    result = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        [cutlass.Int32(word).ir_value(loc=loc, ip=ip)],
+        "{\n"
+        ".reg .b16 lo, hi;\n"
+        ".reg .b32 h01, h23;\n"
+        ".reg .f16 v0, v1, v2, v3;\n"
+        "mov.b32 {lo, hi}, $4;\n"
+        f"cvt.rn.f16x2.{kind}x2 h01, lo;\n"
+        f"cvt.rn.f16x2.{kind}x2 h23, hi;\n"
+        "mov.b32 {v0, v1}, h01;\n"
+        "mov.b32 {v2, v3}, h23;\n"
+        "cvt.f32.f16 $0, v0;\n"
+        "cvt.f32.f16 $1, v1;\n"
+        "cvt.f32.f16 $2, v2;\n"
+        "cvt.f32.f16 $3, v3;\n"
+        "}",
+        "=f,=f,=f,=f,r",
+        loc=loc,
+        ip=ip,
+    )
+    return [cutlass.Float32(llvm.extractvalue(T.f32(), result, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def f32x4_to_fp8x4(x0, x1, x2, x3, kind: str, *, loc=None, ip=None) -> cutlass.Int32:
+    """4 fp32 -> one word of 4 FP8 (x0 in the lowest byte), cvt.rn.satfinite: round to
+    nearest even, out-of-range and inf to +-max, NaN kept."""
+    operands = [cutlass.Float32(x).ir_value(loc=loc, ip=ip) for x in (x0, x1, x2, x3)]
+    return cutlass.Int32(
+        llvm.inline_asm(
+            T.i32(),
+            operands,
+            "{\n"
+            ".reg .b16 lo, hi;\n"
+            f"cvt.rn.satfinite.{kind}x2.f32 lo, $2, $1;\n"
+            f"cvt.rn.satfinite.{kind}x2.f32 hi, $4, $3;\n"
+            "mov.b32 $0, {lo, hi};\n"
+            "}",
+            "=r,f,f,f,f",
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def f32x2_to_bf16x2(x0, x1, *, loc=None, ip=None) -> cutlass.Int32:
+    """2 fp32 -> one word of 2 bf16 (x0 in the low half), round to nearest even."""
+    operands = [cutlass.Float32(x).ir_value(loc=loc, ip=ip) for x in (x0, x1)]
+    return cutlass.Int32(
+        llvm.inline_asm(T.i32(), operands, "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", loc=loc, ip=ip)
+    )
+
+
+# --- views ------------------------------------------------------------------------------
+
+
+@cute.jit
+def gmem_vector(address: cutlass.Int64, dtype: cutlass.Constexpr, count: cutlass.Constexpr, align: cutlass.Constexpr):
+    """``count`` contiguous ``dtype`` elements at global ``address`` (``align``-byte aligned)."""
+    pointer = cute.make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+    return cute.make_tensor(pointer, cute.make_layout(count))
+
+
+@cute.jit
+def gmem_array(pointer: cute.Pointer, dtype: cutlass.Constexpr, count: cutlass.Int32, align: cutlass.Constexpr):
+    """``pointer`` as a 1-D array of ``count`` ``dtype`` elements."""
+    return cute.make_tensor(
+        cute.make_ptr(dtype, pointer.toint(), cute.AddressSpace.gmem, assumed_align=align), cute.make_layout(count)
+    )
+
+
+@cute.jit
+def byte_value(byte: cutlass.Uint8) -> cutlass.Int32:
+    """A loaded byte as 0..255 (the DSL's Uint8 -> Int32 conversion sign-extends)."""
+    return byte.to(cutlass.Int32) & 0xFF
+
+
+@cute.jit
+def item_index(threads: cutlass.Constexpr):
+    """The global index of this thread's item."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    return bidx * threads + tidx
+
+
+# --- scale-factor layout ------------------------------------------------------------------
+
+
+@cute.jit
+def k_atoms(kc: cutlass.Int32):
+    """RK: SF atoms along the contraction for a length of ``kc`` (4 32-blocks per atom)."""
+    return ((kc + SF_VEC - 1) // SF_VEC + ATOM_BLOCKS - 1) // ATOM_BLOCKS
+
+
+@cute.jit
+def row_atoms(rows: cutlass.Int32):
+    """RR: SF atoms along the rows (128 rows per atom)."""
+    return (rows + ATOM_ROWS - 1) // ATOM_ROWS
+
+
+@cute.jit
+def sf_offset(row: cutlass.Int32, block: cutlass.Int32, atoms_k: cutlass.Int32):
+    """Byte of the scale of (row, 32-block) in one batch of an SF allocation whose rows span
+    ``atoms_k`` atoms: ((row//128)*RK + block//4)*512 + (row%32)*16 + ((row//32)%4)*4 + block%4."""
+    atom = (row // ATOM_ROWS) * atoms_k + block // ATOM_BLOCKS
+    return atom * ATOM_BYTES + (row % 32) * 16 + ((row // 32) % 4) * 4 + block % ATOM_BLOCKS
+
+
+@cute.jit
+def store_byte(address: cutlass.Int64, byte: cutlass.Int32):
+    """Store the low byte of ``byte`` at global ``address``."""
+    gmem_vector(address, cutlass.Uint8, 1, 1)[0] = byte.to(cutlass.Uint8)
+
+
+# --- E8M0 --------------------------------------------------------------------------------
+
+
+@cute.jit
+def e8m0_decode(byte: cutlass.Int32) -> cutlass.Float32:
+    """E8M0 byte -> 2^(byte - 127) in fp32: byte 0 is the subnormal 2^-127, 255 is NaN."""
+    bits = byte << 23
+    if byte == 0:
+        bits = cutlass.Int32(E8M0_MIN_BITS)
+    if byte == E8M0_NAN:
+        bits = cutlass.Int32(F32_NAN_BITS)
+    return f32_from_bits(bits)
+
+
+@cute.jit
+def e8m0_round_up(x: cutlass.Float32) -> cutlass.Int32:
+    """fp32 x >= 0 -> the E8M0 byte of the smallest 2^e >= x, on fp32 bits: NaN -> 0xFF,
+    inf -> 0xFE, 0 -> 0, never rounding into NaN."""
+    bits = bits_of_f32(x)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    byte = exponent
+    if exponent == 0xFF:
+        byte = cutlass.Int32(E8M0_MAX_FINITE)
+        if mantissa != 0:
+            byte = cutlass.Int32(E8M0_NAN)
+    elif mantissa > 0 and exponent != E8M0_MAX_FINITE:
+        # a subnormal at most 2^-127 rounds up to byte 0 (2^-127) itself
+        if exponent != 0 or mantissa > E8M0_MIN_BITS:
+            byte = exponent + 1
+    return byte
+
+
+@cute.jit
+def load_scale(sf_address: cutlass.Int64, offset: cutlass.Int32) -> cutlass.Float32:
+    """The decoded E8M0 scale at byte ``offset`` of the SF allocation at ``sf_address``."""
+    return e8m0_decode(byte_value(gmem_vector(sf_address + cutlass.Int64(offset), cutlass.Uint8, 1, 1)[0]))
+
+
+# --- the D quantizer ---------------------------------------------------------------------
+
+
+@cute.jit
+def block_amax(values: cute.Tensor) -> cutlass.Float32:
+    """max |v| over a register block, NaN if any v is NaN (as torch's amax)."""
+    amax = cutlass.Float32(0.0)
+    for j in cutlass.range_constexpr(cute.size(values)):
+        magnitude = f32_from_bits(bits_of_f32(values[j]) & F32_ABS_MASK)
+        amax = cute.arch.fmax(amax, magnitude, nan=True)
+    return amax
+
+
+@cute.jit
+def scale_byte(amax: cutlass.Float32, norm_const: cutlass.Float32, rcp: cutlass.Constexpr, row_order: cutlass.Constexpr):
+    """The SFD byte: round-up of f32(f32(amax * rcp) * nc) (rows) or f32(amax * f32(rcp * nc))
+    (columns)."""
+    if cutlass.const_expr(row_order):
+        x = (amax * cutlass.Float32(rcp)) * norm_const
+    else:
+        x = amax * (cutlass.Float32(rcp) * norm_const)
+    return e8m0_round_up(x)
+
+
+@cute.jit
+def quantize_scale(byte: cutlass.Int32, norm_const: cutlass.Float32) -> cutlass.Float32:
+    """s = min(f32(nc * 2^(127 - byte)), FLT_MAX), NaN for byte 0xFF. 2^(127 - byte) is
+    the E8M0 value of byte 254 - byte, exact down to the subnormal 2^-127."""
+    s = cute.arch.fmin(norm_const * e8m0_decode(E8M0_MAX_FINITE - byte), cutlass.Float32(FLT_MAX))
+    if byte == E8M0_NAN:
+        s = f32_from_bits(cutlass.Int32(F32_NAN_BITS))
+    return s
+
+
+@cute.jit
+def quantize_block(
+    values: cute.Tensor,
+    words: cute.Tensor,
+    norm_const: cutlass.Float32,
+    kind: cutlass.Constexpr,
+    rcp: cutlass.Constexpr,
+    row_order: cutlass.Constexpr,
+) -> cutlass.Int32:
+    """Quantize 32 fp32 register values into 8 words of FP8 (``words``); returns the SFD byte."""
+    byte = scale_byte(block_amax(values), norm_const, rcp, row_order)
+    s = quantize_scale(byte, norm_const)
+    for w in cutlass.range_constexpr(SF_VEC // 4):
+        words[w] = f32x4_to_fp8x4(
+            values[4 * w] * s, values[4 * w + 1] * s, values[4 * w + 2] * s, values[4 * w + 3] * s, kind
+        )
+    return byte
+
+
+# --- FP8 -> bf16 ----------------------------------------------------------------------
+
+
+@cute.jit
+def widen_words(fp8_words: cute.Tensor, scale: cutlass.Float32, bf16_words: cute.Tensor, kind: cutlass.Constexpr):
+    """FP8 words (4 values each) times ``scale`` -> bf16x2 words (twice as many)."""
+    for w in cutlass.range_constexpr(cute.size(fp8_words)):
+        v = fp8x4_to_f32x4(fp8_words[w], kind)
+        bf16_words[2 * w] = f32x2_to_bf16x2(v[0] * scale, v[1] * scale)
+        bf16_words[2 * w + 1] = f32x2_to_bf16x2(v[2] * scale, v[3] * scale)
+
+
+@cute.jit
+def store_widened(fp8_words: cute.Tensor, scale: cutlass.Float32, dst_address: cutlass.Int64, kind: cutlass.Constexpr):
+    """Widen one half block (4 FP8 words) and store its 16 bf16 (32 bytes) at ``dst_address``."""
+    bf16_words = cute.make_rmem_tensor(2 * HALF_BLOCK // 4, cutlass.Int32)
+    widen_words(fp8_words, scale, bf16_words, kind)
+    cute.autovec_copy(bf16_words, gmem_vector(dst_address, cutlass.Int32, 2 * HALF_BLOCK // 4, 16))
+
+
+@cute.jit
+def widen_contiguous(
+    src_address: cutlass.Int64,
+    dst_address: cutlass.Int64,
+    length: cutlass.Int32,
+    scale: cutlass.Float32,
+    kind: cutlass.Constexpr,
+):
+    """The first min(length, 32) (a multiple of 16) contiguous FP8 values at ``src_address``
+    times ``scale`` -> bf16 at ``dst_address``; 16-byte loads and stores."""
+    for half in cutlass.range_constexpr(SF_VEC // HALF_BLOCK):
+        if half * HALF_BLOCK < length:
+            fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
+            cute.autovec_copy(gmem_vector(src_address + half * HALF_BLOCK, cutlass.Int32, HALF_BLOCK // 4, 16), fp8_words)
+            store_widened(fp8_words, scale, dst_address + half * HALF_BLOCK * 2, kind)
+
+
+@cute.jit
+def widen_strided(
+    src: cute.Tensor,
+    first: cutlass.Int32,
+    length: cutlass.Int32,
+    scale: cutlass.Float32,
+    dst_address: cutlass.Int64,
+    kind: cutlass.Constexpr,
+):
+    """src[first + j] (uint8 FP8 bytes, any stride) for j < min(length, 32) (a multiple of 16)
+    times ``scale`` -> contiguous bf16 at ``dst_address``."""
+    for half in cutlass.range_constexpr(SF_VEC // HALF_BLOCK):
+        if half * HALF_BLOCK < length:
+            fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
+            for w in cutlass.range_constexpr(HALF_BLOCK // 4):
+                word = cutlass.Int32(0)
+                for byte in cutlass.range_constexpr(4):
+                    value = byte_value(src[first + half * HALF_BLOCK + 4 * w + byte])
+                    word = word | (value << (8 * byte))
+                fp8_words[w] = word
+            store_widened(fp8_words, scale, dst_address + half * HALF_BLOCK * 2, kind)
+
+
+# --- kernels -----------------------------------------------------------------------------
+
+
+class DequantizeA:
+    """A (M, K) FP8 K-major with SFA -> bf16 (M, K) K-major; block 0 also writes offsets_ws.
+    Item i = row * ceil(K/32) + block (a warp reads consecutive blocks of a row)."""
+
+    def __init__(self, fp8_dtype: type, threads: int):
+        self.kind, _ = fp8_format(fp8_dtype)
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(
+        self,
+        a_ptr: cute.Pointer,
+        sfa_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        offsets_ws_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+        single_group: cutlass.Int32,
+    ):
+        """out[r, j] = bf16(a[r, j] * 2^(SFA(r, j//32) - 127)); offsets_ws = padded_offsets,
+        or [m] when single_group != 0 (then offsets is never read)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        if bidx == 0:
+            offsets_ws = gmem_array(offsets_ws_ptr, cutlass.Int32, l, 4)
+            if single_group != 0:
+                if tidx == 0:
+                    offsets_ws[0] = m
+            else:
+                offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
+                for t in cutlass.range(tidx, l, self.threads):
+                    offsets_ws[t] = offsets[t]
+        blocks = (k + SF_VEC - 1) // SF_VEC
+        i = item_index(self.threads)
+        if i < m * blocks:
+            row = i // blocks
+            block = i - row * blocks
+            scale = load_scale(sfa_ptr.toint(), sf_offset(row, block, k_atoms(k)))
+            element = cutlass.Int64(row) * cutlass.Int64(k) + cutlass.Int64(block * SF_VEC)
+            widen_contiguous(a_ptr.toint() + element, out_ptr.toint() + element * 2, k - block * SF_VEC, scale, self.kind)
+
+
+class DequantizeB:
+    """B (N, K, L) FP8 (K- or N-major; dense, or discrete per-expert matrices) with SFB ->
+    bf16 (L, N, K) K-major.
+
+    Item order: K-major, i = (g * N + r) * ceil(K/32) + block (a thread reads 32 contiguous
+    bytes); N-major, i = (g * ceil(K/32) + block) * N + r (consecutive threads read
+    consecutive rows r of one 32-block: every byte load of a warp is one 32-byte segment).
+    """
+
+    def __init__(self, fp8_dtype: type, n_major: bool, discrete: bool, threads: int):
+        self.kind, _ = fp8_format(fp8_dtype)
+        self.n_major = n_major
+        self.discrete = discrete
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(
+        self,
+        b_ptr: cute.Pointer,
+        sfb_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """out[g, r, j] = bf16(b_g[r, j] * 2^(SFB_g(r, j//32) - 127)). Dense: b_ptr is the
+        (N, K, L) tensor, sfb_ptr the (.., L) SFB; discrete: both point to (L,) int64 arrays
+        of per-expert addresses (each expert's SFB with L = 1)."""
+        blocks = (k + SF_VEC - 1) // SF_VEC
+        i = item_index(self.threads)
+        if i < l * n * blocks:
+            if cutlass.const_expr(self.n_major):
+                row = i % n
+                expert = i // n // blocks
+                block = i // n - expert * blocks
+            else:
+                block = i % blocks
+                expert = i // blocks // n
+                row = i // blocks - expert * n
+            atoms_k = k_atoms(k)
+            expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
+            if cutlass.const_expr(self.discrete):
+                b_base = gmem_array(b_ptr, cutlass.Int64, l, 8)[expert]
+                sf_base = gmem_array(sfb_ptr, cutlass.Int64, l, 8)[expert]
+            else:
+                b_base = b_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(n) * cutlass.Int64(k)
+                sf_base = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
+            scale = load_scale(sf_base, sf_offset(row, block, atoms_k))
+            dst = out_ptr.toint() + ((cutlass.Int64(expert) * cutlass.Int64(n) + row) * cutlass.Int64(k) + block * SF_VEC) * 2
+            length = k - block * SF_VEC
+            if cutlass.const_expr(self.n_major):
+                b_g = cute.make_tensor(
+                    cute.make_ptr(cutlass.Uint8, b_base, cute.AddressSpace.gmem, assumed_align=1),
+                    cute.make_layout((n, k), stride=(1, n)),
+                )
+                widen_strided(b_g[row, None], block * SF_VEC, length, scale, dst, self.kind)
+            else:
+                src = b_base + cutlass.Int64(row) * cutlass.Int64(k) + block * SF_VEC
+                widen_contiguous(src, dst, length, scale, self.kind)
+
+
+class WidenC:
+    """FP8 C -> bf16, exact. Item i: elements [32 i, 32 i + 32)."""
+
+    def __init__(self, fp8_dtype: type, threads: int):
+        self.kind, _ = fp8_format(fp8_dtype)
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(self, c_ptr: cute.Pointer, out_ptr: cute.Pointer, count: cutlass.Int32):
+        """out[j] = bf16(c[j]) for the 32 elements of each of ``count`` chunks."""
+        i = item_index(self.threads)
+        if i < count:
+            element = cutlass.Int64(i) * SF_VEC
+            widen_contiguous(
+                c_ptr.toint() + element, out_ptr.toint() + element * 2, cutlass.Int32(SF_VEC), cutlass.Float32(1.0), self.kind
+            )
+
+
+@cute.jit
+def owned_rows(offsets_ptr: cute.Pointer, m: cutlass.Int32, l: cutlass.Int32):
+    """Rows some expert owns: below min(padded_offsets[l-1], m)."""
+    return cutlass.min(gmem_array(offsets_ptr, cutlass.Int32, l, 4)[l - 1], m)
+
+
+class QuantizeRows:
+    """fp32 D (M, 2N) -> FP8 D_row (M, 2N) and SFD_row, 1x32 blocks along each row.
+    Item i = row * (2N/32) + block (a thread reads 128 contiguous bytes)."""
+
+    def __init__(self, fp8_out_dtype: type, threads: int):
+        self.kind, self.rcp = fp8_format(fp8_out_dtype)
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(
+        self,
+        d_ptr: cute.Pointer,
+        d_row_ptr: cute.Pointer,
+        sfd_row_ptr: cute.Pointer,
+        norm_const_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n2: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """Each block of an owned row: its FP8 values and its SFD byte (rows = M, Kc = 2N)."""
+        blocks = n2 // SF_VEC
+        i = item_index(self.threads)
+        if i < m * blocks:
+            row = i // blocks
+            block = i - row * blocks
+            if row < owned_rows(offsets_ptr, m, l):
+                element = cutlass.Int64(row) * cutlass.Int64(n2) + block * SF_VEC
+                values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
+                cute.autovec_copy(gmem_vector(d_ptr.toint() + element * 4, cutlass.Float32, SF_VEC, 16), values)
+                words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+                norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
+                byte = quantize_block(values, words, norm_const, self.kind, self.rcp, True)
+                cute.autovec_copy(words, gmem_vector(d_row_ptr.toint() + element, cutlass.Int32, SF_VEC // 4, 16))
+                store_byte(sfd_row_ptr.toint() + cutlass.Int64(sf_offset(row, block, k_atoms(n2))), byte)
+
+
+class QuantizeCols:
+    """fp32 D (M, 2N) -> FP8 D_col (M, 2N, row-major as D_row) and SFD_col, 32x1 blocks along M.
+    Item i = row_block * 2N + column (a warp reads 32 consecutive columns of each row)."""
+
+    def __init__(self, fp8_out_dtype: type, threads: int):
+        self.kind, self.rcp = fp8_format(fp8_out_dtype)
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(
+        self,
+        d_ptr: cute.Pointer,
+        d_col_ptr: cute.Pointer,
+        sfd_col_ptr: cute.Pointer,
+        norm_const_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        n2: cutlass.Int32,
+        l: cutlass.Int32,
+        discrete_col_sfd: cutlass.Int32,
+    ):
+        """Each 32-row block whose first row is owned: its FP8 values (rows past the owned
+        ones are neither read nor written) and its SFD byte, dense (rows = 2N, Kc = M) or, when
+        discrete_col_sfd != 0, in the owning expert's own block."""
+        i = item_index(self.threads)
+        if i < (m + SF_VEC - 1) // SF_VEC * n2:
+            row_block = i // n2
+            column = i - row_block * n2
+            first = row_block * SF_VEC
+            owned = owned_rows(offsets_ptr, m, l)
+            # warp-uniform: a warp's items share row_block (2N and threads are multiples of 32)
+            if first < owned:
+                column_base = d_ptr.toint() + (cutlass.Int64(first) * cutlass.Int64(n2) + column) * 4
+                d = cute.make_tensor(
+                    cute.make_ptr(cutlass.Float32, column_base, cute.AddressSpace.gmem, assumed_align=4),
+                    cute.make_layout(SF_VEC, stride=n2),
+                )
+                values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
+                for j in cutlass.range_constexpr(SF_VEC):
+                    values[j] = cutlass.Float32(0.0)
+                    if first + j < owned:
+                        values[j] = d[j]
+                words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+                norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
+                byte = quantize_block(values, words, norm_const, self.kind, self.rcp, False)
+                d_col = cute.make_tensor(
+                    cute.make_ptr(
+                        cutlass.Uint8, d_col_ptr.toint() + cutlass.Int64(first) * cutlass.Int64(n2) + column,
+                        cute.AddressSpace.gmem, assumed_align=1,
+                    ),
+                    cute.make_layout(SF_VEC, stride=n2),
+                )
+                for j in cutlass.range_constexpr(SF_VEC):
+                    if first + j < owned:
+                        d_col[j] = ((words[j // 4] >> (8 * (j % 4))) & 0xFF).to(cutlass.Uint8)
+                offset = sf_offset(column, row_block, k_atoms(m))
+                if discrete_col_sfd != 0:
+                    offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
+                    expert = expert_of_row(offsets, l, first)
+                    start = cutlass.Int32(0)
+                    if expert > 0:
+                        start = offsets[expert - 1]
+                    rows = offsets[expert] - start
+                    offset = row_atoms(n2) * (start // ATOM_ROWS) * ATOM_BYTES + sf_offset(
+                        column, (first - start) // SF_VEC, k_atoms(rows)
+                    )
+                store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)
