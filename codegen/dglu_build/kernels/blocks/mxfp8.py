@@ -12,9 +12,9 @@ rounding is exactly the named instruction's. Kernels take raw pointers and build
 with explicit alignment; byte offsets into matrices are 64-bit.
 
 Constraints: ``threads`` a multiple of 32; matrix pointers (A, B and each expert's B, C, the
-bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (K-contiguous rows of 16
-FP8 values); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 256 (128 would
-do); per expert, N * K < 2^31.
+bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last 32-block may
+be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 128 (the
+contract's 256 is more); per expert, N * K < 2^31.
 """
 
 import cutlass
@@ -142,6 +142,13 @@ def gmem_vector(address: cutlass.Int64, dtype: cutlass.Constexpr, count: cutlass
 
 
 @cute.jit
+def gmem_column(address: cutlass.Int64, dtype: cutlass.Constexpr, stride: cutlass.Int32, align: cutlass.Constexpr):
+    """32 ``dtype`` elements ``stride`` elements apart from global ``address`` (a block column)."""
+    pointer = cute.make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+    return cute.make_tensor(pointer, cute.make_layout(SF_VEC, stride=stride))
+
+
+@cute.jit
 def gmem_array(pointer: cute.Pointer, dtype: cutlass.Constexpr, count: cutlass.Int32, align: cutlass.Constexpr):
     """``pointer`` as a 1-D array of ``count`` ``dtype`` elements."""
     return cute.make_tensor(
@@ -150,9 +157,21 @@ def gmem_array(pointer: cute.Pointer, dtype: cutlass.Constexpr, count: cutlass.I
 
 
 @cute.jit
+def matrix_index(row: cutlass.Int32, row_length: cutlass.Int32, column: cutlass.Int32) -> cutlass.Int64:
+    """The 64-bit element index row * row_length + column of a row-major matrix."""
+    return cutlass.Int64(row) * cutlass.Int64(row_length) + cutlass.Int64(column)
+
+
+@cute.jit
 def byte_value(byte: cutlass.Uint8) -> cutlass.Int32:
     """A loaded byte as 0..255 (the DSL's Uint8 -> Int32 conversion sign-extends)."""
     return byte.to(cutlass.Int32) & 0xFF
+
+
+@cute.jit
+def store_byte(address: cutlass.Int64, byte: cutlass.Int32):
+    """Store the low byte of ``byte`` at global ``address``."""
+    gmem_vector(address, cutlass.Uint8, 1, 1)[0] = byte.to(cutlass.Uint8)
 
 
 @cute.jit
@@ -184,12 +203,6 @@ def sf_offset(row: cutlass.Int32, block: cutlass.Int32, atoms_k: cutlass.Int32):
     ``atoms_k`` atoms: ((row//128)*RK + block//4)*512 + (row%32)*16 + ((row//32)%4)*4 + block%4."""
     atom = (row // ATOM_ROWS) * atoms_k + block // ATOM_BLOCKS
     return atom * ATOM_BYTES + (row % 32) * 16 + ((row // 32) % 4) * 4 + block % ATOM_BLOCKS
-
-
-@cute.jit
-def store_byte(address: cutlass.Int64, byte: cutlass.Int32):
-    """Store the low byte of ``byte`` at global ``address``."""
-    gmem_vector(address, cutlass.Uint8, 1, 1)[0] = byte.to(cutlass.Uint8)
 
 
 # --- E8M0 --------------------------------------------------------------------------------
@@ -245,7 +258,9 @@ def block_amax(values: cute.Tensor) -> cutlass.Float32:
 
 
 @cute.jit
-def scale_byte(amax: cutlass.Float32, norm_const: cutlass.Float32, rcp: cutlass.Constexpr, row_order: cutlass.Constexpr):
+def scale_byte(
+    amax: cutlass.Float32, norm_const: cutlass.Float32, rcp: cutlass.Constexpr, row_order: cutlass.Constexpr
+) -> cutlass.Int32:
     """The SFD byte: round-up of f32(f32(amax * rcp) * nc) (rows) or f32(amax * f32(rcp * nc))
     (columns)."""
     if cutlass.const_expr(row_order):
@@ -317,7 +332,8 @@ def widen_contiguous(
     for half in cutlass.range_constexpr(SF_VEC // HALF_BLOCK):
         if half * HALF_BLOCK < length:
             fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
-            cute.autovec_copy(gmem_vector(src_address + half * HALF_BLOCK, cutlass.Int32, HALF_BLOCK // 4, 16), fp8_words)
+            src = gmem_vector(src_address + half * HALF_BLOCK, cutlass.Int32, HALF_BLOCK // 4, 16)
+            cute.autovec_copy(src, fp8_words)
             store_widened(fp8_words, scale, dst_address + half * HALF_BLOCK * 2, kind)
 
 
@@ -387,8 +403,9 @@ class DequantizeA:
             row = i // blocks
             block = i - row * blocks
             scale = load_scale(sfa_ptr.toint(), sf_offset(row, block, k_atoms(k)))
-            element = cutlass.Int64(row) * cutlass.Int64(k) + cutlass.Int64(block * SF_VEC)
-            widen_contiguous(a_ptr.toint() + element, out_ptr.toint() + element * 2, k - block * SF_VEC, scale, self.kind)
+            element = matrix_index(row, k, block * SF_VEC)
+            length = k - block * SF_VEC
+            widen_contiguous(a_ptr.toint() + element, out_ptr.toint() + element * 2, length, scale, self.kind)
 
 
 class DequantizeB:
@@ -439,7 +456,7 @@ class DequantizeB:
                 b_base = b_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(n) * cutlass.Int64(k)
                 sf_base = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
             scale = load_scale(sf_base, sf_offset(row, block, atoms_k))
-            dst = out_ptr.toint() + ((cutlass.Int64(expert) * cutlass.Int64(n) + row) * cutlass.Int64(k) + block * SF_VEC) * 2
+            dst = out_ptr.toint() + matrix_index(expert * n + row, k, block * SF_VEC) * 2
             length = k - block * SF_VEC
             if cutlass.const_expr(self.n_major):
                 b_g = cute.make_tensor(
@@ -448,7 +465,7 @@ class DequantizeB:
                 )
                 widen_strided(b_g[row, None], block * SF_VEC, length, scale, dst, self.kind)
             else:
-                src = b_base + cutlass.Int64(row) * cutlass.Int64(k) + block * SF_VEC
+                src = b_base + matrix_index(row, k, block * SF_VEC)
                 widen_contiguous(src, dst, length, scale, self.kind)
 
 
@@ -464,10 +481,9 @@ class WidenC:
         """out[j] = bf16(c[j]) for the 32 elements of each of ``count`` chunks."""
         i = item_index(self.threads)
         if i < count:
-            element = cutlass.Int64(i) * SF_VEC
-            widen_contiguous(
-                c_ptr.toint() + element, out_ptr.toint() + element * 2, cutlass.Int32(SF_VEC), cutlass.Float32(1.0), self.kind
-            )
+            element = matrix_index(i, SF_VEC, 0)
+            src = c_ptr.toint() + element
+            widen_contiguous(src, out_ptr.toint() + element * 2, cutlass.Int32(SF_VEC), cutlass.Float32(1.0), self.kind)
 
 
 @cute.jit
@@ -503,7 +519,7 @@ class QuantizeRows:
             row = i // blocks
             block = i - row * blocks
             if row < owned_rows(offsets_ptr, m, l):
-                element = cutlass.Int64(row) * cutlass.Int64(n2) + block * SF_VEC
+                element = matrix_index(row, n2, block * SF_VEC)
                 values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
                 cute.autovec_copy(gmem_vector(d_ptr.toint() + element * 4, cutlass.Float32, SF_VEC, 16), values)
                 words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
@@ -545,11 +561,8 @@ class QuantizeCols:
             owned = owned_rows(offsets_ptr, m, l)
             # warp-uniform: a warp's items share row_block (2N and threads are multiples of 32)
             if first < owned:
-                column_base = d_ptr.toint() + (cutlass.Int64(first) * cutlass.Int64(n2) + column) * 4
-                d = cute.make_tensor(
-                    cute.make_ptr(cutlass.Float32, column_base, cute.AddressSpace.gmem, assumed_align=4),
-                    cute.make_layout(SF_VEC, stride=n2),
-                )
+                element = matrix_index(first, n2, column)
+                d = gmem_column(d_ptr.toint() + element * 4, cutlass.Float32, n2, 4)
                 values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
                 for j in cutlass.range_constexpr(SF_VEC):
                     values[j] = cutlass.Float32(0.0)
@@ -558,13 +571,7 @@ class QuantizeCols:
                 words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
                 norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
                 byte = quantize_block(values, words, norm_const, self.kind, self.rcp, False)
-                d_col = cute.make_tensor(
-                    cute.make_ptr(
-                        cutlass.Uint8, d_col_ptr.toint() + cutlass.Int64(first) * cutlass.Int64(n2) + column,
-                        cute.AddressSpace.gmem, assumed_align=1,
-                    ),
-                    cute.make_layout(SF_VEC, stride=n2),
-                )
+                d_col = gmem_column(d_col_ptr.toint() + element, cutlass.Uint8, n2, 1)
                 for j in cutlass.range_constexpr(SF_VEC):
                     if first + j < owned:
                         d_col[j] = ((words[j // 4] >> (8 * (j % 4))) & 0xFF).to(cutlass.Uint8)
