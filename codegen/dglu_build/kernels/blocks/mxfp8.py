@@ -44,10 +44,10 @@ FP8_FORMATS = {
 }
 
 
-def fp8_format(dtype: type) -> tuple[str, float]:
-    """(PTX name, quantizer rcp) of an FP8 dtype; a clear error for anything else."""
+def fp8_format(dtype: type, argument: str) -> tuple[str, float]:
+    """(PTX name, quantizer rcp) of an FP8 dtype; a clear error naming ``argument`` otherwise."""
     if dtype not in FP8_FORMATS:
-        raise ValueError(f"fp8_dtype: got {dtype}, need one of {[t.__name__ for t in FP8_FORMATS]}")
+        raise ValueError(f"{argument}: got {dtype}, need one of {[t.__name__ for t in FP8_FORMATS]}")
     return FP8_FORMATS[dtype]
 
 
@@ -368,7 +368,7 @@ class DequantizeA:
     Item i = row * ceil(K/32) + block (a warp reads consecutive blocks of a row)."""
 
     def __init__(self, fp8_dtype: type, threads: int):
-        self.kind, _ = fp8_format(fp8_dtype)
+        self.kind, _ = fp8_format(fp8_dtype, "fp8_dtype")
         self.threads = check_threads(threads)
 
     @cute.kernel
@@ -418,7 +418,7 @@ class DequantizeB:
     """
 
     def __init__(self, fp8_dtype: type, n_major: bool, discrete: bool, threads: int):
-        self.kind, _ = fp8_format(fp8_dtype)
+        self.kind, _ = fp8_format(fp8_dtype, "fp8_dtype")
         self.n_major = n_major
         self.discrete = discrete
         self.threads = check_threads(threads)
@@ -473,7 +473,7 @@ class WidenC:
     """FP8 C -> bf16, exact. Item i: elements [32 i, 32 i + 32)."""
 
     def __init__(self, fp8_dtype: type, threads: int):
-        self.kind, _ = fp8_format(fp8_dtype)
+        self.kind, _ = fp8_format(fp8_dtype, "fp8_dtype")
         self.threads = check_threads(threads)
 
     @cute.kernel
@@ -497,7 +497,7 @@ class QuantizeRows:
     Item i = row * (2N/32) + block (a thread reads 128 contiguous bytes)."""
 
     def __init__(self, fp8_out_dtype: type, threads: int):
-        self.kind, self.rcp = fp8_format(fp8_out_dtype)
+        self.kind, self.rcp = fp8_format(fp8_out_dtype, "fp8_out_dtype")
         self.threads = check_threads(threads)
 
     @cute.kernel
@@ -534,7 +534,7 @@ class QuantizeCols:
     Item i = row_block * 2N + column (a warp reads 32 consecutive columns of each row)."""
 
     def __init__(self, fp8_out_dtype: type, threads: int):
-        self.kind, self.rcp = fp8_format(fp8_out_dtype)
+        self.kind, self.rcp = fp8_format(fp8_out_dtype, "fp8_out_dtype")
         self.threads = check_threads(threads)
 
     @cute.kernel
