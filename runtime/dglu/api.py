@@ -34,9 +34,17 @@ from typing import Any, NamedTuple
 
 from . import runner
 from .arrays import as_torch
+from .blockscaled import (
+    check_operands,
+    check_single_group,
+    check_vector_f32,
+    dense_b_major,
+    is_block_scaled,
+    refuse_amax,
+)
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
-from .dtypes import FLOAT_TYPES, torch_dtype
+from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
 from .contract.schema import Variant
 from .manifest import installed_variants, search_path
@@ -58,7 +66,10 @@ from .weights import (
     wrapper_discrete,
 )
 
-BLOCK_SCALED = "block-scaled (FP8/FP4) operation is not available in dglu's SM90 BF16 backend"
+BLOCK_SCALED = (
+    "block-scaled (MXFP8) argument, for FP8 operands (torch.float8_e4m3fn/e5m2); these "
+    "operands select the BF16 backend"
+)
 # Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
 ARGUMENT_NAMES = {
     "a": "a_tensor",
@@ -73,6 +84,13 @@ ARGUMENT_NAMES = {
     "dbias": "dbias_tensor",
     "b_ptrs": "b_ptrs",
     "act_out": "act_out_tensor",
+    "sfa": "sfa_tensor",
+    "sfb": "sfb_tensor",
+    "sfb_ptrs": "sfb_ptrs",
+    "d_col": "d_col_tensor",
+    "sfd_row": "sfd_row_tensor",
+    "sfd_col": "sfd_col_tensor",
+    "norm_const": "norm_const_tensor",
 }
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
@@ -154,15 +172,17 @@ def _select(
     """The variant for the tensors' element types (checked first), the configuration and
     A's device; m_aligned checked against it."""
     types = element_types(tensors)
-    if types["c"] not in FLOAT_TYPES:  # the op's contract: C is BF16, FP16 or FP32
+    options = config.options
+    # the op's contract: C is BF16, FP16 or FP32, or FP8 on the block-scaled backend
+    c_types = FLOAT_TYPES + FP8_TYPES if options.block_scaled else FLOAT_TYPES
+    if types["c"] not in c_types:
         raise ValueError(
             f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
-            "of torch.bfloat16, torch.float16, torch.float32"
+            f"of {', '.join(str(torch_dtype(t)) for t in c_types)}"
         )
     device = tensors["a"][1].device.index
     if config.discrete:
         config.discrete.check_dtype_of(tensors["a"][0], types["a"])
-    options = config.options
     tile = options.tile or (None, None)
     request = VariantRequest(
         arch=device_arch(device),
@@ -231,11 +251,13 @@ def clear_caches() -> None:
 
 
 class OutputRule(NamedTuple):
-    """An output the wrapper allocates: its role, shape, torch dtype, and whether the
-    kernels accumulate into it (then it is zeroed on the call's stream)."""
+    """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
+    scale factors' permuted layout), torch dtype, and whether the kernels accumulate into it
+    (then it is zeroed on the call's stream)."""
 
     role: str
     shape: tuple[int, ...]
+    strides: tuple[int, ...]
     dtype: Any
     accumulate: bool
 
@@ -249,7 +271,7 @@ def _allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict
     made = {}
     for rule in rules:
         try:
-            made[rule.role] = torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
+            made[rule.role] = torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
         except torch.OutOfMemoryError as exc:
             size = math.prod(rule.shape) * rule.dtype.itemsize
             raise DeviceMemoryError(
@@ -271,6 +293,7 @@ class PreparedCall:
             OutputRule(
                 role,
                 tuple(e.value(problem.scalars) for e in variant.arguments[role].shape),
+                tuple(e.value(problem.scalars) for e in variant.arguments[role].strides),
                 torch_dtype(variant.arguments[role].dtypes[0]),
                 variant.arguments[role].io == "accumulate",
             )
@@ -318,14 +341,18 @@ def _wrapper_config(
     b_dtype: Any,
     d_dtype: Any,
     generate_dbias: Any,
+    dense_b_major: str,
     **options: Any,
 ) -> OpConfig:
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
-    discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
+    block_scaled = options["block_scaled"]
+    discrete = wrapper_discrete(n, b_dtype, block_scaled) if mode == DISCRETE else None
     checked = check_options(**options)
     check_b_major(mode, checked.b_major)
-    d_dtype_name = output_dtype_name("d_dtype", d_dtype)
+    if mode == DENSE:  # dense block-scaled B's major follows its strides
+        checked = checked._replace(b_major=dense_b_major)
+    d_dtype_name = output_dtype_name("d_dtype", d_dtype, block_scaled)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
     return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
@@ -348,7 +375,8 @@ WRAPPER_SETTINGS = (
     "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
     "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
     "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
-    "d_dtype", "generate_dbias", "deterministic", "act_out",
+    "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
+    "block_scaled", "dense_b_major",
 )
 
 
@@ -379,16 +407,24 @@ def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> 
 _wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
 _wrapper_calls: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
-WRAPPER_OUTPUTS = ("d_row", "dbias", "act_out")  # allocated by the wrapper when the variant takes them
+# allocated by the wrapper when the variant takes them
+WRAPPER_OUTPUTS = ("d_row", "d_col", "sfd_row", "sfd_col", "dbias", "act_out")
 _COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
-# The roles of the tensors each call hands _run, in order: by weights (discrete or not) for
-# the wrapper, by the weights' role for execute() (and with dbias).
+# The roles of the tensors each call hands _run, in order: by weights (discrete or not) and
+# block scaling for the wrapper, by the weights' role for execute() (and with dbias).
 _WRAPPER_ROLES = {
-    discrete: ("a", "b_ptrs" if discrete else "b", "c", *_COMMON_ROLES)
-    for discrete in (False, True)
+    (False, False): ("a", "b", "c", *_COMMON_ROLES),
+    (True, False): ("a", "b_ptrs", "c", *_COMMON_ROLES),
+    (False, True): ("a", "sfa", "b", "sfb", "c", "norm_const", *_COMMON_ROLES),
+    (True, True): ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", "norm_const", *_COMMON_ROLES),
 }
 _EXECUTE_ROLES = {b: ("a", b, "c", "d_row", *_COMMON_ROLES) for b in ("b", "b_ptrs")}
 _DBIAS_EXECUTE_ROLES = {b: (*roles, "dbias") for b, roles in _EXECUTE_ROLES.items()}
+_QUANTIZED_D_ROLES = ("d_row", "d_col", "sfd_row", "sfd_col")
+_BLOCK_SCALED_EXECUTE_ROLES = {
+    DENSE: ("a", "sfa", "b", "sfb", "c", *_QUANTIZED_D_ROLES, "norm_const", *_COMMON_ROLES),
+    DISCRETE: ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", *_QUANTIZED_D_ROLES, "norm_const", *_COMMON_ROLES),
+}
 
 
 def grouped_gemm_dglu(
@@ -431,13 +467,14 @@ def grouped_gemm_dglu(
     current_stream: Any = None,
     deterministic: bool = False,
     act_out: bool = False,
+    use_single_group_runtime_offsets: bool = False,
 ) -> TupleDict:
-    """Grouped GEMM + dGLU backward on the tensors' device; allocates D_row (and dbias).
+    """Grouped GEMM + dGLU backward on the tensors' device; allocates the outputs.
 
-    Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to per-expert (N, K)
-    bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n" orders each).
-    C may be bf16, fp16 or fp32; d_dtype (default bf16) picks D_row's, among the same.
-    Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
+    BF16 operands. Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to
+    per-expert (N, K) bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n"
+    orders each). C may be bf16, fp16 or fp32; d_dtype (default bf16) picks D_row's, among
+    the same. Returns a TupleDict in the seed's order: d_row_tensor (M, 2N, 1) in d_dtype,
     d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
     bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past
     valid_m (owned by no expert) are left uninitialised. act_out=True (not in the seed) runs
@@ -447,15 +484,41 @@ def grouped_gemm_dglu(
     deterministic=True (cuDNN FE's newer option) runs the variant whose D, dprob and dbias
     are bitwise identical from run to run and across schedulers: per-tile partial sums
     reduced in a fixed order instead of float atomics (about 1-3% slower on the H200).
+
+    Block-scaled (MXFP8) operands: A and B both torch.float8_e4m3fn or both float8_e5m2
+    (dense B K- or N-major by its strides; discrete b_ptrs with sfb_ptrs and
+    b_dtype=A's dtype), sfa_tensor / sfb_tensor (or sfb_ptrs) torch.float8_e8m0fnu in the
+    seed's layouts, sf_vec_size=32, norm_const_tensor (1,) fp32 on the device, d_dtype
+    float8_e4m3fn or float8_e5m2; C in bf16, fp16, fp32, e4m3 or e5m2. Returns d_row_tensor
+    and d_col_tensor (M, 2N, 1) FP8, sfd_row_tensor and sfd_col_tensor E8M0 (SFD_col in the
+    per-expert layout with discrete_col_sfd=True), dprob and dbias (from the unquantized D)
+    as above; amax_tensor is None (Hopper has no FP4 path that produces it).
+    use_single_group_runtime_offsets=True (one expert) takes its rows from A's shape and
+    never reads padded_offsets (an int32 (1,) tensor still). vector_f32 has no effect on
+    Hopper; epilogue_op (None, "identity", "relu", "srelu") is checked and, as in NVIDIA's
+    kernels of this op, applied by no kernel. FP4 operands and E4M3 scale factors are
+    refused: Hopper has no FP4 tensor cores.
     """
-    check_absent(
-        BLOCK_SCALED,
-        NotImplementedError,
-        sfa_tensor=sfa_tensor,
-        sfb_tensor=sfb_tensor,
-        sfb_ptrs=sfb_ptrs,
-        norm_const_tensor=norm_const_tensor,
+    block_scaled = is_block_scaled(
+        getattr(a_tensor, "dtype", None), sfa_tensor, sfb_tensor, sfb_ptrs, norm_const_tensor
     )
+    dense_major = "k"
+    if block_scaled:
+        _check_block_scaled_wrapper(
+            a_tensor, c_tensor, b_tensor, sfa_tensor, sfb_tensor, b_dtype, vector_f32,
+            padded_offsets, use_single_group_runtime_offsets, m_aligned,
+        )
+        if b_tensor is not None and b_ptrs is None and b_major == "k":
+            dense_major = dense_b_major(as_torch(b_tensor))
+    else:
+        check_absent(
+            BLOCK_SCALED,
+            NotImplementedError,
+            sfa_tensor=sfa_tensor,
+            sfb_tensor=sfb_tensor,
+            sfb_ptrs=sfb_ptrs,
+            norm_const_tensor=norm_const_tensor,
+        )
     op = _wrapper_op_for(
         (
             b_tensor is not None,
@@ -484,36 +547,56 @@ def grouped_gemm_dglu(
             generate_dbias,
             deterministic,
             act_out,
+            use_single_group_runtime_offsets,
+            block_scaled,
+            dense_major,
         ),
         a_tensor,
         c_tensor,
     )
     discrete = op._config.discrete is not None
-    made = op._run(
-        _WRAPPER_ROLES[discrete],
-        (
-            a_tensor,
-            b_ptrs if discrete else b_tensor,
-            c_tensor,
-            padded_offsets,
-            alpha_tensor,
-            beta_tensor,
-            prob_tensor,
-            dprob_tensor,
-        ),
-        current_stream,
-        allocate=True,
-    )
+    weights = (b_ptrs, sfb_ptrs) if discrete else (b_tensor, sfb_tensor)
+    common = (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor)
+    if block_scaled:
+        tensors = (a_tensor, sfa_tensor, *weights, c_tensor, norm_const_tensor, *common)
+    else:
+        tensors = (a_tensor, weights[0], c_tensor, *common)
+    made = op._run(_WRAPPER_ROLES[discrete, block_scaled], tensors, current_stream, allocate=True)
     return TupleDict(
         d_row_tensor=made["d_row"],
-        d_col_tensor=None,
+        d_col_tensor=made.get("d_col"),
         dprob_tensor=dprob_tensor,
         dbias_tensor=made.get("dbias"),
         amax_tensor=None,
-        sfd_row_tensor=None,
-        sfd_col_tensor=None,
+        sfd_row_tensor=made.get("sfd_row"),
+        sfd_col_tensor=made.get("sfd_col"),
         **({"act_out_tensor": made["act_out"]} if act_out else {}),
     )
+
+
+def _check_block_scaled_wrapper(
+    a_tensor: Any,
+    c_tensor: Any,
+    b_tensor: Any,
+    sfa_tensor: Any,
+    sfb_tensor: Any,
+    b_dtype: Any,
+    vector_f32: Any,
+    padded_offsets: Any,
+    single_group: Any,
+    m_aligned: Any,
+) -> None:
+    """The block-scaled wrapper call's operand dtypes, vector_f32 with C and single-group
+    offsets (dglu.blockscaled); shapes and strides are the variant's checks."""
+    named = _named(False, a=a_tensor, c=c_tensor)
+    for role, tensor in (("b", b_tensor), ("sfa", sfa_tensor), ("sfb", sfb_tensor)):
+        if tensor is not None:
+            named.update(_named(False, **{role: tensor}))
+    element_types(named)
+    check_operands(named, b_dtype)
+    check_vector_f32(vector_f32 is True, "c_tensor", named["c"][1].dtype)
+    if single_group is True and type(m_aligned) is int and m_aligned > 0:
+        check_single_group("padded_offsets", as_torch(padded_offsets), named["a"][1].shape[0], m_aligned)
 
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu
@@ -579,7 +662,18 @@ class GroupedGemmDglu:
         use_dynamic_sched: bool = False,
         deterministic: bool = False,
         act_out: bool = False,
+        use_single_group_runtime_offsets: bool = False,
     ) -> None:
+        block_scaled_samples = {
+            "d_col": sample_d_col,
+            "sfa": sample_sfa,
+            "sfd_row": sample_sfd_row,
+            "sfd_col": sample_sfd_col,
+            "norm_const": sample_norm_const,
+        }
+        self._block_scaled = is_block_scaled(
+            getattr(sample_a, "dtype", None), sample_sfa, sample_sfb, sample_norm_const
+        )
         self._samples = _named(
             True,
             a=sample_a,
@@ -591,17 +685,17 @@ class GroupedGemmDglu:
             prob=sample_prob,
             dprob=sample_dprob,
             **({"dbias": sample_dbias} if sample_dbias is not None else {}),
+            **{role: t for role, t in block_scaled_samples.items() if t is not None},
         )
-        self._block_scaled = {
-            "sample_d_col": sample_d_col,
-            "sample_sfa": sample_sfa,
-            "sample_sfb": sample_sfb,
-            "sample_sfd_row": sample_sfd_row,
-            "sample_sfd_col": sample_sfd_col,
-            "sample_amax": sample_amax,
-            "sample_norm_const": sample_norm_const,
-        }
+        self._sample_amax = sample_amax
         self._sample_b = sample_b
+        self._sample_sfb = sample_sfb
+        # for a BF16 op to refuse by name
+        self._block_scaled_samples = {
+            **{f"sample_{role}": tensor for role, tensor in block_scaled_samples.items()},
+            "sample_sfb": sample_sfb,
+            "sample_amax": sample_amax,
+        }
         self._discrete_args = dict(zip(CLASS_DISCRETE, (num_experts, b_shape, b_dtype)))
         self._options_given = {
             "acc_dtype": acc_dtype,
@@ -623,6 +717,7 @@ class GroupedGemmDglu:
             "use_dynamic_sched": use_dynamic_sched,
             "deterministic": deterministic,
             "act_out": act_out,
+            "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
         }
         self._reset()
 
@@ -638,6 +733,7 @@ class GroupedGemmDglu:
         device and the wrapper's configuration (the wrapper's tensors are checked per call)."""
         op = cls.__new__(cls)
         op._reset()
+        op._block_scaled = config.options.block_scaled
         tensors = _named(False, a=a_tensor, c=c_tensor)
         op._config = config
         op._variant = _select(config, tensors, WRAPPER_SOURCES)
@@ -651,21 +747,40 @@ class GroupedGemmDglu:
 
     def check_support(self) -> bool:
         """True when a prebuilt kernel serves the samples and configuration; else raise why."""
-        check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled)
+        block_scaled = self._block_scaled
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
-        discrete = class_discrete(**self._discrete_args) if mode == DISCRETE else None
-        options = check_options(**self._options_given)
+        discrete = class_discrete(**self._discrete_args, block_scaled=block_scaled) if mode == DISCRETE else None
+        options = check_options(**self._options_given, block_scaled=block_scaled)
         check_b_major(mode, options.b_major)
+        samples = dict(self._samples)
+        if not discrete:
+            samples.update(_named(True, b=self._sample_b))
+            if self._sample_sfb is not None:
+                samples.update(_named(True, sfb=self._sample_sfb))
+        if block_scaled:
+            self._check_block_scaled_samples(samples, options)
+            if not discrete:
+                options = options._replace(b_major=dense_b_major(samples["b"][1]))
+        else:
+            check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled_samples)
         config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
-        samples = (
-            self._samples if discrete else {**self._samples, "b": ("sample_b", self._sample_b)}
-        )
         variant = _select(config, samples, CLASS_SOURCES)
         # discrete weights have no sample, nor the act_out output: execute() checks them
-        later = ("b_ptrs", "act_out") if discrete else ("act_out",)
-        describe_tensors(variant, samples, config.given_scalars(), later)
+        later = ("b_ptrs", "sfb_ptrs", "act_out") if discrete else ("act_out",)
+        describe_tensors(variant, samples, config.given_scalars(), later, options.flags())
         self._config, self._variant = config, variant
         return True
+
+    def _check_block_scaled_samples(self, samples: dict[str, tuple[str, Any]], options: OpOptions) -> None:
+        """The block-scaled samples' dtypes, amax, vector_f32 with C, single-group offsets."""
+        element_types(samples)
+        check_operands(samples, self._discrete_args["b_dtype"])
+        refuse_amax("sample_amax", self._sample_amax)
+        check_vector_f32(options.vector_f32, "sample_c", samples["c"][1].dtype)
+        if options.single_group:
+            check_single_group(
+                "sample_padded_offsets", samples["padded_offsets"][1], samples["a"][1].shape[0], options.m_aligned
+            )
 
     def compile(self) -> None:
         """Load the chosen prebuilt cubin on the samples' device (checks support first)."""
@@ -700,7 +815,18 @@ class GroupedGemmDglu:
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed).
         An op built with act_out=True also writes prob * GLU(C) into ``act_out_tensor``
-        ((M, N, 1) bf16, required then; refused otherwise)."""
+        ((M, N, 1) bf16, required then; refused otherwise). A block-scaled op writes
+        d_row_tensor, d_col_tensor, sfd_row_tensor and sfd_col_tensor (all required)."""
+        if self._block_scaled:
+            refuse_amax("amax_tensor", amax_tensor)
+            weights = (b_ptrs, sfb_ptrs) if self._built_mode == DISCRETE else (b_tensor, sfb_tensor)
+            self._execute_block_scaled(
+                (a_tensor, sfa_tensor, *weights, c_tensor, d_row_tensor, d_col_tensor, sfd_row_tensor,
+                 sfd_col_tensor, norm_const_tensor, padded_offsets, alpha_tensor, beta_tensor,
+                 prob_tensor, dprob_tensor),
+                b_tensor, b_ptrs, dbias_tensor, current_stream,
+            )
+            return
         # all None (the usual call): one comparison chain instead of check_absent's dict
         if not (
             d_col_tensor is sfa_tensor is sfb_tensor is sfb_ptrs is sfd_row_tensor
@@ -747,6 +873,26 @@ class GroupedGemmDglu:
             tensors += (act_out_tensor,)
         self._run(roles, tensors, current_stream)
 
+    def _execute_block_scaled(
+        self, tensors: tuple[Any, ...], b_tensor: Any, b_ptrs: Any, dbias_tensor: Any, current_stream: Any
+    ) -> None:
+        """execute() of a block-scaled op: ``tensors`` in _BLOCK_SCALED_EXECUTE_ROLES' order."""
+        built = self._built_mode
+        if _given_weight_mode(b_tensor, b_ptrs) != built:
+            self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
+        if (dbias_tensor is not None) != self._compiled_dbias:
+            self._refuse_dbias(dbias_tensor)
+        if self._loaded is None:
+            self.compile()
+        options = self._config.options
+        roles = _BLOCK_SCALED_EXECUTE_ROLES[built]
+        if options.single_group:
+            offsets = as_torch(tensors[roles.index("padded_offsets")])
+            check_single_group("padded_offsets", offsets, as_torch(tensors[0]).shape[0], options.m_aligned)
+        if dbias_tensor is not None:
+            roles, tensors = (*roles, "dbias"), (*tensors, dbias_tensor)
+        self._run(roles, tensors, current_stream)
+
     @functools.cached_property
     def _built_mode(self) -> str:
         """DENSE or DISCRETE: the weight mode of the constructor's arguments (raises while
@@ -791,7 +937,7 @@ class GroupedGemmDglu:
             call = self._prepared(roles, tensors, key, WRAPPER_OUTPUTS if allocate else ())
         device = self._loaded.device
         stream = resolve_stream(current_stream, device)
-        if offsets_check_enabled():
+        if offsets_check_enabled() and not self._config.options.single_group:
             _check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
                            self._variant.m_aligned)
         if not call.outputs:
@@ -821,7 +967,9 @@ class GroupedGemmDglu:
         outputs = tuple(role for role in outputs if role in variant.arguments)
         named = _named(False, **tensors)
         element_types(named)
-        problem = describe_tensors(variant, named, self._config.given_scalars(), outputs)
+        problem = describe_tensors(
+            variant, named, self._config.given_scalars(), outputs, self._config.options.flags()
+        )
         device = problem.tensors["a"].device
         if device != self._loaded.device:
             raise ValueError(

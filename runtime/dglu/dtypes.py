@@ -22,10 +22,14 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("fp32", 4, "float32", "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),
         ElementType("i32", 4, "int32", "CU_TENSOR_MAP_DATA_TYPE_INT32"),
         ElementType("i64", 8, "int64", "CU_TENSOR_MAP_DATA_TYPE_INT64"),
+        ElementType("e4m3", 1, "float8_e4m3fn", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        ElementType("e5m2", 1, "float8_e5m2", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        ElementType("e8m0", 1, "float8_e8m0fnu", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
     )
 }
 
 FLOAT_TYPES = ("bf16", "fp16", "fp32")
+FP8_TYPES = ("e4m3", "e5m2")  # MXFP8 operands, C and D
 
 
 _BY_TORCH_NAME = {e.torch_name: e for e in ELEMENT_TYPES.values()}

@@ -24,6 +24,7 @@ from .launch import Launch, launch_kernel, prepare_launch
 from .params import KernelArguments, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
+from .validation import derived_views
 
 LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
 
@@ -128,8 +129,11 @@ def _plan(
         return CallPlan(tuple(clears), ())
     clears += workspace_pool.zeroed_ranges(workspaces, scalars)
     views: dict[str, TensorView] = dict(problem.tensors)
-    for name, workspace in workspaces.items():
-        views[name] = _workspace_view(loaded.device, workspace)
+    workspace_views = {
+        name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
+    }
+    views.update(workspace_views)
+    views.update(derived_views(loaded.variant, workspace_views, scalars))
     pointers = {name: view.pointer for name, view in views.items()}
     launches = []
     for kernel, function, grid in zip(

@@ -125,15 +125,15 @@ def _check_layout(name: str, tensor: Any, rule: Argument, problem: Problem) -> N
     if _seed_shape(tensor, rule) != expected:
         raise ValueError(
             f"{name}: shape {actual} does not match {shape_text(rule.shape)} = {expected} "
-            f"with {problem.explain()}"
+            f"with {problem.explain()}" + (f"; allocate it as {rule.allocation}" if rule.allocation else "")
         )
     strides = tuple(e.value(problem.scalars) for e in rule.strides)
     for axis, (size, stride) in enumerate(zip(actual, tensor.stride(), strict=False)):
         if size > 1 and stride != strides[axis]:
+            remedy = rule.allocation or "a contiguous tensor in the seed layout"
             raise ValueError(
                 f"{name}: strides {tuple(tensor.stride())} differ from the required "
-                f"{strides[:len(actual)]} (dimension {axis}); pass a contiguous "
-                "tensor in the seed layout"
+                f"{strides[:len(actual)]} (dimension {axis}); pass {remedy}"
             )
     if tensor.data_ptr() % rule.align:
         raise ValueError(
@@ -158,10 +158,12 @@ def describe_tensors(
     args: TensorArgs,
     given: GivenScalars | None = None,
     later: Collection[str] = (),
+    flags: Mapping[str, int] | None = None,
 ) -> Problem:
     """Check ``args`` against ``variant``'s arguments (see the module docstring) and return
     the call's Problem. ``given``: scalars the call fixes itself; ``later``: arguments the
-    runtime allocates after the checks (the wrapper's outputs)."""
+    runtime allocates after the checks (the wrapper's outputs); ``flags``: the values of
+    the variant's flags (docs/manifest.md), from the call's options."""
     unknown = [name for role, (name, _) in args.items() if role not in variant.arguments]
     if unknown:
         raise ValueError(f"{unknown[0]}: variant {variant.name} takes no such argument")
@@ -170,6 +172,10 @@ def describe_tensors(
         raise ValueError(f"{missing[0]}: required by variant {variant.name}, got None")
     scalars = {name: value for name, (value, _) in (given or {}).items()}
     origins = {name: source for name, (_, source) in (given or {}).items()}
+    missing_flags = [flag for flag in variant.flags if flag not in (flags or {})]
+    if missing_flags:
+        raise ValueError(f"{missing_flags[0]}: variant {variant.name} needs this option's value")
+    scalars.update({flag: int((flags or {})[flag]) for flag in variant.flags})
     checked = [(args[role], rule) for role, rule in variant.arguments.items() if role in args]
     for (name, tensor), rule in checked:
         _check_rank_and_dtype(name, tensor, rule, variant)
@@ -213,7 +219,8 @@ def _derived_view(rule: ViewRule, of: TensorView, scalars: Mapping[str, int]) ->
 def derived_views(
     variant: Variant, views: Mapping[str, TensorView], scalars: Mapping[str, int]
 ) -> dict[str, TensorView]:
-    """The variant's VIEWs of the tensors the call has (docs/manifest.md, VIEW_RULE)."""
+    """The variant's VIEWs of the tensors in ``views`` (docs/manifest.md, VIEW_RULE): of
+    the call's arguments when it is described, of its workspaces once they are acquired."""
     return {
         name: _derived_view(rule, views[rule.of], scalars)
         for name, rule in variant.views.items()

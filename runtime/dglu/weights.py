@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .blockscaled import operand_type
 from .dtypes import FLOAT_TYPES, element_type_of
 
 DENSE, DISCRETE = "dense", "discrete"
@@ -72,11 +73,12 @@ def weight_mode(dense_name: str, dense: Any, discrete: Mapping[str, Any]) -> str
 
 
 def check_b_major(mode: str, b_major: str) -> None:
-    """b_major orders discrete weights' matrices; dense B is K-major (the BF16 contract)."""
+    """b_major orders discrete weights' matrices; dense B's order is its strides' (K-major
+    in the BF16 contract; K- or N-major block-scaled B)."""
     if mode == DENSE and b_major != "k":
         raise ValueError(
-            f"b_major: {b_major!r} applies to discrete weights (b_ptrs) only; dense B is "
-            "K-major, stride (K, 1, N*K): pass b_major='k'"
+            f"b_major: {b_major!r} applies to discrete weights (b_ptrs) only; dense B's order "
+            "follows its strides (BF16 B is K-major, stride (K, 1, N*K)): pass b_major='k'"
         )
 
 
@@ -86,7 +88,9 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _dtype_name(b_dtype: Any) -> str:
+def _dtype_name(b_dtype: Any, block_scaled: bool) -> str:
+    if block_scaled:
+        return operand_type("b_dtype", b_dtype)
     element = element_type_of(b_dtype)
     if element is None or element.name not in FLOAT_TYPES:
         raise ValueError(
@@ -96,15 +100,16 @@ def _dtype_name(b_dtype: Any) -> str:
     return element.name
 
 
-def wrapper_discrete(n: Any, b_dtype: Any) -> DiscreteWeights:
-    """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length."""
-    dtype = _dtype_name(b_dtype)
+def wrapper_discrete(n: Any, b_dtype: Any, block_scaled: bool = False) -> DiscreteWeights:
+    """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length.
+    ``block_scaled``: FP8 matrices (and their scale factors behind sfb_ptrs)."""
+    dtype = _dtype_name(b_dtype, block_scaled)
     return DiscreteWeights(n=_positive_int("n", n), n_from="n", dtype=dtype)
 
 
-def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any) -> DiscreteWeights:
+def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any, block_scaled: bool = False) -> DiscreteWeights:
     """The class API's discrete weights: (N, K) from ``b_shape``, L from ``num_experts``."""
-    dtype = _dtype_name(b_dtype)
+    dtype = _dtype_name(b_dtype, block_scaled)
     if (
         not isinstance(b_shape, tuple | list)
         or len(b_shape) != 2

@@ -32,6 +32,7 @@ WRAPPER = [
     *[(n, K, d) for n, d in CONFIG],
     ("epilogue_op", K, None), ("generate_dbias", K, False), ("use_dynamic_sched", K, False),
     ("current_stream", K, None), ("deterministic", K, False), ("act_out", K, False),
+    ("use_single_group_runtime_offsets", K, False),
 ]
 CONSTRUCTOR = [
     ("self", P, REQUIRED), ("sample_a", P, REQUIRED), ("sample_c", P, REQUIRED),
@@ -42,7 +43,7 @@ CONSTRUCTOR = [
     ("num_experts", K, None), ("b_shape", K, None), ("b_dtype", K, None), ("acc_dtype", K, None),
     *[(n, K, d) for n, d in CONFIG],
     ("b_major", K, "k"), ("epilogue_op", K, None), ("use_dynamic_sched", K, False),
-    ("deterministic", K, False), ("act_out", K, False),
+    ("deterministic", K, False), ("act_out", K, False), ("use_single_group_runtime_offsets", K, False),
 ]
 EXECUTE = [
     ("self", P, REQUIRED), ("a_tensor", P, REQUIRED), ("c_tensor", P, REQUIRED),

@@ -6,7 +6,7 @@ allows each field's value, and the family's own feasibility rules (e.g. the shar
 budget) accept the combination. ``compile_variant(key, symbol_prefix)`` compiles it for
 its architecture with no GPU present and returns the cubin plus the manifest fields the
 family declares for it (docs/manifest.md). Building blocks shared by families are in
-``blocks/``; each family is a subpackage (``sm90_bf16/``).
+``blocks/``; each family is a subpackage (``sm90_bf16/``, ``sm90_mxfp8/``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELD_DEFAULTS, Family, family_of
 
-from . import sm90_bf16
+from . import sm90_bf16, sm90_mxfp8
 
-FAMILY_MODULES: dict[str, ModuleType] = {sm90_bf16.NAME: sm90_bf16}
+FAMILY_MODULES: dict[str, ModuleType] = {sm90_bf16.NAME: sm90_bf16, sm90_mxfp8.NAME: sm90_mxfp8}
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ JOINT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 FLOAT_DTYPES = ("bf16", "fp16", "fp32")
+FP8_DTYPES = ("e4m3", "e5m2")
 
 FAMILIES: dict[str, Family] = {
     family.name: family
@@ -101,6 +102,25 @@ FAMILIES: dict[str, Family] = {
                 "scheduler": ("static", "dynamic"),
                 "deterministic": (False, True),
                 "act_out": (False, True),
+            },
+        ),
+        # MXFP8 (FP8 A/B with E8M0 scales per 32 of K) on Hopper: FP8 D with SFD_row/SFD_col
+        Family(
+            "sm90_mxfp8",
+            {
+                "arch": ("sm_90a",),
+                "ab_dtype": FP8_DTYPES,
+                "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
+                "d_dtype": FP8_DTYPES,
+                "act_func": tuple(ACT_PARAM_DEFAULTS),
+                "dbias": (True, False),
+                "weight_mode": ("dense", "discrete"),
+                "b_major": ("k", "n"),
+                "tile_mn": ((128, 128), (128, 64)),
+                "cluster_mn": ((1, 1),),
+                "scheduler": ("static", "dynamic"),
+                "deterministic": (False,),
+                "act_out": (False,),
             },
         ),
     )

@@ -31,7 +31,7 @@ REBUILD_HINT = (
     "(or reinstall the dglu wheel for its own cubins)"
 )
 BASE_SCALARS = ("m", "n", "k", "l")
-ELEMENT_TYPES = ("bf16", "fp16", "fp32", "i32", "i64")
+ELEMENT_TYPES = ("bf16", "fp16", "fp32", "i32", "i64", "e4m3", "e5m2", "e8m0")
 IO_KINDS = ("in", "out", "accumulate")
 ZERO_KINDS = ("each_call", "never")
 GRID_RULES = {"persistent_tiles": ("tile_m", "tile_n"), "elementwise": ("count",)}
@@ -168,6 +168,7 @@ class Argument(NamedTuple):
     align: int
     io: str
     rank_drop: bool = False
+    allocation: str | None = None  # how to allocate it, for layout errors (scale factors)
 
 
 class Limit(NamedTuple):
@@ -180,7 +181,7 @@ class Limit(NamedTuple):
 
 
 class ViewRule(NamedTuple):
-    """A descriptor view derived from the argument ``of``."""
+    """A descriptor view derived from the argument or workspace ``of``."""
 
     of: str
     dtype: str
@@ -264,6 +265,7 @@ class Variant(NamedTuple):
     kernels: tuple[KernelSpec, ...]
     tma: Mapping[str, TmaRule]
     directory: Path  # where the manifest was read
+    flags: tuple[str, ...] = ()  # int32 scalars (0 or 1) set from the call's options of these names
 
     @property
     def cubin_path(self) -> Path:
@@ -454,7 +456,7 @@ def _read_scalars(entry: _Entry) -> dict[str, Expr]:
 
 @_memoised
 def _read_argument(entry: _Entry, scalars: frozenset[str]) -> Argument:
-    entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop",))
+    entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop", "allocation"))
     shape = entry.exprs("shape", scalars)
     return Argument(
         shape=shape,
@@ -463,6 +465,7 @@ def _read_argument(entry: _Entry, scalars: frozenset[str]) -> Argument:
         align=entry.positive("align"),
         io=entry.choice("io", IO_KINDS),
         rank_drop=entry.take("rank_drop", bool, False),
+        allocation=entry.take("allocation", str, None),
     )
 
 
@@ -479,11 +482,11 @@ def _read_limit(entry: _Entry) -> Limit:
 
 
 @_memoised
-def _read_view(entry: _Entry, scalars: frozenset[str], arguments: frozenset[str]) -> ViewRule:
+def _read_view(entry: _Entry, scalars: frozenset[str], sources: frozenset[str]) -> ViewRule:
     entry.only(("of", "dtype", "shape", "strides", "address_align_down"))
     shape = entry.exprs("shape", scalars)
     return ViewRule(
-        of=entry.choice("of", arguments),
+        of=entry.choice("of", sources),
         dtype=entry.choice("dtype", ELEMENT_TYPES),
         shape=shape,
         strides=entry.exprs("strides", scalars, len(shape)),
@@ -598,6 +601,7 @@ def _read_params(
 
 
 RULE_FIELDS = ("scalars", "arguments", "limits", "views", "workspaces", "tma")
+OPTIONAL_RULE_FIELDS = ("flags",)
 
 
 class _Rules(NamedTuple):
@@ -609,13 +613,15 @@ class _Rules(NamedTuple):
     views: Mapping[str, ViewRule]
     workspaces: Mapping[str, WorkspaceRule]
     tma: Mapping[str, TmaRule]
+    flags: tuple[str, ...]
 
 
 @_memoised
 def _read_rules(entry: _Entry) -> _Rules:
     """The RULE_FIELDS of a variant ``entry`` holding only those, checked together."""
     derived = _read_scalars(entry)
-    scalars = frozenset((*BASE_SCALARS, *derived))
+    flags = _read_flags(entry, derived)
+    scalars = frozenset((*BASE_SCALARS, *derived, *flags))
     arguments = {
         role: _read_argument(e, scalars) for role, e in entry.objects("arguments").items()
     }
@@ -626,9 +632,9 @@ def _read_rules(entry: _Entry) -> _Rules:
         if scalar not in scalars:
             raise entry.fail("limits", f"limits unknown scalar {scalar!r} (known: {sorted(scalars)})")
         limits[scalar] = _read_limit(e)
-    names = frozenset(arguments)
-    views = {v: _read_view(e, scalars, names) for v, e in entry.objects("views").items()}
     workspaces = {w: _read_workspace(e, scalars) for w, e in entry.objects("workspaces").items()}
+    sources = frozenset((*arguments, *workspaces))
+    views = {v: _read_view(e, scalars, sources) for v, e in entry.objects("views").items()}
     clash = sorted((set(arguments) & set(views)) | (set(workspaces) & {*arguments, *views}))
     if clash:
         raise entry.fail("workspaces", f"reuses tensor names {clash} of arguments or views")
@@ -639,13 +645,24 @@ def _read_rules(entry: _Entry) -> _Rules:
         tma[tensor] = _read_tma(e)
     return _Rules(
         _frozen(derived), _frozen(arguments), _frozen(limits), _frozen(views),
-        _frozen(workspaces), _frozen(tma),
+        _frozen(workspaces), _frozen(tma), flags,
     )
+
+
+def _read_flags(entry: _Entry, derived: Mapping[str, Expr]) -> tuple[str, ...]:
+    """``flags`` (optional): names of int32 0/1 scalars the call sets from its options."""
+    flags = tuple(entry.take("flags", list, []))
+    for name in flags:
+        if not isinstance(name, str) or not _NAME.fullmatch(name) or name in (*BASE_SCALARS, *derived):
+            raise entry.fail("flags", f"has a bad or repeated scalar name {name!r}")
+    if len(set(flags)) != len(flags):
+        raise entry.fail("flags", f"repeats a name: {list(flags)}")
+    return flags
 
 
 VARIANT_FIELDS = (
     "name", "family", "key", "cubin", "sha256", "size", "build", "min_driver", "m_aligned",
-    "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma",
+    "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma", *OPTIONAL_RULE_FIELDS,
 )
 
 
@@ -654,15 +671,17 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
-    entry.only(VARIANT_FIELDS)
+    entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
     if Path(cubin).name != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
     sha256 = entry.take("sha256", str)
     if not _SHA256.fullmatch(sha256):
         raise entry.fail("sha256", f"must be 64 lowercase hex digits, got {sha256!r}")
-    rules = _read_rules(_Entry({f: entry.data[f] for f in RULE_FIELDS}, entry.where))
-    scalars = frozenset((*BASE_SCALARS, *rules.scalars))
+    fields = {f: entry.data[f] for f in RULE_FIELDS}
+    fields.update({f: entry.data[f] for f in OPTIONAL_RULE_FIELDS if f in entry.data})
+    rules = _read_rules(_Entry(fields, entry.where))
+    scalars = frozenset((*BASE_SCALARS, *rules.scalars, *rules.flags))
     kernels = entry.take("kernels", list)
     if not kernels:
         raise entry.fail("kernels", "must list at least one kernel")
@@ -690,6 +709,7 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
         ),
         tma=rules.tma,
         directory=directory,
+        flags=rules.flags,
     )
 
 

@@ -56,4 +56,12 @@ def dsituglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p
     return t_input * dt_gate, t_gate * dt_input, t_gate * t_input
 
 
+@cute.jit
+def dsituglu_beta_scaled(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: dict):
+    """dSiTU-GLU of beta * C: the block-scaled contract scales C by beta, as for dSwiGLU."""
+    return dsituglu(gate * beta, x * beta, beta, p)
+
+
 ACTIVATIONS = {"dswiglu": dswiglu, "dgeglu": dgeglu, "dsituglu": dsituglu}
+# the block-scaled contract's table: beta scales C for dSiTU-GLU as well
+BLOCK_SCALED_ACTIVATIONS = {**ACTIVATIONS, "dsituglu": dsituglu_beta_scaled}

@@ -8,7 +8,13 @@ from cutlass.cute.nvgpu import cpasync
 
 from ..declaration import TENSORMAP_BYTES
 
-DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
+DTYPES = {
+    "bf16": cutlass.BFloat16,
+    "fp16": cutlass.Float16,
+    "fp32": cutlass.Float32,
+    "e4m3": cutlass.Float8E4M3FN,
+    "e5m2": cutlass.Float8E5M2,
+}
 # descriptors live in a global workspace, one per expert, updated on the device
 DESCRIPTORS = tensor_utils.TensorMapManager(tensor_utils.TensorMapUpdateMode.GMEM, TENSORMAP_BYTES)
 

@@ -7,27 +7,19 @@ family's declarations (interface.py), the kernel symbols from the cubin itself.
 
 from __future__ import annotations
 
-import inspect
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import cutlass
-import cutlass.cute as cute
 import cutlass.memory
-from cutlass.cute.runtime import make_fake_stream, make_ptr
 
-from ...cubin_info import read_cubin
+from ..aot import PLACEHOLDER_EXTENTS, compile_kernels, placeholder_arguments
 from ..blocks.tma_helpers import DTYPES
-from ..declaration import check_signature, manifest_kernel, symbol_of
 from . import NAME, interface
 from .config import SMEM_ARCH, SMEM_CAPACITY, Config
 from .kernel import Sm90Bf16Kernel
 
 ARCH = "sm_90a"
-PLACEHOLDER_BYTES = 16 * 1024
-PLACEHOLDER_EXTENTS = {"m": 1024, "n": 256, "k": 256, "l": 4}
 
 
 def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
@@ -55,30 +47,14 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
     }
 
 
-def _host_arguments(config: Config) -> list:
-    """Placeholders for Sm90Bf16Kernel.host's arguments, checked against its signature."""
-    pointers = _host_pointers(config)
-    names = [*pointers, *PLACEHOLDER_EXTENTS, "stream"]
-    taken = list(inspect.signature(Sm90Bf16Kernel.host).parameters)[1:]
-    if taken != names:
-        raise TypeError(f"Sm90Bf16Kernel.host takes {taken}; the placeholders are for {names}")
-    gmem = cute.AddressSpace.gmem
-    return [
-        *(make_ptr(dtype, PLACEHOLDER_BYTES, gmem, assumed_align=align) for dtype, align in pointers.values()),
-        *(cutlass.Int32(value) for value in PLACEHOLDER_EXTENTS.values()),
-        make_fake_stream(),
-    ]
-
-
-def _compile(host, args: list, dump_dir: Path) -> bytes:
-    """Compile ``host`` for sm_90a; return the cubin."""
-    compiled = cute.compile(
-        host, *args, options=f"--gpu-arch {ARCH} --keep-cubin --keep-ptx --dump-dir={dump_dir}"
-    )
-    cubin = compiled.__cubin__
-    if not isinstance(cubin, bytes) or not compiled.__ptx__:
-        raise RuntimeError(f"CuTe DSL produced no cubin/PTX (dump dir {dump_dir})")
-    return cubin
+def check_smem_capacity() -> None:
+    """The shared memory config.py budgets must be the DSL's own figure for the arch."""
+    capacity = cutlass.memory.get_smem_capacity_in_bytes(SMEM_ARCH)
+    if capacity != SMEM_CAPACITY[SMEM_ARCH]:
+        raise RuntimeError(
+            f"CuTe DSL says {SMEM_ARCH} has {capacity} bytes of shared memory per block; "
+            f"config.SMEM_CAPACITY says {SMEM_CAPACITY[SMEM_ARCH]}: update it"
+        )
 
 
 def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
@@ -86,33 +62,16 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
     per-expert descriptor writer (discrete weights) and the dbias finisher (dbias).
     Returns the cubin and the manifest fields the family declares for it."""
     config = Config.from_key(key)
-    capacity = cutlass.memory.get_smem_capacity_in_bytes(SMEM_ARCH)
-    if capacity != SMEM_CAPACITY[SMEM_ARCH]:
-        raise RuntimeError(
-            f"CuTe DSL says {SMEM_ARCH} has {capacity} bytes of shared memory per block; "
-            f"config.SMEM_CAPACITY says {SMEM_CAPACITY[SMEM_ARCH]}: update it"
-        )
+    check_smem_capacity()
     builder = Sm90Bf16Kernel(config)
-    declared = interface.kernels(config)
-    for kernel in declared:
-        function = builder.kernel_functions()[kernel.role]
-        check_signature(function, kernel.params)
-        # the DSL appends a per-trace suffix ("_0"): the symbol is read back from the cubin
-        function.set_name_prefix(f"{symbol_prefix}_{kernel.role}", remove_cutlass_symbol=True, keep_mangled_name=False)
-    with tempfile.TemporaryDirectory(prefix="dglu-cute-") as tmp:
-        cubin = _compile(builder.host, _host_arguments(config), Path(tmp))
-    symbols = list(read_cubin(cubin).kernels)
-
-    def extents(tensor: str) -> list[str]:
-        return interface.tma_extents(config, tensor)
-
-    kernels = [
-        manifest_kernel(
-            kernel,
-            symbol_of(symbols, symbol_prefix, kernel.role),
-            builder.smem_bytes if kernel.role == "main" else 0,
-            extents,
-        )
-        for kernel in declared
-    ]
+    cubin, kernels = compile_kernels(
+        builder.host,
+        placeholder_arguments(Sm90Bf16Kernel.host, _host_pointers(config), PLACEHOLDER_EXTENTS),
+        ARCH,
+        interface.kernels(config),
+        builder.kernel_functions(),
+        symbol_prefix,
+        lambda role: builder.smem_bytes if role == "main" else 0,
+        lambda tensor: interface.tma_extents(config, tensor),
+    )
     return cubin, {"family": NAME, **interface.entry(config), "kernels": kernels}

@@ -121,6 +121,7 @@ class Config:
     cluster_m: int
     deterministic: bool = False
     act_out: bool = False  # the epilogue also writes prob * GLU(C) (m, n) in bf16
+    block_scaled_activations: bool = False  # the block-scaled contract's activation table
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:

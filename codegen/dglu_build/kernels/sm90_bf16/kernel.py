@@ -73,7 +73,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from ..blocks.activations import ACTIVATIONS
+from ..blocks.activations import ACTIVATIONS, BLOCK_SCALED_ACTIVATIONS
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
@@ -116,7 +116,8 @@ class Sm90Bf16Kernel:
     def __init__(self, config: Config):
         self.config = config
         self.tile_m, self.tile_n = config.tile_m, config.tile_n
-        self.activation = ACTIVATIONS[config.act_func]
+        table = BLOCK_SCALED_ACTIVATIONS if config.block_scaled_activations else ACTIVATIONS
+        self.activation = table[config.act_func]
         self.act_params = dict(config.act_params)
         self.with_dbias = config.dbias
         self.discrete_weights = config.discrete_weights
@@ -221,22 +222,8 @@ class Sm90Bf16Kernel:
         (``b``) that ``b_descriptors`` copies once per expert with that expert's address.
         """
         two_n = n * 2
-        a_mk = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
-        if cutlass.const_expr(self.discrete_weights):
-            b_nkl = cute.make_tensor(b, self.prologue.expert_b_layout(n, k))
-        else:
-            b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
-        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
-        b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else cpasync.CopyBulkTensorTileG2SOp()
         values = {
-            "a": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), a_mk, a_smem, (self.tile_m, TILE_K)),
-            interface.b_tensor(self.config): tma_atom(
-                b_op, b_nkl, b_smem, (self.tile_n, TILE_K), num_multicast=self.cluster_m
-            ),
-            "c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box),
-            "d_row": tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box),
+            **self.operand_atoms(a, b, c, d_row, m, n, k, l),
             "padded_offsets": padded_offsets,
             "alpha": alpha,
             "beta": beta,
@@ -261,6 +248,28 @@ class Sm90Bf16Kernel:
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
         self.launch(values, stream)
+
+    def operand_atoms(self, a, b, c, d_row, m, n, k, l) -> dict:
+        """The main kernel's TMA atoms and tensors, by the tensor names interface.py gives
+        A, B, C and D_row; traced inside a host entry (another family's too)."""
+        two_n = n * 2
+        a_mk = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
+        if cutlass.const_expr(self.discrete_weights):
+            b_nkl = cute.make_tensor(b, self.prologue.expert_b_layout(n, k))
+        else:
+            b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
+        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
+        b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else cpasync.CopyBulkTensorTileG2SOp()
+        return {
+            "a": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), a_mk, a_smem, (self.tile_m, TILE_K)),
+            interface.b_tensor(self.config): tma_atom(
+                b_op, b_nkl, b_smem, (self.tile_n, TILE_K), num_multicast=self.cluster_m
+            ),
+            "c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box),
+            "d_row": tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box),
+        }
 
     def launch(self, values: dict, stream) -> None:
         """Launch the variant's kernels by their declarations (interface.py), in order."""

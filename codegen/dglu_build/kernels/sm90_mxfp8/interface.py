@@ -1,0 +1,230 @@
+"""What the sm90 MXFP8 family declares for the manifest, once, in pure Python.
+
+The arguments are the seed's block-scaled ones; the scale-factor tensors (SFA, SFB, SFD_row,
+SFD_col) have the seed's logical shape (32, 4, ceil(rows/128), 4, ceil(Kc/128), L) and the
+strides of its permuted allocation (docs/blockscaled_contract.md). The fused kernel is the
+sm90 BF16 family's, declared by that family and renamed onto this family's workspaces: the
+decoded A and B, C (widened to BF16 when it is FP8), the fp32 D and the effective offsets.
+"""
+
+from __future__ import annotations
+
+from ..declaration import Int32, KernelDeclaration, Pointer, TmaTensor
+from ..sm90_bf16 import interface as bf16
+from .config import CONVERT_THREADS, SF_VEC, Config
+
+SF_ATOM_BYTES = 512  # one atom: 128 rows x 4 blocks of 32
+SF_ALLOCATION = (
+    "the seed's permuted scale-factor allocation: a contiguous (L, ceil(rows/128), "
+    "ceil(Kc/128), 32, 4, 4) float8_e8m0fnu tensor permuted by (3, 4, 1, 5, 2, 0)"
+)
+FLAGS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
+
+SCALARS = {
+    "n2": "2*n",
+    "l_n2": "l*n2",
+    "k_blocks": "k/32",  # 32-element scale blocks along K
+    "n2_blocks": "n2/32",  # along D's columns
+    "m_blocks": "m/32",  # along D's rows (SFD_col)
+    "m_atoms": "m/128",  # 128-row atoms of SFA and SFD_row, 128-column ones of SFD_col
+    "n_atoms": "n/128",
+    "n2_atoms": "n2/128",
+    "k_atoms": "k/128",  # 4-block atoms along K
+    "k_pitch": "512*k_atoms",  # bytes per 128 rows of SFA and SFB
+    "n2_pitch": "512*n2_atoms",  # of SFD_row
+    "m_pitch": "512*m_atoms",  # of SFD_col
+    "sfa_bytes": "m_atoms*k_pitch",
+    "sfb_bytes": "n_atoms*k_pitch",  # per expert
+    "sfd_row_bytes": "m_atoms*n2_pitch",
+    "sfd_col_bytes": "n2_atoms*m_pitch",
+    "a_items": "m*k_blocks",
+    "b_items": "l*n*k_blocks",
+    "row_items": "m*n2_blocks",
+    "col_items": "m_blocks*n2",
+}
+assert SF_VEC == 32 and SF_ATOM_BYTES == 512  # the expressions above spell them out
+
+_BYTES = {"i32": 4, "i64": 8, "fp32": 4, "e8m0": 1}
+
+
+def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None = None, **extra) -> dict:
+    """An ARGUMENT; ``align`` None: one element."""
+    return {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io,
+            "align": align or _BYTES[dtype], **extra}
+
+
+def _scale_factors(row_atoms: str, k_atoms: str, l: str | int, pitch: str, size: str, io: str) -> dict:
+    """A scale-factor ARGUMENT of the seed's logical shape and permuted strides."""
+    return _argument([32, 4, row_atoms, 4, k_atoms, l], [16, 4, pitch, 1, SF_ATOM_BYTES, size], "e8m0", io,
+                     allocation=SF_ALLOCATION)
+
+
+def _matrix(rows: str, cols: str, dtype: str, io: str) -> dict:
+    """An (rows, cols, 1) N-major matrix of the op (A, C, D_row, D_col); rank 2 accepted."""
+    return _argument([rows, cols, 1], [cols, 1, f"{rows}*{cols}"], dtype, io, bf16.TMA_ALIGN_BYTES,
+                     rank_drop=True)
+
+
+def _b_strides(config: Config) -> list:
+    return [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
+
+
+def arguments(config: Config) -> dict[str, dict]:
+    """The op's tensor arguments this variant takes, in the order they are checked."""
+    per_expert = _argument(["l"], [1], "fp32", "in")
+    if config.discrete_weights:
+        b = {"b_ptrs": _argument(["l"], [1], "i64", "in"), "sfb_ptrs": _argument(["l"], [1], "i64", "in")}
+    else:
+        b = {
+            "b": _argument(["n", "k", "l"], _b_strides(config), config.ab_dtype, "in", bf16.TMA_ALIGN_BYTES),
+            "sfb": _scale_factors("n_atoms", "k_atoms", "l", "k_pitch", "sfb_bytes", "in"),
+        }
+    return {
+        "a": _matrix("m", "k", config.ab_dtype, "in"),
+        "sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in"),
+        **b,
+        "c": _matrix("m", "n2", config.c_dtype, "in"),
+        "d_row": _matrix("m", "n2", config.d_dtype, "out"),
+        "d_col": _matrix("m", "n2", config.d_dtype, "out"),
+        "sfd_row": _scale_factors("m_atoms", "n2_atoms", 1, "n2_pitch", "sfd_row_bytes", "out"),
+        "sfd_col": _scale_factors("n2_atoms", "m_atoms", 1, "m_pitch", "sfd_col_bytes", "out"),
+        "norm_const": _argument([1], [1], "fp32", "in"),
+        "padded_offsets": _argument(["l"], [1], "i32", "in"),
+        "alpha": per_expert,
+        "beta": per_expert,
+        "prob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
+        "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
+        **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate", bf16.TMA_ALIGN_BYTES)}
+           if config.dbias else {}),
+    }
+
+
+def limits(config: Config) -> dict[str, dict]:
+    """Limits on the problem's scalars: the BF16 kernel's, K in whole 16-byte FP8 rows."""
+    found = bf16.limits(config.main)
+    found["k"] = {"min": bf16.TMA_ALIGN_BYTES, "multiple_of": bf16.TMA_ALIGN_BYTES,
+                  "why": f"rows of FP8 A span a multiple of {bf16.TMA_ALIGN_BYTES} bytes"}
+    return found
+
+
+# workspace -> the (M, K) / (N, K, L) / (M, 2N) view the fused kernel's TMA reads or writes
+_OPERAND_VIEWS = {
+    "a_op": ("a_bf16", "bf16", ["m", "k", 1], ["k", 1, "m*k"]),
+    "b_op": ("b_bf16", "bf16", ["n", "k", "l"], ["k", 1, "n*k"]),
+    "c_op": ("c_bf16", "bf16", ["m", "n2", 1], ["n2", 1, "m*n2"]),
+    "d_acc": ("d_f32", "fp32", ["m", "n2", 1], ["n2", 1, "m*n2"]),
+}
+
+
+def _view_names(config: Config) -> list[str]:
+    return [v for v in _OPERAND_VIEWS if v != "c_op" or config.c_widened]
+
+
+def views(config: Config) -> dict[str, dict]:
+    """The fused kernel's TMA views of the workspaces."""
+    return {
+        name: {"of": of, "dtype": dtype, "shape": shape, "strides": strides,
+               "address_align_down": bf16.TMA_ALIGN_BYTES}
+        for name, (of, dtype, shape, strides) in _OPERAND_VIEWS.items()
+        if name in _view_names(config)
+    }
+
+
+def workspaces(config: Config) -> dict[str, dict]:
+    """Decoded operands, the fp32 D, the effective offsets, and the BF16 kernel's own."""
+    found = {
+        "a_bf16": {"dtype": "bf16", "count": "m*k", "align": 128, "zero": "never"},
+        "b_bf16": {"dtype": "bf16", "count": "l*n*k", "align": 128, "zero": "never"},
+        **({"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}}
+           if config.c_widened else {}),
+        "d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"},
+        # padded_offsets, or [M] with use_single_group_runtime_offsets: written by dequant_a
+        "offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"},
+    }
+    return {**found, **bf16.workspaces(config.main)}
+
+
+def main_tensor_names(config: Config) -> dict[str, str]:
+    """The BF16 family's names of the fused kernel's tensors -> this family's: its views of
+    the workspaces (C itself unless it is widened) and the effective offsets."""
+    return {"a": "a_op", "b": "b_op", "c": "c_op" if config.c_widened else "c", "d_row": "d_acc",
+            "padded_offsets": "offsets_ws"}
+
+
+def _renamed_main(config: Config) -> KernelDeclaration:
+    """The BF16 family's fused kernel over this family's views and effective offsets."""
+    names = main_tensor_names(config)
+    declared = bf16.main_kernel(config.main)
+    params = tuple(
+        p._replace(tensor=names.get(p.tensor, p.tensor)) if isinstance(p, (TmaTensor, Pointer)) else p
+        for p in declared.params
+    )
+    return KernelDeclaration(declared.role, params, declared.block, declared.grid, declared.cluster_m)
+
+
+def _elementwise(role: str, params: tuple, count: str) -> KernelDeclaration:
+    return KernelDeclaration(role=role, params=params, block=CONVERT_THREADS, grid={"rule": "elementwise", "count": count})
+
+
+def kernels(config: Config) -> list[KernelDeclaration]:
+    """The variant's kernels in launch order (config.py tells the design)."""
+    b, sfb = ("b_ptrs", "sfb_ptrs") if config.discrete_weights else ("b", "sfb")
+    dequant_a = _elementwise(
+        "dequant_a",
+        (Pointer("a"), Pointer("sfa"), Pointer("a_bf16"), Pointer("padded_offsets"), Pointer("offsets_ws"),
+         Int32("m"), Int32("k"), Int32("l"), Int32("use_single_group_runtime_offsets")),
+        "a_items",
+    )
+    dequant_b = _elementwise(
+        "dequant_b", (Pointer(b), Pointer(sfb), Pointer("b_bf16"), Int32("n"), Int32("k"), Int32("l")), "b_items"
+    )
+    widen_c = _elementwise("widen_c", (Pointer("c"), Pointer("c_bf16"), Int32("row_items")), "row_items")
+    quantize = (Pointer("d_f32"),)
+    quantize_rows = _elementwise(
+        "quantize_rows",
+        (*quantize, Pointer("d_row"), Pointer("sfd_row"), Pointer("norm_const"), Pointer("offsets_ws"),
+         Int32("m"), Int32("n2"), Int32("l")),
+        "row_items",
+    )
+    quantize_cols = _elementwise(
+        "quantize_cols",
+        (*quantize, Pointer("d_col"), Pointer("sfd_col"), Pointer("norm_const"), Pointer("offsets_ws"),
+         Int32("m"), Int32("n2"), Int32("l"), Int32("discrete_col_sfd")),
+        "col_items",
+    )
+    return [
+        dequant_a,
+        dequant_b,
+        *([widen_c] if config.c_widened else []),
+        _renamed_main(config),
+        *([bf16.DBIAS_FINISH] if config.dbias else []),
+        quantize_rows,
+        quantize_cols,
+    ]
+
+
+def tma_rules(config: Config) -> dict[str, dict]:
+    """The BF16 kernel's TMA rules, renamed onto the views (C stays C unless widened)."""
+    rules = bf16.tma_rules(config.main)
+    names = main_tensor_names(config)
+    return {names[tensor]: rule for tensor, rule in rules.items()}
+
+
+def tma_extents(config: Config, tensor: str) -> list[str]:
+    """A TMA tensor's int32 extents: its shape over the descriptor's rank."""
+    shapes = {name: rule["shape"] for name, rule in {**arguments(config), **views(config)}.items()}
+    return shapes[tensor][: len(tma_rules(config)[tensor]["dims"])]
+
+
+def entry(config: Config) -> dict:
+    """The manifest fields of a variant that need no compile (kernels come from the compile)."""
+    return {
+        "m_aligned": bf16.M_ALIGNED,
+        "arguments": arguments(config),
+        "scalars": dict(SCALARS),
+        "flags": list(FLAGS),
+        "limits": limits(config),
+        "views": views(config),
+        "workspaces": workspaces(config),
+        "tma": tma_rules(config),
+    }

@@ -1,0 +1,122 @@
+"""The sm90 MXFP8 family's kernels, composed: decode, the BF16 fused kernel, quantize.
+
+Per call, in launch order (interface.kernels):
+- ``dequant_a``: A (M, K) FP8 times its E8M0 scales -> BF16 workspace, exactly; it also
+  writes the effective expert offsets (padded_offsets, or [M] for a single group whose rows
+  come from A's shape) that every later kernel reads;
+- ``dequant_b``: B (dense K- or N-major, or per-expert pointers) the same way -> a dense
+  K-major BF16 workspace;
+- ``widen_c`` (FP8 C only): C -> BF16, exactly;
+- ``main``: the sm90 BF16 family's fused kernel on the workspaces, with the block-scaled
+  contract's activations (beta scales C for dSiTU-GLU too), writing the unquantized D in
+  fp32; dprob accumulates into the caller's, dbias into an fp32 workspace;
+- ``dbias_finish`` (dbias): the BF16 family's;
+- ``quantize_rows`` / ``quantize_cols``: D -> D_row / D_col in FP8 with SFD_row / SFD_col
+  (blocks/mxfp8.py has the exact operation order).
+
+Constraints: the BF16 kernel's (tile 128x128, experts' rows start at multiples of 256, at
+most 1024 experts, N a multiple of 32), K a multiple of 16; the decoded operands and the
+fp32 D take workspaces of 2*M*K + 2*L*N*K + 4*M*2N bytes (+ 2*M*2N for FP8 C).
+"""
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+
+from ..blocks.mxfp8 import DequantizeA, DequantizeB, QuantizeCols, QuantizeRows, WidenC
+from ..blocks.tma_helpers import DTYPES
+from ..declaration import launch_arguments
+from ..sm90_bf16.kernel import Sm90Bf16Kernel
+from . import interface
+from .config import CONVERT_THREADS, SF_VEC, Config
+
+
+class Sm90Mxfp8Kernels:
+    """Builds the kernels of one variant; see the module docstring."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.main = Sm90Bf16Kernel(config.main)
+        ab, d = DTYPES[config.ab_dtype], DTYPES[config.d_dtype]
+        self.dequant_a = DequantizeA(ab, CONVERT_THREADS)
+        self.dequant_b = DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS)
+        self.widen_c = WidenC(DTYPES[config.c_dtype], CONVERT_THREADS) if config.c_widened else None
+        self.quantize_rows = QuantizeRows(d, CONVERT_THREADS)
+        self.quantize_cols = QuantizeCols(d, CONVERT_THREADS)
+        self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
+
+    def kernel_functions(self) -> dict:
+        """The DSL kernel of each declared role, bound to its builder."""
+        return {
+            "dequant_a": self.dequant_a.kernel,
+            "dequant_b": self.dequant_b.kernel,
+            **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
+            "main": self.main.kernel,
+            "dbias_finish": self.main.finish.kernel,
+            "quantize_rows": self.quantize_rows.kernel,
+            "quantize_cols": self.quantize_cols.kernel,
+        }
+
+    @cute.jit
+    def host(
+        self,
+        a: cute.Pointer,
+        sfa: cute.Pointer,
+        b: cute.Pointer,
+        sfb: cute.Pointer,
+        b_ptrs: cute.Pointer,
+        sfb_ptrs: cute.Pointer,
+        c: cute.Pointer,
+        d_row: cute.Pointer,
+        d_col: cute.Pointer,
+        sfd_row: cute.Pointer,
+        sfd_col: cute.Pointer,
+        norm_const: cute.Pointer,
+        padded_offsets: cute.Pointer,
+        alpha: cute.Pointer,
+        beta: cute.Pointer,
+        prob: cute.Pointer,
+        dprob: cute.Pointer,
+        dbias: cute.Pointer,
+        a_bf16: cute.Pointer,
+        b_bf16: cute.Pointer,
+        c_bf16: cute.Pointer,
+        d_f32: cute.Pointer,
+        offsets_ws: cute.Pointer,
+        dbias_ws: cute.Pointer,
+        tile_counter: cute.Pointer,
+        b_desc_ws: cute.Pointer,
+        m: cutlass.Int32,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+        discrete_col_sfd: cutlass.Int32,
+        use_single_group_runtime_offsets: cutlass.Int32,
+        stream: cuda.CUstream,
+    ):
+        """Compile-time entry: builds the fused kernel's TMA atoms over the workspaces and
+        launches the variant's kernels; the runtime computes grids and encodes descriptors
+        itself from the manifest."""
+        widened = self.config.c_widened
+        atoms = self.main.operand_atoms(a_bf16, b_bf16, c_bf16 if widened else c, d_f32, m, n, k, l)
+        views = interface.main_tensor_names(self.config)
+        two_n = n * 2
+        values = {
+            **{views[tensor]: atom for tensor, atom in atoms.items()},
+            "a": a, "sfa": sfa, "b": b, "sfb": sfb, "b_ptrs": b_ptrs, "sfb_ptrs": sfb_ptrs, "c": c,
+            "d_row": d_row, "d_col": d_col, "sfd_row": sfd_row, "sfd_col": sfd_col, "norm_const": norm_const,
+            "padded_offsets": padded_offsets, "alpha": alpha, "beta": beta, "prob": prob, "dprob": dprob,
+            "dbias": dbias, "a_bf16": a_bf16, "b_bf16": b_bf16, "c_bf16": c_bf16, "d_f32": d_f32,
+            "offsets_ws": offsets_ws, "dbias_ws": dbias_ws, "tile_counter": tile_counter, "b_desc_ws": b_desc_ws,
+            "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n, "row_items": m * (two_n // SF_VEC),
+            "discrete_col_sfd": discrete_col_sfd,
+            "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
+        }
+        # recorded for the manifest: the fused kernel's dynamic shared memory
+        self.smem_bytes = self.main.shared_storage().size_in_bytes()
+        functions = self.kernel_functions()
+        for declared in interface.kernels(self.config):
+            options = {"cluster": [1, 1, 1], "smem": self.smem_bytes} if declared.role == "main" else {}
+            functions[declared.role](*launch_arguments(declared.params, values)).launch(
+                grid=[1, 1, 1], block=[declared.block, 1, 1], **options, stream=stream
+            )
