@@ -338,3 +338,76 @@ def test_gemm_and_dbias_by_hand() -> None:
     assert torch.allclose(got.d[:, 32], r * s, rtol=0, atol=1e-12)
     sums = bs.dbias(got.d, ends)
     assert torch.allclose(sums[0, 32], 256 * r * s, rtol=1e-15, atol=0)
+
+
+# --- helpers the GPU checks use ---------------------------------------------------------
+
+
+def test_discrete_col_sfd_to_exponents_inverts_discrete_col_sfd() -> None:
+    ends, width = [256, 256, 768, 1280], 320  # an empty expert; 2N not a multiple of 128
+    exponents = (torch.arange(width * 40).reshape(1, width, 40) % 251).to(torch.uint8)
+    sf = bs.discrete_col_sfd(exponents, ends).view(torch.float8_e8m0fnu)
+    assert torch.equal(bs.discrete_col_sfd_to_exponents(sf, ends, width), exponents)
+
+
+def test_quantizer_scale_by_hand() -> None:
+    e = torch.tensor([127, 119, 254, 0, 255], dtype=torch.uint8)
+    s = bs.quantizer_scale(e, 1.0)
+    assert s.dtype == torch.float32
+    assert s[:4].tolist() == [1.0, 256.0, 2.0**-127, 2.0**127] and torch.isnan(s[4])
+    assert bs.quantizer_scale(e, 3.0)[3].item() == FLT_MAX  # 3 * 2^127 overflows: clamped
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2])
+@pytest.mark.parametrize("row_order", [True, False])
+def test_quantize_with_bytes_is_the_quantizer_given_its_bytes(dtype, row_order) -> None:
+    gen = torch.Generator().manual_seed(9)
+    d = (torch.randn(64, 96, generator=gen) * torch.ldexp(torch.ones(64, 96), torch.randint(-9, 9, (64, 96), generator=gen)))
+    fmt = bs.fp8_format(dtype)
+    q, e = bs.quantize_blocks(d, fmt, 0.01, row_order)
+    assert _bytes(bs.quantize_with_bytes(d, e, fmt, 0.01)) == _bytes(q)
+    # one byte higher halves s: the codes of a block whose byte was raised change
+    raised = e.clone()
+    raised[0, 0] += 1
+    other = bs.quantize_with_bytes(d, raised, fmt, 0.01)
+    assert torch.equal(other[:, 32:].view(torch.uint8), q[:, 32:].view(torch.uint8))
+    assert torch.equal(other[0, :32].float(), bs.fp8_round_satfinite(d[0, :32] * bs.quantizer_scale(raised[0, :1], 0.01), fmt).float())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "amax", "relative_error", "low", "high"),
+    [
+        (E5M2, 128.0, 0.0, 127, 127),  # x = 1 exactly, no error: one byte
+        (E5M2, 128.0, 1e-6, 127, 128),  # x = 1 within the error: either byte
+        (E5M2, 100.0, 1e-6, 127, 127),  # x = 0.78, far from a power of two
+        (E4M3, 448.0, 1e-6, 127, 128),  # x = f32(448 * f32(1/448)) = 1 within the error
+        (E4M3, 1.0, 1e-3, 119, 119),  # x = 1.14 * 2^-9: the error does not reach 2^-8 or 2^-9
+        (E4M3, 0.0, 0.0, 0, 0),  # all zero
+    ],
+)
+def test_block_byte_range_by_hand(dtype, amax, relative_error, low, high) -> None:
+    d = torch.zeros(1, 32, dtype=torch.float64)
+    d[0, 5] = -amax
+    d[0, 6] = amax / 2
+    error = d.abs() * relative_error
+    fmt = bs.fp8_format(dtype)
+    for row_order in (True, False):
+        got = bs.block_byte_range(d, error, fmt, 1.0, row_order)
+        assert (_bytes(got[0]), _bytes(got[1])) == ([low], [high])
+        exact = bs.quantize_blocks(d.float(), fmt, 1.0, row_order)[1]
+        assert low <= _bytes(exact)[0] <= high
+
+
+def test_block_byte_range_brackets_every_perturbed_quantizer() -> None:
+    """Bytes of D perturbed within the error lie in [low, high] (the range is tight: random
+    data mostly gives one byte)."""
+    gen = torch.Generator().manual_seed(10)
+    d = torch.randn(256, 64, generator=gen, dtype=torch.float64) * 3
+    error = d.abs() * 2.0**-12 + 2.0**-30
+    fmt = bs.fp8_format(E4M3)
+    low, high = bs.block_byte_range(d, error, fmt, 3.0, True)
+    for _ in range(4):
+        noise = (torch.rand(d.shape, generator=gen, dtype=torch.float64) * 2 - 1) * error
+        got = bs.quantize_blocks((d + noise).float(), fmt, 3.0, True)[1]
+        assert bool(((got >= low) & (got <= high)).all())
+    assert int((high != low).sum()) <= 2

@@ -143,6 +143,24 @@ def discrete_col_sfd_offset(column: int, row: int, ends: Sequence[int], width: i
     raise ValueError(f"row: got {row}, need one below valid_m = {ends[-1]}")
 
 
+def discrete_col_sfd_to_exponents(sf: torch.Tensor, ends: Sequence[int], width: int) -> torch.Tensor:
+    """(1, width, valid_m/32) uint8 bytes of an SFD_col written with discrete_col_sfd=True
+    (inverse of discrete_col_sfd)."""
+    flat = sf_storage(sf.view(torch.uint8))
+    parts = []
+    start = 0
+    for end in ends:
+        if end > start:
+            template = sf_allocate(width, end - start, 1, 0).to(flat.device)
+            base = _ceil_div(width, ATOM_ROWS) * (start // ATOM_ROWS) * ATOM_BYTES
+            sf_storage(template).copy_(flat[base : base + template.numel()])
+            parts.append(sf_to_exponents(template, width, end - start))
+        start = end
+    if not parts:
+        return torch.zeros((1, width, 0), dtype=torch.uint8, device=flat.device)
+    return torch.cat(parts, dim=2)
+
+
 def discrete_col_sfd(exponents: torch.Tensor, ends: Sequence[int], fill: int = E8M0_NAN) -> torch.Tensor:
     """SFD_col with discrete_col_sfd=True from (1, 2N, valid_m/32) column-block bytes: the
     same allocation as the dense SFD_col, each expert's bytes in its own block."""
@@ -276,14 +294,60 @@ def quantize_blocks(
     rows, cols = d.shape
     if cols % SF_VEC:
         raise ValueError(f"d: got {cols} elements per block line, need a multiple of {SF_VEC}")
-    blocks = d.reshape(rows, cols // SF_VEC, SF_VEC)
-    amax = blocks.abs().amax(dim=2)
+    amax = d.reshape(rows, cols // SF_VEC, SF_VEC).abs().amax(dim=2)
     e = block_scale_bytes(amax, fmt, norm_const, row_order)
-    inverse = torch.ldexp(torch.ones_like(e, dtype=torch.float64), E8M0_BIAS - e.to(torch.int64))
+    return quantize_with_bytes(d, e, fmt, norm_const), e
+
+
+def quantizer_scale(block_bytes: torch.Tensor, norm_const: float) -> torch.Tensor:
+    """fp32 s = min(f32(norm_const * 2^(127 - e)), FLT_MAX) of each E8M0 byte e (NaN for 0xFF):
+    what the quantizer multiplies a block's D by."""
+    e = block_bytes.view(torch.uint8).to(torch.int64)
+    inverse = torch.ldexp(torch.ones_like(e, dtype=torch.float64), E8M0_BIAS - e)
     s = (_f32(norm_const) * inverse.to(torch.float32)).clamp(max=FLT_MAX)
-    s = torch.where(e == E8M0_NAN, torch.nan, s)
-    q = fp8_round_satfinite(blocks * s.unsqueeze(2), fmt)
-    return q.reshape(rows, cols), e
+    return torch.where(e == E8M0_NAN, torch.nan, s)
+
+
+def quantize_with_bytes(
+    d: torch.Tensor, block_bytes: torch.Tensor, fmt: Fp8Format, norm_const: float
+) -> torch.Tensor:
+    """fp32 D (rows, cols) -> FP8 fp8_round_satfinite(f32(D * s)), s from the given E8M0 byte
+    of each 1x32 block along the rows (rows, cols/32)."""
+    rows, cols = d.shape
+    s = quantizer_scale(block_bytes, norm_const)
+    q = fp8_round_satfinite(d.reshape(rows, cols // SF_VEC, SF_VEC) * s.unsqueeze(2), fmt)
+    return q.reshape(rows, cols)
+
+
+def block_byte_range(
+    d: torch.Tensor, error: torch.Tensor, fmt: Fp8Format, norm_const: float, row_order: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lowest and highest SFD byte (rows, cols/32) of each 1x32 block along the rows of
+    a D that differs from float64 ``d`` by at most ``error`` per element: the bytes of the
+    smallest and largest block amax that allows, as the nearest fp32 below and above.
+    The quantizer's byte is monotonic in amax, so a kernel computing such a D gives a byte
+    in [low, high]; the two differ only where the scale input max|D| * rcp * norm_const
+    lies within the error of a power of two (elsewhere the byte is exact)."""
+    rows, cols = d.shape
+    magnitude = d.to(torch.float64).abs().reshape(rows, cols // SF_VEC, SF_VEC)
+    slack = error.to(torch.float64).reshape(rows, cols // SF_VEC, SF_VEC)
+    low = (magnitude - slack).clamp(min=0).amax(dim=2)
+    high = (magnitude + slack).amax(dim=2)
+    low32 = _fp32_toward(low, -FLT_MAX)
+    high32 = _fp32_toward(high, FLT_MAX)
+    return (
+        block_scale_bytes(low32, fmt, norm_const, row_order),
+        block_scale_bytes(high32, fmt, norm_const, row_order),
+    )
+
+
+def _fp32_toward(x: torch.Tensor, limit: float) -> torch.Tensor:
+    """float64 x as fp32, rounded toward ``limit`` (-FLT_MAX: down, FLT_MAX: up); >= 0 kept."""
+    nearest = x.to(torch.float32)
+    past = (nearest.double() > x) if limit < 0 else (nearest.double() < x)
+    stepped = torch.nextafter(nearest, torch.full_like(nearest, limit))
+    result = torch.where(past, stepped, nearest)
+    return result.clamp(min=0) if limit < 0 else result
 
 
 @dataclass(frozen=True)

@@ -76,14 +76,19 @@ def check_untouched(name: str, got: torch.Tensor, before: torch.Tensor, context:
         )
 
 
+def d_allowed(expected: Expected, dtype: torch.dtype) -> torch.Tensor:
+    """How far each D element stored in ``dtype`` may be from the reference: the epilogue's
+    and the GEMM's fp32 errors, then the rounding to ``dtype``."""
+    computed = TERM_ERROR * expected.d_scale + GEMM_ERROR_PER_K * expected.k * expected.d_gemm_scale
+    rounding = half_ulp(dtype)
+    return computed * (1 + rounding) + rounding * expected.d.abs() + subnormal_floor(dtype)
+
+
 def check_d(d_row: torch.Tensor, expected: Expected, context: str) -> None:
     """D_row's rows owned by experts against the float64 reference."""
     valid_m = expected.d.shape[0]
-    computed = TERM_ERROR * expected.d_scale + GEMM_ERROR_PER_K * expected.k * expected.d_gemm_scale
-    rounding = half_ulp(d_row.dtype)
-    allowed = computed * (1 + rounding) + rounding * expected.d.abs() + subnormal_floor(d_row.dtype)
     got = d_row[:valid_m].reshape(valid_m, -1)
-    assert_within("d_row", got, expected.d, allowed, context)
+    assert_within("d_row", got, expected.d, d_allowed(expected, d_row.dtype), context)
 
 
 def check_dprob(
@@ -109,21 +114,27 @@ def check_dbias(
     d_row: torch.Tensor,
     ends: Sequence[int],
     context: str,
+    d_error: torch.Tensor | None = None,
 ) -> None:
-    """dbias = before + each expert's column sums of the returned D_row, stored in bf16."""
+    """dbias = before + each expert's column sums of the returned D_row, stored in bf16.
+    ``d_error`` (valid_m, 2N): how far each D element the kernel summed may be from
+    ``d_row``'s (default: half an ulp of d_row's dtype, the D_row the call returned)."""
     l, width = before.shape[0], before.shape[1]
     start_values = before.reshape(l, width).double()
     got = dbias.reshape(l, width)
     sums = torch.zeros_like(start_values)
     sums_abs = torch.zeros_like(start_values)
+    summed_error = torch.zeros_like(start_values)
     rows = torch.zeros(l, 1, dtype=torch.float64, device=before.device)
     start = 0
     for g, end in enumerate(ends):
         if end > start:
             d = d_row[start:end].reshape(end - start, width).double()
             sums[g], sums_abs[g], rows[g] = d.sum(0), d.abs().sum(0), end - start
+            error = half_ulp(d_row.dtype) * d.abs() if d_error is None else d_error[start:end]
+            summed_error[g] = error.double().sum(0)
         start = end
-    summed = (half_ulp(d_row.dtype) + (rows + 2) * FP32_ROUNDING) * sums_abs
+    summed = summed_error + (rows + 2) * FP32_ROUNDING * sums_abs
     summed = summed + FP32_ROUNDING * start_values.abs()
     stored = half_ulp(got.dtype)
     want = start_values + sums
