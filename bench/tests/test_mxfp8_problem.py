@@ -97,3 +97,29 @@ def test_check_holds_d_and_the_sums_to_their_bounds():
     off = {"d_row": torch.full((64,), 1.08), "dbias": torch.full((64,), 1.04)}
     assert problem.check(off, want, problem.BF16_D_BOUND)["ok"] is True
     assert problem.check(off, want, problem.FP8_D_BOUND)["failure"].startswith("d_row")
+
+
+@pytest.mark.slow
+def test_compiled_unfused_path_matches_eager(mxfp8_set):
+    """One graph per piece, no graph break, the eager path's bytes (inductor's CPU backend)."""
+    eager = problem.unfused_outputs(problem.UnfusedPath(compiled=False), problem.fresh(mxfp8_set))
+    try:
+        compiled = problem.unfused_outputs(
+            problem.UnfusedPath(compiled=True), problem.fresh(mxfp8_set)
+        )
+    except Exception as err:  # no C++ compiler for inductor's CPU backend here
+        pytest.skip(f"torch.compile unavailable on this CPU machine: {err}")
+    result = problem.check(compiled, eager, problem.FP8_D_BOUND)
+    assert result["ok"] and result["d_row"] == result["d_col"] == 0, result
+    s = problem.fresh(mxfp8_set)
+    b = s.bf16
+    explained = torch._dynamo.explain(problem.dequantize_operands)(
+        s.a, s.sfa.view(torch.uint8), s.b, s.sfb.view(torch.uint8)
+    )
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    r = torch.zeros(SHAPE.m, SHAPE.n, dtype=torch.bfloat16)
+    explained = torch._dynamo.explain(problem.epilogue_and_quantize)(
+        r, b.c.view(SHAPE.m, -1), b.prob, b.alpha, b.beta, b.expert_of_row, b.dprob, SHAPE.l,
+        s.norm_const,
+    )
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
