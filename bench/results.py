@@ -81,14 +81,19 @@ def shape_targets(shape: Shape, ratios: dict[str, Any], fused_tflops: float | No
     return targets
 
 
-def shape_result(shape: Shape, measured: dict[str, Any]) -> dict[str, Any]:
-    """``measured`` (bench.device.measure_shape's record) with TFLOP/s, ratios, targets."""
-    timings = {
+def with_tflops(shape: Shape, timings: dict[str, Any]) -> dict[str, Any]:
+    """``timings`` with each measured candidate's TFLOP/s added (failed ones as they are)."""
+    return {
         name: {**timing, "tflops": shape.flops / timing["median_ms"] / 1e9}
         if "median_ms" in timing
         else timing
-        for name, timing in measured["timings"].items()
+        for name, timing in timings.items()
     }
+
+
+def shape_result(shape: Shape, measured: dict[str, Any]) -> dict[str, Any]:
+    """``measured`` (bench.device.measure_shape's record) with TFLOP/s, ratios, targets."""
+    timings = with_tflops(shape, measured["timings"])
     ratios = {name: ratio(timings, *pair) for name, pair in RATIOS.items()}
     fused_tflops = timings.get("fused", {}).get("tflops")
     targets = [t.as_dict() for t in shape_targets(shape, ratios, fused_tflops)]
