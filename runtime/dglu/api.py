@@ -41,6 +41,7 @@ from .blockscaled import (
     dense_b_major,
     is_block_scaled,
     refuse_amax,
+    require,
 )
 from .cache import BoundedCache, tensors_key
 from .driver import device_info
@@ -60,6 +61,7 @@ from .weights import (
     DENSE,
     DISCRETE,
     DiscreteWeights,
+    block_scaled_b_major,
     check_b_major,
     class_discrete,
     weight_mode,
@@ -349,9 +351,10 @@ def _wrapper_config(
     block_scaled = options["block_scaled"]
     discrete = wrapper_discrete(n, b_dtype, block_scaled) if mode == DISCRETE else None
     checked = check_options(**options)
-    check_b_major(mode, checked.b_major)
-    if mode == DENSE:  # dense block-scaled B's major follows its strides
-        checked = checked._replace(b_major=dense_b_major)
+    if block_scaled:
+        checked = checked._replace(b_major=block_scaled_b_major(mode, checked.b_major, dense_b_major))
+    else:
+        check_b_major(mode, checked.b_major)
     d_dtype_name = output_dtype_name("d_dtype", d_dtype, block_scaled)
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
@@ -504,11 +507,13 @@ def grouped_gemm_dglu(
     )
     dense_major = "k"
     if block_scaled:
+        weights = {"sfb_ptrs": sfb_ptrs} if b_ptrs is not None else {"sfb_tensor": sfb_tensor}
+        require({"sfa_tensor": sfa_tensor, **weights, "norm_const_tensor": norm_const_tensor})
         _check_block_scaled_wrapper(
             a_tensor, c_tensor, b_tensor, sfa_tensor, sfb_tensor, b_dtype, vector_f32,
             padded_offsets, use_single_group_runtime_offsets, m_aligned,
         )
-        if b_tensor is not None and b_ptrs is None and b_major == "k":
+        if b_tensor is not None and b_ptrs is None:
             dense_major = dense_b_major(as_torch(b_tensor))
     else:
         check_absent(
@@ -751,7 +756,8 @@ class GroupedGemmDglu:
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
         discrete = class_discrete(**self._discrete_args, block_scaled=block_scaled) if mode == DISCRETE else None
         options = check_options(**self._options_given, block_scaled=block_scaled)
-        check_b_major(mode, options.b_major)
+        if not block_scaled:
+            check_b_major(mode, options.b_major)
         samples = dict(self._samples)
         if not discrete:
             samples.update(_named(True, b=self._sample_b))
@@ -759,8 +765,8 @@ class GroupedGemmDglu:
                 samples.update(_named(True, sfb=self._sample_sfb))
         if block_scaled:
             self._check_block_scaled_samples(samples, options)
-            if not discrete:
-                options = options._replace(b_major=dense_b_major(samples["b"][1]))
+            strides_major = dense_b_major(samples["b"][1]) if not discrete else "k"
+            options = options._replace(b_major=block_scaled_b_major(mode, options.b_major, strides_major))
         else:
             check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled_samples)
         config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
@@ -772,7 +778,12 @@ class GroupedGemmDglu:
         return True
 
     def _check_block_scaled_samples(self, samples: dict[str, tuple[str, Any]], options: OpOptions) -> None:
-        """The block-scaled samples' dtypes, amax, vector_f32 with C, single-group offsets."""
+        """The block-scaled samples' presence and dtypes, amax, vector_f32 with C,
+        single-group offsets."""
+        needed = ["sample_sfa", "sample_d_col", "sample_sfd_row", "sample_sfd_col", "sample_norm_const"]
+        if "b" in samples:
+            needed.insert(1, "sample_sfb")
+        require({name: self._block_scaled_samples[name] for name in needed})
         element_types(samples)
         check_operands(samples, self._discrete_args["b_dtype"])
         refuse_amax("sample_amax", self._sample_amax)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .dtypes import FLOAT_TYPES, FP8_TYPES, element_type_of
+from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES, element_type_of
 
 FP4_TORCH_NAMES = ("float4_e2m1fn_x2", "uint8")  # the seed's FP4 operand dtypes
 SCALE_TYPE = "e8m0"
@@ -63,7 +63,8 @@ def check_operands(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None) 
     )
     if b_type != a_type:
         raise ValueError(
-            f"{b_name}: {b_type} differs from {a_name}'s {a_type}; A and B must share one FP8 dtype"
+            f"{b_name}: torch.{ELEMENT_TYPES[b_type].torch_name} differs from {a_name}'s "
+            f"torch.{ELEMENT_TYPES[a_type].torch_name}; A and B must share one FP8 dtype"
         )
     for role in ("sfa", "sfb", "sfd_row", "sfd_col"):
         name, tensor = tensors.get(role, (role, None))
@@ -77,10 +78,20 @@ def _check_scale_dtype(name: str, dtype: Any) -> None:
         return
     if _torch_name(dtype) == "float8_e4m3fn":
         raise ValueError(
-            f"{name}: E4M3 scale factors go with sf_vec_size 16 (NVFP4's FP4 operands), which "
+            f"{name}: got {dtype}; E4M3 scale factors go with sf_vec_size 16 (NVFP4's FP4 operands), which "
             "Hopper cannot run; FP8 operands take torch.float8_e8m0fnu scales, one per 32 of K"
         )
     raise ValueError(f"{name}: scale factors are torch.float8_e8m0fnu (E8M0), got {dtype}")
+
+
+def require(arguments: Mapping[str, Any]) -> None:
+    """Each of ``arguments`` (name -> value) is given: a block-scaled call needs them."""
+    for name, value in arguments.items():
+        if value is None:
+            raise ValueError(
+                f"{name}: required with FP8 operands (MXFP8: the E8M0 scale factors of A and B, "
+                "FP8 D_row and D_col with SFD_row and SFD_col, and norm_const), got None"
+            )
 
 
 def refuse_amax(name: str, amax: Any) -> None:

@@ -82,6 +82,19 @@ def check_b_major(mode: str, b_major: str) -> None:
         )
 
 
+def block_scaled_b_major(mode: str, b_major: str, strides_major: str) -> str:
+    """The b_major of a block-scaled call's variant: discrete weights' option, or dense B's
+    strides' order (``strides_major``), which b_major may name but not contradict."""
+    if mode == DISCRETE:
+        return b_major
+    if b_major not in ("k", strides_major):
+        raise ValueError(
+            f"b_major: {b_major!r}, but b_tensor's strides are {strides_major.upper()}-major; dense "
+            "B's order follows its strides: pass b_major='k' (the default) or a matching B"
+        )
+    return strides_major
+
+
 def _positive_int(name: str, value: Any) -> int:
     if type(value) is not int or value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")

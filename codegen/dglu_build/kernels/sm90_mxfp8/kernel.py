@@ -102,7 +102,6 @@ class Sm90Mxfp8Kernels:
         views = interface.main_tensor_names(self.config)
         two_n = n * 2
         values = {
-            **{views[tensor]: atom for tensor, atom in atoms.items()},
             "a": a, "sfa": sfa, "b": b, "sfb": sfb, "b_ptrs": b_ptrs, "sfb_ptrs": sfb_ptrs, "c": c,
             "d_row": d_row, "d_col": d_col, "sfd_row": sfd_row, "sfd_col": sfd_col, "norm_const": norm_const,
             "padded_offsets": padded_offsets, "alpha": alpha, "beta": beta, "prob": prob, "dprob": dprob,
@@ -111,6 +110,8 @@ class Sm90Mxfp8Kernels:
             "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n, "row_items": m * (two_n // SF_VEC),
             "discrete_col_sfd": discrete_col_sfd,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
+            # last: C's TMA atom replaces its pointer when the fused kernel reads C itself
+            **{views[tensor]: atom for tensor, atom in atoms.items()},
         }
         # recorded for the manifest: the fused kernel's dynamic shared memory
         self.smem_bytes = self.main.shared_storage().size_in_bytes()
