@@ -6,7 +6,9 @@ names and keys are used, which manifest v1 and v2 share): a greedy cover picks v
 until every value of every key field (activation and its constants, C and D dtypes, dbias,
 tile, weight mode, b_major, scheduler, cluster), every C/D dtype pair and every
 weight mode with each b_major appears in one of
-them; ``--all`` takes every variant. Each call goes through the GPU suite's harness
+them; block-scaled (MXFP8) variants are covered apart, by activation, dtypes, dbias,
+weights and scheduler, each call checked by tests/gpu/test_blockscaled_gpu.py's case
+runner; ``--all`` takes every variant. Each call goes through the GPU suite's harness
 (tests/gpu/harness.py), so it is also checked element by element; the process exits
 non-zero when a check fails. The class API is used: its D_row is NaN-filled by torch
 before the call, so initcheck judges what the kernels read (A, B, C, offsets, scales, the
@@ -37,6 +39,8 @@ SEED = 20260601
 # two m-tiles per filled expert (a 2x1 cluster needs pairs), an empty expert between them,
 # two k-tiles, rows past valid_m
 SMALL = Shape(n=128, k=128, expert_rows=(256, 0, 256), extra_rows=64)
+# block-scaled: K and 2N not multiples of 128, an empty expert
+BLOCK_SCALED_SHAPE = Shape(n=96, k=96, expert_rows=(256, 0, 256))
 COVERED_FIELDS = (
     "act_func", "act_params", "c_dtype", "d_dtype", "dbias", "tile", "weight_mode",
     "b_major", "scheduler", "cluster", "c_d_dtypes", "weights", "reduction", "act_out",
@@ -72,14 +76,32 @@ def features(key: dict) -> set[tuple[str, object]]:
     return {(field, values[field]) for field in COVERED_FIELDS}
 
 
+BLOCK_SCALED_FIELDS = ("act_func", "ab_dtype", "c_dtype", "d_dtype", "dbias", "weights", "scheduler")
+
+
+def block_scaled_features(key: dict) -> set[tuple[str, object]]:
+    """(field, value) pairs of a block-scaled variant key that the cover must reach."""
+    values = {**key, "weights": (key["weight_mode"], key["b_major"])}
+    return {(field, values[field]) for field in BLOCK_SCALED_FIELDS}
+
+
+def is_block_scaled(variant: dict) -> bool:
+    return variant["key"]["ab_dtype"] != "bf16"
+
+
 def cover(variants: list[dict]) -> list[dict]:
-    """Variants, in manifest order of first pick, until every feature of any variant is in one."""
-    missing = set().union(*(features(v["key"]) for v in variants))
+    """Variants, in manifest order of first pick, until every feature of any variant is in
+    one; the BF16 and the block-scaled ones each by their own features."""
     chosen = []
-    while missing:
-        best = max(variants, key=lambda v: len(features(v["key"]) & missing))
-        chosen.append(best)
-        missing -= features(best["key"])
+    for group, featured in (
+        ([v for v in variants if not is_block_scaled(v)], features),
+        ([v for v in variants if is_block_scaled(v)], block_scaled_features),
+    ):
+        missing = set().union(set(), *(featured(v["key"]) for v in group))
+        while missing:
+            best = max(group, key=lambda v: len(featured(v["key"]) & missing))
+            chosen.append(best)
+            missing -= featured(best["key"])
     return chosen
 
 
@@ -108,8 +130,31 @@ def config_for(variant: dict) -> Config:
     )
 
 
+def run_block_scaled_case(variant: dict, api: str) -> None:
+    """One checked call of a block-scaled variant (tests/gpu/test_blockscaled_gpu.py)."""
+    import test_blockscaled_gpu as mx
+    from blockscaled_configs import SHIPPED as MX_SHIPPED
+    from blockscaled_configs import key_fields as mx_key_fields
+
+    key = variant["key"]
+    fields = (
+        key["ab_dtype"], key["c_dtype"], key["d_dtype"], key["act_func"], tuple(sorted(key["act_params"].items())),
+        key["dbias"], key["weight_mode"], key["b_major"], key["scheduler"], (key["tile_m"], key["tile_n"]),
+        (key["cluster_m"], key["cluster_n"]), key["deterministic"], key["act_out"],
+    )
+    config = next((c for c in MX_SHIPPED if mx_key_fields(c) == fields), None)
+    if config is None:
+        raise SystemExit(f"variant {variant['name']} has no MxConfig in tests/gpu/blockscaled_configs.py SHIPPED")
+    case = mx.MxCase(config=config, shape=BLOCK_SCALED_SHAPE, seed=SEED, api=api)
+    mx.run_case(case)
+    print(f"sanitize case ok: {variant['name']} ({case.describe()})", flush=True)
+
+
 def run_cases(variants: Iterable[dict], api: str) -> None:
     for variant in variants:
+        if is_block_scaled(variant):
+            run_block_scaled_case(variant, api)
+            continue
         case = Case(config=config_for(variant), shape=SMALL, seed=SEED, api=api)
         if variant["key"]["act_out"]:
             run_act_out_case(case)
