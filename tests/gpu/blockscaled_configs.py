@@ -69,6 +69,7 @@ SHIPPED: list[MxConfig] = [
         )
     ),
     MxConfig("dswiglu", ab_dtype=E5M2, d_dtype=E5M2),
+    MxConfig("dswiglu", ab_dtype=E5M2),
     MxConfig("dswiglu", d_dtype=E5M2),
     MxConfig("dswiglu", c_dtype=E4M3),
     MxConfig("dswiglu", c_dtype=FP32),
