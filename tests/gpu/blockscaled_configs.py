@@ -19,7 +19,7 @@ FAMILY = "sm90_mxfp8"
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 BF16, FP32 = torch.bfloat16, torch.float32
 DTYPE_NAMES = {BF16: "bf16", torch.float16: "fp16", FP32: "fp32", E4M3: "e4m3", E5M2: "e5m2"}
-TILE, CLUSTER = (128, 64), (1, 1)  # fp32 D for the quantizers: kernel_specs/default.yaml
+TILE, CLUSTER = (128, 128), (1, 1)
 WEIGHTS = (("dense", "k"), ("dense", "n"), ("discrete", "k"), ("discrete", "n"))
 
 

@@ -38,7 +38,7 @@ UNEVEN = Shape(n=160, k=160, expert_rows=(256, 0, 768, 256))
 SMALL = Shape(n=96, k=96, expert_rows=(512, 0, 256))
 LAYOUT = Shape(n=96, k=160, expert_rows=(512, 0, 256, 256))
 SINGLE = Shape(n=96, k=96, expert_rows=(768,))
-# 8192 rows, N = 1536: 64 x 24 = 1536 tiles of 128x64, about 12 per CTA on 132 SMs
+# 8192 rows, N = 1536: 64 x 12 = 768 tiles of 128x128, about 6 per CTA on 132 SMs
 MANY_TILES = Shape(n=1536, k=160, expert_rows=tuple(256 * blocks for blocks in (9, 0, 12, 1, 10)))
 NORM_CONSTS = (1.0, 0.01, 3.0)
 OPTION_CONFIGS = [
