@@ -254,6 +254,7 @@ def add(
       dglu-build add --act dgeglu --act-param geglu_alpha=1.0 --act-param linear_offset=0.0
       dglu-build add --act dswiglu --dbias --deterministic
       dglu-build add --act dgeglu --act-out
+      dglu-build add --ab-dtype e5m2 --d-dtype e5m2 --act dgeglu --dbias   # MXFP8
     """
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
