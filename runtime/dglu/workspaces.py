@@ -22,9 +22,15 @@ runs between the two nodes (never shared with eager calls or with another graph 
 the same time), and it goes with the graph. Workspaces hold nothing from one call to the
 next (zeroed each call, or written before read), so an allocation inside the graph loses
 nothing.
+
+``DGLU_ZERO_NEW_WORKSPACES=1`` zeroes every workspace when it is allocated (not per call),
+for compute-sanitizer's initcheck: it does not see TMA stores, so the fp32 D that the
+block-scaled family's fused kernel stores by TMA and its quantizers then load would count
+as uninitialised (docs/sanitizer.md). ci/sanitize.sh sets it; nothing else needs it.
 """
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -35,6 +41,7 @@ from .dtypes import ELEMENT_TYPES
 from .errors import CudaDriverError, DeviceMemoryError
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
+ZERO_NEW_ENV = "DGLU_ZERO_NEW_WORKSPACES"  # zero workspaces when allocated (initcheck runs)
 
 
 class Workspace(NamedTuple):
@@ -96,6 +103,8 @@ def _allocate(
             raise
         raise _no_room(name, rule, elements, device, exc) from exc
     workspace = Workspace(name, rule, pointer, elements)
+    if os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
+        clear(pointer, max(size, WORD_BYTES), stream)
     try:
         return _aligned(workspace)
     except RuntimeError:
