@@ -29,7 +29,6 @@ import math
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import runner

@@ -480,3 +480,21 @@ def test_clear_uses_words_when_the_size_allows(monkeypatch) -> None:
         ("cuMemsetD32Async", (0x9000, 0, 96, STREAM)),
         ("cuMemsetD8Async", (0x9000, 0, 6, STREAM)),
     ]
+
+
+def test_new_workspaces_are_zeroed_once_only_when_asked(recorder, rules, monkeypatch) -> None:
+    """DGLU_ZERO_NEW_WORKSPACES (the sanitizer's initcheck run) zeroes each workspace when the
+    pool allocates it, on the pool's stream; a reused one is not cleared again, and without
+    the variable nothing is zeroed."""
+    pool = workspaces.stream_pool(0, STREAM)
+    workspaces.acquire({"tile_counter": rules["tile_counter"]}, SCALARS, 0, pool)
+    assert recorder.counts["cuMemsetD32Async"] == 0
+    monkeypatch.setenv(workspaces.ZERO_NEW_ENV, "1")
+    made = workspaces.acquire(rules, SCALARS, 0, pool)
+    zeroed = [args for name, args in recorder.calls if name == "cuMemsetD32Async"]
+    assert zeroed == [
+        (made["b_desc_ws"].pointer, 0, L * 16 * 2, STREAM),
+        (made["dbias_ws"].pointer, 0, L * 2 * N, STREAM),
+    ]  # the pooled tile_counter was allocated before: reused, not zeroed
+    workspaces.acquire(rules, SCALARS, 0, pool)
+    assert recorder.counts["cuMemsetD32Async"] == 2
