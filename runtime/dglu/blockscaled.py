@@ -11,6 +11,7 @@ is allocated or launched.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,14 +30,26 @@ def _torch_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+@functools.cache
+def _operand_kind(a_dtype: Any) -> str:
+    """"float" (the BF16 backend's), "low" (FP8 or FP4) or "other" (cached: once per dtype)."""
+    element = element_type_of(a_dtype)
+    if element is not None and element.name in FLOAT_TYPES:
+        return "float"
+    low = (element is not None and element.name in FP8_TYPES) or _torch_name(a_dtype) in FP4_TORCH_NAMES
+    return "low" if low else "other"
+
+
 def is_block_scaled(a_dtype: Any, *scale_arguments: Any) -> bool:
     """True when the call is block-scaled: A is FP8 or FP4, or A is of no BF16-backend dtype
     and a scale argument is given (BF16-backend A with scales: the BF16 checks refuse them)."""
-    element = element_type_of(a_dtype)
-    if element is not None and element.name in FLOAT_TYPES:
+    try:
+        kind = _operand_kind(a_dtype)
+    except TypeError:  # an unhashable non-dtype: the argument checks refuse it
+        kind = "other"
+    if kind == "float":
         return False
-    low_precision = (element is not None and element.name in FP8_TYPES) or _torch_name(a_dtype) in FP4_TORCH_NAMES
-    return low_precision or any(argument is not None for argument in scale_arguments)
+    return kind == "low" or any(argument is not None for argument in scale_arguments)
 
 
 def operand_type(name: str, dtype: Any) -> str:
