@@ -13,10 +13,11 @@ to decode, ``cvt.rn.satfinite.e4m3x2/e5m2x2.f32`` to encode, ``cvt.rn.bf16x2.f32
 rounding is exactly the named instruction's. Kernels take raw pointers and build typed views
 with explicit alignment; byte offsets into matrices are 64-bit.
 
-Constraints: ``threads`` a multiple of 32; matrix pointers (A, B and each expert's B, C, the
-bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last 32-block may
-be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 128 (the
-contract's 256 is more); per expert, N * K < 2^31.
+Constraints: ``threads`` a multiple of 32 (QuantizeD: at most 288, its tile of 32 x (5
+threads + 16) bytes in static shared memory); matrix pointers (A, B and each expert's B, C,
+the bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last
+32-block may be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of
+128 (the contract's 256 is more); per expert, N * K < 2^31.
 """
 
 import cutlass
@@ -38,6 +39,7 @@ F32_NAN_BITS = 0x7FC00000
 F32_ABS_MASK = 0x7FFFFFFF
 FLT_MAX = 3.4028234663852886e38
 WARP_SIZE = 32
+STATIC_SMEM_BYTES = 48 * 1024  # a kernel's static shared memory limit
 
 # FP8 dtype -> (PTX type name, f32(1/max) used by the quantizer's scale)
 FP8_FORMATS = {
@@ -509,7 +511,15 @@ class QuantizeD:
         self.kind, self.rcp = fp8_format(fp8_out_dtype, "fp8_out_dtype")
         self.threads = check_threads(threads)
         self.width = threads  # tile columns: one per thread in the column phase
-        self.pitch = threads + 4  # floats per tile row: a warp's 16-byte row reads miss no bank twice
+        # floats per tile row: 16 bytes of padding put the 16-byte reads of 8 consecutive rows
+        # (a quarter warp in the row phase) in distinct banks
+        self.pitch = threads + 4
+        smem_bytes = SF_VEC * (self.pitch * 4 + self.width)  # the fp32 tile and its FP8 codes
+        if smem_bytes > STATIC_SMEM_BYTES:
+            raise ValueError(
+                f"threads: got {threads}, whose tile needs {smem_bytes} bytes of shared memory; "
+                f"at most {STATIC_SMEM_BYTES} are static"
+            )
 
     @cute.kernel
     def kernel(
@@ -638,15 +648,12 @@ class QuantizeD:
                 values[j] = tile[(tidx % 4, tidx // 4), j]
             words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
             byte = quantize_block(values, words, norm_const, self.kind, self.rcp, False)
-            code_bytes = cute.make_tensor(
-                cute.recast_ptr(codes, dtype=cutlass.Uint8), cute.make_layout((self.width, SF_VEC), stride=(1, self.width))
-            )
+            code_layout = cute.make_layout((self.width, SF_VEC), stride=(1, self.width))
+            code_bytes = cute.make_tensor(cute.recast_ptr(codes, dtype=cutlass.Uint8), code_layout)
             for j in cutlass.range_constexpr(SF_VEC):
                 code_bytes[tidx, j] = ((words[j // 4] >> (8 * (j % 4))) & 0xFF).to(cutlass.Uint8)
-            store_byte(
-                sfd_col_ptr.toint() + cutlass.Int64(col_sf_offset(offsets_ptr, column, row_block, m, n2, l, discrete_col_sfd)),
-                byte,
-            )
+            offset = col_sf_offset(offsets_ptr, column, row_block, m, n2, l, discrete_col_sfd)
+            store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)
 
     @cute.jit
     def store_codes(
