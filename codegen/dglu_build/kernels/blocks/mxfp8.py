@@ -1,20 +1,23 @@
-"""Building-block kernels of the MXFP8 family (blockscaled_contract.md), one thread per item:
+"""Building-block kernels of the MXFP8 family (blockscaled_contract.md), one thread per item
+(QuantizeD: one block per tile):
 
 - ``DequantizeA`` / ``DequantizeB``: an FP8 operand times its E8M0 block scales -> a bf16
   K-major workspace (exact while the product fits bf16's 8-bit exponent);
 - ``WidenC``: an FP8 C -> bf16 (exact, no scale);
-- ``QuantizeRows`` / ``QuantizeCols``: the fp32 D -> FP8 D_row / D_col and their E8M0 SFD
-  bytes, bit for bit the contract's quantizer (tests/gpu/blockscaled_reference.py).
+- ``QuantizeD``: the fp32 D, read once through shared memory a 32-row tile at a time, -> FP8
+  D_row and D_col and their E8M0 SFD bytes, bit for bit the contract's quantizer
+  (tests/gpu/blockscaled_reference.py).
 
 FP8 data moves as 32-bit words of 4 values and is converted by inline PTX (``cvt.rn.f16x2``
 to decode, ``cvt.rn.satfinite.e4m3x2/e5m2x2.f32`` to encode, ``cvt.rn.bf16x2.f32``), so the
 rounding is exactly the named instruction's. Kernels take raw pointers and build typed views
 with explicit alignment; byte offsets into matrices are 64-bit.
 
-Constraints: ``threads`` a multiple of 32; matrix pointers (A, B and each expert's B, C, the
-bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last 32-block may
-be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 128 (the
-contract's 256 is more); per expert, N * K < 2^31.
+Constraints: ``threads`` a multiple of 32 (QuantizeD: at most 288, its tile of 32 x (5
+threads + 16) bytes in static shared memory); matrix pointers (A, B and each expert's B, C,
+the bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last
+32-block may be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of
+128 (the contract's 256 is more); per expert, N * K < 2^31.
 """
 
 import cutlass
@@ -36,6 +39,7 @@ F32_NAN_BITS = 0x7FC00000
 F32_ABS_MASK = 0x7FFFFFFF
 FLT_MAX = 3.4028234663852886e38
 WARP_SIZE = 32
+STATIC_SMEM_BYTES = 48 * 1024  # a kernel's static shared memory limit
 
 # FP8 dtype -> (PTX type name, f32(1/max) used by the quantizer's scale)
 FP8_FORMATS = {
@@ -492,56 +496,38 @@ def owned_rows(offsets_ptr: cute.Pointer, m: cutlass.Int32, l: cutlass.Int32):
     return cutlass.min(gmem_array(offsets_ptr, cutlass.Int32, l, 4)[l - 1], m)
 
 
-class QuantizeRows:
-    """fp32 D (M, 2N) -> FP8 D_row (M, 2N) and SFD_row, 1x32 blocks along each row.
-    Item i = row * (2N/32) + block (a thread reads 128 contiguous bytes)."""
+class QuantizeD:
+    """fp32 D (M, 2N) -> FP8 D_row + SFD_row (1x32 blocks along each row) and FP8 D_col (M, 2N,
+    row-major as D_row) + SFD_col (32x1 blocks along M), reading D once.
+
+    Block b owns the tile of rows [32 r, 32 r + 32) x columns [W c, W c + W), W = threads,
+    b = r * ceil(2N/W) + c. The tile is loaded coalesced (16 bytes a thread, a warp 512
+    contiguous bytes of one row) into shared memory, zero past the owned rows; then warp w
+    quantizes the 32-block w of the tile's rows (lane = row) and thread t column t, whose
+    FP8 bytes go through shared memory so that D_col is stored 16 bytes a thread too.
+    """
 
     def __init__(self, fp8_out_dtype: type, threads: int):
         self.kind, self.rcp = fp8_format(fp8_out_dtype, "fp8_out_dtype")
         self.threads = check_threads(threads)
+        self.width = threads  # tile columns: one per thread in the column phase
+        # floats per tile row: 16 bytes of padding put the 16-byte reads of 8 consecutive rows
+        # (a quarter warp in the row phase) in distinct banks
+        self.pitch = threads + 4
+        smem_bytes = SF_VEC * (self.pitch * 4 + self.width)  # the fp32 tile and its FP8 codes
+        if smem_bytes > STATIC_SMEM_BYTES:
+            raise ValueError(
+                f"threads: got {threads}, whose tile needs {smem_bytes} bytes of shared memory; "
+                f"at most {STATIC_SMEM_BYTES} are static"
+            )
 
     @cute.kernel
     def kernel(
         self,
         d_ptr: cute.Pointer,
         d_row_ptr: cute.Pointer,
-        sfd_row_ptr: cute.Pointer,
-        norm_const_ptr: cute.Pointer,
-        offsets_ptr: cute.Pointer,
-        m: cutlass.Int32,
-        n2: cutlass.Int32,
-        l: cutlass.Int32,
-    ):
-        """Each block of an owned row: its FP8 values and its SFD byte (rows = M, Kc = 2N)."""
-        blocks = n2 // SF_VEC
-        i = item_index(self.threads)
-        if i < m * blocks:
-            row = i // blocks
-            block = i - row * blocks
-            if row < owned_rows(offsets_ptr, m, l):
-                element = matrix_index(row, n2, block * SF_VEC)
-                values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
-                cute.autovec_copy(gmem_vector(d_ptr.toint() + element * 4, cutlass.Float32, SF_VEC, 16), values)
-                words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
-                norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
-                byte = quantize_block(values, words, norm_const, self.kind, self.rcp, True)
-                cute.autovec_copy(words, gmem_vector(d_row_ptr.toint() + element, cutlass.Int32, SF_VEC // 4, 16))
-                store_byte(sfd_row_ptr.toint() + cutlass.Int64(sf_offset(row, block, k_atoms(n2))), byte)
-
-
-class QuantizeCols:
-    """fp32 D (M, 2N) -> FP8 D_col (M, 2N, row-major as D_row) and SFD_col, 32x1 blocks along M.
-    Item i = row_block * 2N + column (a warp reads 32 consecutive columns of each row)."""
-
-    def __init__(self, fp8_out_dtype: type, threads: int):
-        self.kind, self.rcp = fp8_format(fp8_out_dtype, "fp8_out_dtype")
-        self.threads = check_threads(threads)
-
-    @cute.kernel
-    def kernel(
-        self,
-        d_ptr: cute.Pointer,
         d_col_ptr: cute.Pointer,
+        sfd_row_ptr: cute.Pointer,
         sfd_col_ptr: cute.Pointer,
         norm_const_ptr: cute.Pointer,
         offsets_ptr: cute.Pointer,
@@ -550,40 +536,175 @@ class QuantizeCols:
         l: cutlass.Int32,
         discrete_col_sfd: cutlass.Int32,
     ):
-        """Each 32-row block whose first row is owned: its FP8 values (rows past the owned
-        ones are neither read nor written) and its SFD byte, dense (rows = 2N, Kc = M) or, when
-        discrete_col_sfd != 0, in the owning expert's own block."""
-        i = item_index(self.threads)
-        if i < (m + SF_VEC - 1) // SF_VEC * n2:
-            row_block = i // n2
-            column = i - row_block * n2
-            first = row_block * SF_VEC
-            owned = owned_rows(offsets_ptr, m, l)
-            # warp-uniform: a warp's items share row_block (2N and threads are multiples of 32)
-            if first < owned:
-                element = matrix_index(first, n2, column)
-                d = gmem_column(d_ptr.toint() + element * 4, cutlass.Float32, n2, 4)
-                values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
-                for j in cutlass.range_constexpr(SF_VEC):
-                    values[j] = cutlass.Float32(0.0)
-                    if first + j < owned:
-                        values[j] = d[j]
-                words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
-                norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
-                byte = quantize_block(values, words, norm_const, self.kind, self.rcp, False)
-                d_col = gmem_column(d_col_ptr.toint() + element, cutlass.Uint8, n2, 1)
-                for j in cutlass.range_constexpr(SF_VEC):
-                    if first + j < owned:
-                        d_col[j] = ((words[j // 4] >> (8 * (j % 4))) & 0xFF).to(cutlass.Uint8)
-                offset = sf_offset(column, row_block, k_atoms(m))
-                if discrete_col_sfd != 0:
-                    offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
-                    expert = expert_of_row(offsets, l, first)
-                    start = cutlass.Int32(0)
-                    if expert > 0:
-                        start = offsets[expert - 1]
-                    rows = offsets[expert] - start
-                    offset = row_atoms(n2) * (start // ATOM_ROWS) * ATOM_BYTES + sf_offset(
-                        column, (first - start) // SF_VEC, k_atoms(rows)
-                    )
-                store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)
+        """Rows at or past min(padded_offsets[l-1], m) are neither read nor written; a
+        32-row block whose first row is owned gets its SFD_col bytes, dense (rows = 2N,
+        Kc = M) or, when discrete_col_sfd != 0, in the owning expert's own block."""
+        bidx, _, _ = cute.arch.block_idx()
+        column_tiles = (n2 + self.width - 1) // self.width
+        row_block = bidx // column_tiles
+        first = row_block * SF_VEC
+        first_column = (bidx - row_block * column_tiles) * self.width
+        owned = owned_rows(offsets_ptr, m, l)
+        if first < owned:  # block-uniform, so the barriers below see every thread
+            tile = cute.make_tensor(
+                cute.arch.alloc_smem(cutlass.Float32, SF_VEC * self.pitch, 16),
+                cute.make_layout(((4, self.width // 4), SF_VEC), stride=((1, 4), self.pitch)),
+            )
+            codes = cute.arch.alloc_smem(cutlass.Int32, SF_VEC * self.width // 4, 16)
+            self.load_tile(d_ptr, tile, first, first_column, owned, n2)
+            cute.arch.barrier()
+            norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
+            self.quantize_rows(tile, d_row_ptr, sfd_row_ptr, norm_const, first, first_column, owned, n2)
+            self.quantize_columns(
+                tile, codes, sfd_col_ptr, offsets_ptr, norm_const, row_block, first_column, m, n2, l, discrete_col_sfd
+            )
+            cute.arch.barrier()
+            self.store_codes(codes, d_col_ptr, first, first_column, owned, n2)
+
+    @cute.jit
+    def load_tile(
+        self,
+        d_ptr: cute.Pointer,
+        tile: cute.Tensor,
+        first: cutlass.Int32,
+        first_column: cutlass.Int32,
+        owned: cutlass.Int32,
+        n2: cutlass.Int32,
+    ):
+        """D's tile -> ``tile``: 16-byte chunk c = i * threads + t of the row-major tile, all
+        loads issued before the shared stores; rows past the owned ones are zero (unread)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        chunks_per_row = self.width // 4
+        rounds = SF_VEC * chunks_per_row // self.threads
+        chunks = cute.make_rmem_tensor((4, rounds), cutlass.Float32)
+        for i in cutlass.range_constexpr(rounds):
+            chunk = i * self.threads + tidx
+            row = chunk // chunks_per_row
+            column = first_column + (chunk - row * chunks_per_row) * 4
+            for j in cutlass.range_constexpr(4):
+                chunks[j, i] = cutlass.Float32(0.0)
+            if first + row < owned and column < n2:
+                src = gmem_vector(d_ptr.toint() + matrix_index(first + row, n2, column) * 4, cutlass.Float32, 4, 16)
+                cute.autovec_copy(src, chunks[None, i])
+        for i in cutlass.range_constexpr(rounds):
+            chunk = i * self.threads + tidx
+            row = chunk // chunks_per_row
+            cute.autovec_copy(chunks[None, i], tile[(None, chunk - row * chunks_per_row), row])
+
+    @cute.jit
+    def quantize_rows(
+        self,
+        tile: cute.Tensor,
+        d_row_ptr: cute.Pointer,
+        sfd_row_ptr: cute.Pointer,
+        norm_const: cutlass.Float32,
+        first: cutlass.Int32,
+        first_column: cutlass.Int32,
+        owned: cutlass.Int32,
+        n2: cutlass.Int32,
+    ):
+        """Warp w: the 32-block w of the tile's rows, lane = row (the lanes' 16-byte reads
+        of 8 consecutive rows fall in distinct banks); 32 bytes of D_row a thread."""
+        warp = cute.arch.warp_idx()
+        lane = cute.arch.lane_idx()
+        row = first + lane
+        column = first_column + warp * SF_VEC
+        if row < owned and column < n2:
+            values = cute.make_rmem_tensor((4, SF_VEC // 4), cutlass.Float32)  # values[j]: column j
+            for q in cutlass.range_constexpr(SF_VEC // 4):
+                cute.autovec_copy(tile[(None, warp * (SF_VEC // 4) + q), lane], values[None, q])
+            words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+            byte = quantize_block(values, words, norm_const, self.kind, self.rcp, True)
+            element = matrix_index(row, n2, column)
+            cute.autovec_copy(words, gmem_vector(d_row_ptr.toint() + element, cutlass.Int32, SF_VEC // 4, 16))
+            offset = sf_offset(row, column // SF_VEC, k_atoms(n2))
+            store_byte(sfd_row_ptr.toint() + cutlass.Int64(offset), byte)
+
+    @cute.jit
+    def quantize_columns(
+        self,
+        tile: cute.Tensor,
+        codes: cute.Pointer,
+        sfd_col_ptr: cute.Pointer,
+        offsets_ptr: cute.Pointer,
+        norm_const: cutlass.Float32,
+        row_block: cutlass.Int32,
+        first_column: cutlass.Int32,
+        m: cutlass.Int32,
+        n2: cutlass.Int32,
+        l: cutlass.Int32,
+        discrete_col_sfd: cutlass.Int32,
+    ):
+        """Thread t: the 32x1 block of column t (rows past the owned ones read as zero); its
+        FP8 bytes -> the shared ``codes`` (a row-major 32 x W byte tile), its SFD_col byte ->
+        global."""
+        tidx, _, _ = cute.arch.thread_idx()
+        column = first_column + tidx
+        # warp-uniform (2N and the tile's first column are multiples of 32), as the
+        # warp-wide expert search needs
+        if column < n2:
+            values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
+            for j in cutlass.range_constexpr(SF_VEC):
+                values[j] = tile[(tidx % 4, tidx // 4), j]
+            words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+            byte = quantize_block(values, words, norm_const, self.kind, self.rcp, False)
+            code_layout = cute.make_layout((self.width, SF_VEC), stride=(1, self.width))
+            code_bytes = cute.make_tensor(cute.recast_ptr(codes, dtype=cutlass.Uint8), code_layout)
+            for j in cutlass.range_constexpr(SF_VEC):
+                code_bytes[tidx, j] = ((words[j // 4] >> (8 * (j % 4))) & 0xFF).to(cutlass.Uint8)
+            offset = col_sf_offset(offsets_ptr, column, row_block, m, n2, l, discrete_col_sfd)
+            store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)
+
+    @cute.jit
+    def store_codes(
+        self,
+        codes: cute.Pointer,
+        d_col_ptr: cute.Pointer,
+        first: cutlass.Int32,
+        first_column: cutlass.Int32,
+        owned: cutlass.Int32,
+        n2: cutlass.Int32,
+    ):
+        """``codes`` -> D_col, 16-byte chunk c = i * threads + t of the row-major tile; rows
+        past the owned ones are not written."""
+        tidx, _, _ = cute.arch.thread_idx()
+        chunks_per_row = self.width // 16
+        words = cute.make_tensor(
+            codes, cute.make_layout(((4, chunks_per_row), SF_VEC), stride=((1, 4), self.width // 4))
+        )
+        for i in cutlass.range_constexpr(SF_VEC * chunks_per_row // self.threads):
+            chunk = i * self.threads + tidx
+            row = chunk // chunks_per_row
+            position = chunk - row * chunks_per_row
+            column = first_column + position * 16
+            if first + row < owned and column < n2:
+                dst = gmem_vector(d_col_ptr.toint() + matrix_index(first + row, n2, column), cutlass.Int32, 4, 16)
+                cute.autovec_copy(words[(None, position), row], dst)
+
+
+@cute.jit
+def col_sf_offset(
+    offsets_ptr: cute.Pointer,
+    column: cutlass.Int32,
+    row_block: cutlass.Int32,
+    m: cutlass.Int32,
+    n2: cutlass.Int32,
+    l: cutlass.Int32,
+    discrete_col_sfd: cutlass.Int32,
+) -> cutlass.Int32:
+    """Byte of SFD_col's scale of (column, 32-row block): dense (rows = 2N, Kc = M), or when
+    discrete_col_sfd != 0 in the block of the expert owning the block's first row (rows = 2N,
+    Kc = the expert's rows, after the atoms of the experts before it). A warp-wide call."""
+    offset = sf_offset(column, row_block, k_atoms(m))
+    if discrete_col_sfd != 0:
+        first = row_block * SF_VEC
+        offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
+        expert = expert_of_row(offsets, l, first)
+        start = cutlass.Int32(0)
+        if expert > 0:
+            start = offsets[expert - 1]
+        rows = offsets[expert] - start
+        offset = row_atoms(n2) * (start // ATOM_ROWS) * ATOM_BYTES + sf_offset(
+            column, (first - start) // SF_VEC, k_atoms(rows)
+        )
+    return offset

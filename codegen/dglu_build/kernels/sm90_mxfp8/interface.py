@@ -25,7 +25,7 @@ SCALARS = {
     "l_n2": "l*n2",
     "k_blocks": "k/32",  # 32-element scale blocks along K
     "n2_blocks": "n2/32",  # along D's columns
-    "m_blocks": "m/32",  # along D's rows (SFD_col)
+    "m_blocks": "m/32",  # along D's rows (SFD_col; quantize_d's row tiles)
     "m_atoms": "m/128",  # 128-row atoms of SFA and SFD_row, 128-column ones of SFD_col
     "n_atoms": "n/128",
     "n2_atoms": "n2/128",
@@ -40,9 +40,12 @@ SCALARS = {
     "a_items": "m*k_blocks",
     "b_items": "l*n*k_blocks",
     "row_items": "m*n2_blocks",
-    "col_items": "m_blocks*n2",
+    # quantize_d: one block of CONVERT_THREADS threads per 32-row x CONVERT_THREADS-column tile of D
+    "n2_tiles": "n2/256",
+    "d_tile_items": "256*m_blocks*n2_tiles",
 }
-assert SF_VEC == 32 and SF_ATOM_BYTES == 512  # the expressions above spell them out
+# the expressions above spell them out
+assert SF_VEC == 32 and SF_ATOM_BYTES == 512 and CONVERT_THREADS == 256
 
 _BYTES = {"i32": 4, "i64": 8, "fp32": 4, "e8m0": 1}
 
@@ -179,18 +182,12 @@ def kernels(config: Config) -> list[KernelDeclaration]:
         "dequant_b", (Pointer(b), Pointer(sfb), Pointer("b_bf16"), Int32("n"), Int32("k"), Int32("l")), "b_items"
     )
     widen_c = _elementwise("widen_c", (Pointer("c"), Pointer("c_bf16"), Int32("row_items")), "row_items")
-    quantize = (Pointer("d_f32"),)
-    quantize_rows = _elementwise(
-        "quantize_rows",
-        (*quantize, Pointer("d_row"), Pointer("sfd_row"), Pointer("norm_const"), Pointer("offsets_ws"),
-         Int32("m"), Int32("n2"), Int32("l")),
-        "row_items",
-    )
-    quantize_cols = _elementwise(
-        "quantize_cols",
-        (*quantize, Pointer("d_col"), Pointer("sfd_col"), Pointer("norm_const"), Pointer("offsets_ws"),
-         Int32("m"), Int32("n2"), Int32("l"), Int32("discrete_col_sfd")),
-        "col_items",
+    quantize_d = _elementwise(
+        "quantize_d",
+        (Pointer("d_f32"), Pointer("d_row"), Pointer("d_col"), Pointer("sfd_row"), Pointer("sfd_col"),
+         Pointer("norm_const"), Pointer("offsets_ws"), Int32("m"), Int32("n2"), Int32("l"),
+         Int32("discrete_col_sfd")),
+        "d_tile_items",
     )
     return [
         dequant_a,
@@ -198,8 +195,7 @@ def kernels(config: Config) -> list[KernelDeclaration]:
         *([widen_c] if config.c_widened else []),
         _renamed_main(config),
         *([bf16.DBIAS_FINISH] if config.dbias else []),
-        quantize_rows,
-        quantize_cols,
+        quantize_d,
     ]
 
 

@@ -11,8 +11,8 @@ Per call, in launch order (interface.kernels):
   contract's activations (beta scales C for dSiTU-GLU too), writing the unquantized D in
   fp32; dprob accumulates into the caller's, dbias into an fp32 workspace;
 - ``dbias_finish`` (dbias): the BF16 family's;
-- ``quantize_rows`` / ``quantize_cols``: D -> D_row / D_col in FP8 with SFD_row / SFD_col
-  (blocks/mxfp8.py has the exact operation order).
+- ``quantize_d``: D, read once, -> D_row and D_col in FP8 with SFD_row and SFD_col
+  (blocks/mxfp8.py has the tiling and the exact operation order).
 
 Constraints: the BF16 kernel's (tile 128x128, experts' rows start at multiples of 256, at
 most 1024 experts, N a multiple of 32), K a multiple of 16; the decoded operands and the
@@ -23,7 +23,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from ..blocks.mxfp8 import DequantizeA, DequantizeB, QuantizeCols, QuantizeRows, WidenC
+from ..blocks.mxfp8 import DequantizeA, DequantizeB, QuantizeD, WidenC
 from ..blocks.tma_helpers import DTYPES
 from ..declaration import launch_arguments
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
@@ -41,8 +41,7 @@ class Sm90Mxfp8Kernels:
         self.dequant_a = DequantizeA(ab, CONVERT_THREADS)
         self.dequant_b = DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS)
         self.widen_c = WidenC(DTYPES[config.c_dtype], CONVERT_THREADS) if config.c_widened else None
-        self.quantize_rows = QuantizeRows(d, CONVERT_THREADS)
-        self.quantize_cols = QuantizeCols(d, CONVERT_THREADS)
+        self.quantize_d = QuantizeD(d, CONVERT_THREADS)
         self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
 
     def kernel_functions(self) -> dict:
@@ -53,8 +52,7 @@ class Sm90Mxfp8Kernels:
             **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
             "main": self.main.kernel,
             "dbias_finish": self.main.finish.kernel,
-            "quantize_rows": self.quantize_rows.kernel,
-            "quantize_cols": self.quantize_cols.kernel,
+            "quantize_d": self.quantize_d.kernel,
         }
 
     @cute.jit
