@@ -16,8 +16,8 @@ with explicit alignment; byte offsets into matrices are 64-bit.
 Constraints: ``threads`` a multiple of 32; matrix pointers (A, B and each expert's B, C, the
 bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last 32-block may
 be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of 128 (the
-contract's 256 is more); per expert, N * K < 2^31; M * K and L * N * K < 2^34 (int32
-dequantizer piece indices).
+contract's 256 is more); per expert, N * K < 2^31; M * K and L * N * K < 2^35 (int32
+dequantizer thread indices, unsigned piece indices).
 """
 
 import cutlass
@@ -365,7 +365,8 @@ def thread_pieces(threads: cutlass.Constexpr) -> list:
     """This thread's pieces (PIECE consecutive elements each) of a K-major dequantizer: lanes
     l and l + 32 of its warp's 64 consecutive pieces, so that each load instruction of a warp
     reads 256 contiguous bytes and each store writes 512."""
-    i = item_index(threads)
+    # unsigned from here on: // and % compile without signed floor-division fix-ups
+    i = cutlass.Uint32(item_index(threads))
     lane = i % WARP_SIZE
     first = (i - lane) * PIECES_PER_THREAD + lane
     return [first + WARP_SIZE * j for j in range(PIECES_PER_THREAD)]
@@ -385,9 +386,9 @@ def dequantize_pieces(
     times their scales (the SF allocation at ``sf_address``) -> bf16 (rows, K) at
     ``dst_address``. Piece p is elements [8p, 8p + 8): one 8-byte load, one 16-byte store; every
     load (and scale) is issued before the first store."""
-    row_pieces = k // PIECE
-    count = rows * row_pieces
-    atoms_k = k_atoms(k)
+    row_pieces = cutlass.Uint32(k) // PIECE
+    count = cutlass.Uint32(rows) * row_pieces
+    atoms_k = cutlass.Uint32(k_atoms(k))
     fp8_words = cute.make_rmem_tensor((PIECE // 4, PIECES_PER_THREAD), cutlass.Int32)
     scales = cute.make_rmem_tensor(PIECES_PER_THREAD, cutlass.Float32)
     for j in cutlass.range_constexpr(PIECES_PER_THREAD):
@@ -502,9 +503,9 @@ class DequantizeB:
             self.n_major_half_block(b_ptr, sfb_ptr, out_ptr, n, k, l)
         else:
             pieces = thread_pieces(self.threads)
-            expert_pieces = n * (k // PIECE)
+            expert_pieces = cutlass.Uint32(n) * (cutlass.Uint32(k) // PIECE)
             expert = pieces[0] // expert_pieces
-            if expert < l:
+            if expert < cutlass.Uint32(l):
                 b_base, sf_base = expert_bases(b_ptr, sfb_ptr, expert, n, k, l, self.discrete)
                 first = expert * expert_pieces
                 dst = out_ptr.toint() + matrix_index(first, 2 * PIECE, 0)
@@ -522,12 +523,13 @@ class DequantizeB:
         l: cutlass.Int32,
     ):
         """This thread's N-major item (see the class docstring)."""
-        row_halves = k // HALF_BLOCK
-        i = item_index(self.threads)
-        if i < l * n * row_halves:
-            row = i % n
-            expert = i // n // row_halves
-            half = i // n - expert * row_halves
+        rows = cutlass.Uint32(n)  # unsigned, as thread_pieces'
+        row_halves = cutlass.Uint32(k) // HALF_BLOCK
+        i = cutlass.Uint32(item_index(self.threads))
+        if i < cutlass.Uint32(l) * rows * row_halves:
+            row = i % rows
+            expert = i // rows // row_halves
+            half = i // rows - expert * row_halves
             b_base, sf_base = expert_bases(b_ptr, sfb_ptr, expert, n, k, l, self.discrete)
             scale = load_scale(sf_base, sf_offset(row, half // (SF_VEC // HALF_BLOCK), k_atoms(k)))
             b_g = cute.make_tensor(
