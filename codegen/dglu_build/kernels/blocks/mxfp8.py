@@ -2,7 +2,9 @@
 (QuantizeD: one block per tile):
 
 - ``DequantizeA`` / ``DequantizeB``: an FP8 operand times its E8M0 block scales -> a bf16
-  K-major workspace (exact while the product fits bf16's 8-bit exponent);
+  K-major workspace (exact while the product fits bf16's 8-bit exponent), 16 elements per
+  item; from K-major FP8 as 2 pieces of 8 (``thread_pieces``), so that every load and store
+  instruction of a warp covers one contiguous span;
 - ``WidenC``: an FP8 C -> bf16 (exact, no scale);
 - ``QuantizeD``: the fp32 D, read once through shared memory a 32-row tile at a time, -> FP8
   D_row and D_col and their E8M0 SFD bytes, bit for bit the contract's quantizer
@@ -17,7 +19,8 @@ Constraints: ``threads`` a multiple of 32 (QuantizeD: at most 288, its tile of 3
 threads + 16) bytes in static shared memory); matrix pointers (A, B and each expert's B, C,
 the bf16 outputs, D, D_row, D_col) 16-byte aligned; K a multiple of 16 (a row's last
 32-block may be half full); 2N a multiple of 64; L <= 1024; expert boundaries multiples of
-128 (the contract's 256 is more); per expert, N * K < 2^31.
+128 (the contract's 256 is more); per expert, N * K < 2^31; M * K and L * N * K < 2^35
+(int32 dequantizer thread indices, unsigned piece indices).
 """
 
 import cutlass
@@ -29,6 +32,8 @@ from .expert_search import expert_of_row
 
 SF_VEC = 32  # elements per E8M0 scale
 HALF_BLOCK = 16  # K rows are padded to 16 elements, so a 32-block may be half full
+PIECE = 8  # FP8 elements of one K-major dequantizer load: 8 bytes in, 16 bytes of bf16 out
+PIECES_PER_THREAD = 2  # a K-major dequantizer thread's pieces (HALF_BLOCK elements in all)
 ATOM_ROWS = 128  # rows of one 512-byte SF atom
 ATOM_BLOCKS = 4  # 32-blocks of one SF atom
 ATOM_BYTES = 512
@@ -342,34 +347,74 @@ def widen_contiguous(
 
 
 @cute.jit
-def widen_strided(
-    src: cute.Tensor,
-    first: cutlass.Int32,
-    length: cutlass.Int32,
-    scale: cutlass.Float32,
-    dst_address: cutlass.Int64,
-    kind: cutlass.Constexpr,
+def widen_strided_half_block(
+    src: cute.Tensor, first: cutlass.Int32, scale: cutlass.Float32, dst_address: cutlass.Int64, kind: cutlass.Constexpr
 ):
-    """src[first + j] (uint8 FP8 bytes, any stride) for j < min(length, 32) (a multiple of 16)
-    times ``scale`` -> contiguous bf16 at ``dst_address``."""
-    for half in cutlass.range_constexpr(SF_VEC // HALF_BLOCK):
-        if half * HALF_BLOCK < length:
-            fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
-            for w in cutlass.range_constexpr(HALF_BLOCK // 4):
-                word = cutlass.Int32(0)
-                for byte in cutlass.range_constexpr(4):
-                    value = byte_value(src[first + half * HALF_BLOCK + 4 * w + byte])
-                    word = word | (value << (8 * byte))
-                fp8_words[w] = word
-            store_widened(fp8_words, scale, dst_address + half * HALF_BLOCK * 2, kind)
+    """src[first + j] (uint8 FP8 bytes, any stride) for j < 16 times ``scale`` -> 16
+    contiguous bf16 at ``dst_address``."""
+    fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
+    for w in cutlass.range_constexpr(HALF_BLOCK // 4):
+        word = cutlass.Int32(0)
+        for byte in cutlass.range_constexpr(4):
+            word = word | (byte_value(src[first + 4 * w + byte]) << (8 * byte))
+        fp8_words[w] = word
+    store_widened(fp8_words, scale, dst_address, kind)
 
 
 # --- kernels -----------------------------------------------------------------------------
 
 
+@cute.jit
+def thread_pieces(threads: cutlass.Constexpr) -> list:
+    """This thread's pieces (PIECE consecutive elements each) of a K-major dequantizer: lanes
+    l and l + 32 of its warp's 64 consecutive pieces, so that each load instruction of a warp
+    reads 256 contiguous bytes and each store writes 512."""
+    # unsigned from here on: // and % compile without signed floor-division fix-ups
+    i = cutlass.Uint32(item_index(threads))
+    lane = i % WARP_SIZE
+    first = (i - lane) * PIECES_PER_THREAD + lane
+    return [first + WARP_SIZE * j for j in range(PIECES_PER_THREAD)]
+
+
+@cute.jit
+def dequantize_pieces(
+    src_address: cutlass.Int64,
+    sf_address: cutlass.Int64,
+    dst_address: cutlass.Int64,
+    pieces: list,
+    rows: cutlass.Int32,
+    k: cutlass.Int32,
+    kind: cutlass.Constexpr,
+):
+    """``pieces`` (indices < rows * K/8) of a row-major (rows, K) FP8 matrix at ``src_address``
+    times their scales (the SF allocation at ``sf_address``) -> bf16 (rows, K) at
+    ``dst_address``. Piece p is elements [8p, 8p + 8): one 8-byte load, one 16-byte store; every
+    load (and scale) is issued before the first store."""
+    row_pieces = cutlass.Uint32(k) // PIECE
+    count = cutlass.Uint32(rows) * row_pieces
+    atoms_k = cutlass.Uint32(k_atoms(k))
+    fp8_words = cute.make_rmem_tensor((PIECE // 4, PIECES_PER_THREAD), cutlass.Int32)
+    scales = cute.make_rmem_tensor(PIECES_PER_THREAD, cutlass.Float32)
+    for j in cutlass.range_constexpr(PIECES_PER_THREAD):
+        if pieces[j] < count:
+            row = pieces[j] // row_pieces
+            block = (pieces[j] - row * row_pieces) // (SF_VEC // PIECE)
+            scales[j] = load_scale(sf_address, sf_offset(row, block, atoms_k))
+            src = gmem_vector(src_address + matrix_index(pieces[j], PIECE, 0), cutlass.Int32, PIECE // 4, PIECE)
+            cute.autovec_copy(src, fp8_words[None, j])
+    for j in cutlass.range_constexpr(PIECES_PER_THREAD):
+        if pieces[j] < count:
+            bf16_words = cute.make_rmem_tensor(PIECE // 2, cutlass.Int32)
+            widen_words(fp8_words[None, j], scales[j], bf16_words, kind)
+            dst = gmem_vector(dst_address + matrix_index(pieces[j], 2 * PIECE, 0), cutlass.Int32, PIECE // 2, 16)
+            cute.autovec_copy(bf16_words, dst)
+
+
 class DequantizeA:
     """A (M, K) FP8 K-major with SFA -> bf16 (M, K) K-major; block 0 also writes offsets_ws.
-    Item i = row * ceil(K/32) + block (a warp reads consecutive blocks of a row)."""
+    M * K/16 items (threads), each dequantizing 2 pieces of 8 elements (``thread_pieces``:
+    piece p is A's elements [8p, 8p + 8), A read as one array); a 32-block's 4 pieces each
+    read its SF byte."""
 
     def __init__(self, fp8_dtype: type, threads: int):
         self.kind, _ = fp8_format(fp8_dtype, "fp8_dtype")
@@ -401,24 +446,42 @@ class DequantizeA:
                 offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
                 for t in cutlass.range(tidx, l, self.threads):
                     offsets_ws[t] = offsets[t]
-        blocks = (k + SF_VEC - 1) // SF_VEC
-        i = item_index(self.threads)
-        if i < m * blocks:
-            row = i // blocks
-            block = i - row * blocks
-            scale = load_scale(sfa_ptr.toint(), sf_offset(row, block, k_atoms(k)))
-            element = matrix_index(row, k, block * SF_VEC)
-            length = k - block * SF_VEC
-            widen_contiguous(a_ptr.toint() + element, out_ptr.toint() + element * 2, length, scale, self.kind)
+        pieces = thread_pieces(self.threads)
+        dequantize_pieces(a_ptr.toint(), sfa_ptr.toint(), out_ptr.toint(), pieces, m, k, self.kind)
+
+
+@cute.jit
+def expert_bases(
+    b_ptr: cute.Pointer,
+    sfb_ptr: cute.Pointer,
+    expert: cutlass.Int32,
+    n: cutlass.Int32,
+    k: cutlass.Int32,
+    l: cutlass.Int32,
+    discrete: cutlass.Constexpr,
+):
+    """The addresses of expert ``expert``'s (N, K) FP8 matrix and of its SFB: within the
+    dense (N, K, L) B and SFB, or read from the (L,) int64 tables of a discrete B."""
+    if cutlass.const_expr(discrete):
+        b_base = gmem_array(b_ptr, cutlass.Int64, l, 8)[expert]
+        sf_base = gmem_array(sfb_ptr, cutlass.Int64, l, 8)[expert]
+    else:
+        b_base = b_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(n) * cutlass.Int64(k)
+        expert_sf_bytes = row_atoms(n) * k_atoms(k) * ATOM_BYTES
+        sf_base = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
+    return b_base, sf_base
 
 
 class DequantizeB:
     """B (N, K, L) FP8 (K- or N-major; dense, or discrete per-expert matrices) with SFB ->
-    bf16 (L, N, K) K-major.
+    bf16 (L, N, K) K-major; L * N * K/16 items (threads).
 
-    Item order: K-major, i = (g * N + r) * ceil(K/32) + block (a thread reads 32 contiguous
-    bytes); N-major, i = (g * ceil(K/32) + block) * N + r (consecutive threads read
-    consecutive rows r of one 32-block: every byte load of a warp is one 32-byte segment).
+    K-major: item i dequantizes 2 pieces of 8 elements (``thread_pieces``: piece p is the
+    output's elements [8p, 8p + 8), each expert's B read as one array; a warp's 64 pieces lie
+    in one expert as N * K/8 is a multiple of 64). N-major: item i = (g * (K/16) + half) * N
+    + r dequantizes elements [16 half, 16 half + 16) of row r (consecutive threads read
+    consecutive rows of one half block: every byte load of a warp is one 32-byte segment).
+    Each item reads the SF byte of each 32-block it touches.
     """
 
     def __init__(self, fp8_dtype: type, n_major: bool, discrete: bool, threads: int):
@@ -440,37 +503,45 @@ class DequantizeB:
         """out[g, r, j] = bf16(b_g[r, j] * 2^(SFB_g(r, j//32) - 127)). Dense: b_ptr is the
         (N, K, L) tensor, sfb_ptr the (.., L) SFB; discrete: both point to (L,) int64 arrays
         of per-expert addresses (each expert's SFB with L = 1)."""
-        blocks = (k + SF_VEC - 1) // SF_VEC
-        i = item_index(self.threads)
-        if i < l * n * blocks:
-            if cutlass.const_expr(self.n_major):
-                row = i % n
-                expert = i // n // blocks
-                block = i // n - expert * blocks
-            else:
-                block = i % blocks
-                expert = i // blocks // n
-                row = i // blocks - expert * n
-            atoms_k = k_atoms(k)
-            expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
-            if cutlass.const_expr(self.discrete):
-                b_base = gmem_array(b_ptr, cutlass.Int64, l, 8)[expert]
-                sf_base = gmem_array(sfb_ptr, cutlass.Int64, l, 8)[expert]
-            else:
-                b_base = b_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(n) * cutlass.Int64(k)
-                sf_base = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
-            scale = load_scale(sf_base, sf_offset(row, block, atoms_k))
-            dst = out_ptr.toint() + matrix_index(expert * n + row, k, block * SF_VEC) * 2
-            length = k - block * SF_VEC
-            if cutlass.const_expr(self.n_major):
-                b_g = cute.make_tensor(
-                    cute.make_ptr(cutlass.Uint8, b_base, cute.AddressSpace.gmem, assumed_align=1),
-                    cute.make_layout((n, k), stride=(1, n)),
-                )
-                widen_strided(b_g[row, None], block * SF_VEC, length, scale, dst, self.kind)
-            else:
-                src = b_base + matrix_index(row, k, block * SF_VEC)
-                widen_contiguous(src, dst, length, scale, self.kind)
+        if cutlass.const_expr(self.n_major):
+            self.n_major_half_block(b_ptr, sfb_ptr, out_ptr, n, k, l)
+        else:
+            pieces = thread_pieces(self.threads)
+            expert_pieces = cutlass.Uint32(n) * (cutlass.Uint32(k) // PIECE)
+            expert = pieces[0] // expert_pieces
+            if expert < cutlass.Uint32(l):
+                b_base, sf_base = expert_bases(b_ptr, sfb_ptr, expert, n, k, l, self.discrete)
+                first = expert * expert_pieces
+                dst = out_ptr.toint() + matrix_index(first, 2 * PIECE, 0)
+                local = [piece - first for piece in pieces]
+                dequantize_pieces(b_base, sf_base, dst, local, n, k, self.kind)
+
+    @cute.jit
+    def n_major_half_block(
+        self,
+        b_ptr: cute.Pointer,
+        sfb_ptr: cute.Pointer,
+        out_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        k: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """This thread's N-major item (see the class docstring)."""
+        rows = cutlass.Uint32(n)  # unsigned, as thread_pieces'
+        row_halves = cutlass.Uint32(k) // HALF_BLOCK
+        i = cutlass.Uint32(item_index(self.threads))
+        if i < cutlass.Uint32(l) * rows * row_halves:
+            row = i % rows
+            expert = i // rows // row_halves
+            half = i // rows - expert * row_halves
+            b_base, sf_base = expert_bases(b_ptr, sfb_ptr, expert, n, k, l, self.discrete)
+            scale = load_scale(sf_base, sf_offset(row, half // (SF_VEC // HALF_BLOCK), k_atoms(k)))
+            b_g = cute.make_tensor(
+                cute.make_ptr(cutlass.Uint8, b_base, cute.AddressSpace.gmem, assumed_align=1),
+                cute.make_layout((n, k), stride=(1, n)),
+            )
+            dst = out_ptr.toint() + matrix_index(expert * n + row, k, half * HALF_BLOCK) * 2
+            widen_strided_half_block(b_g[row, None], half * HALF_BLOCK, scale, dst, self.kind)
 
 
 class WidenC:

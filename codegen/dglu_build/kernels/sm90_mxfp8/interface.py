@@ -23,7 +23,7 @@ FLAGS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 SCALARS = {
     "n2": "2*n",
     "l_n2": "l*n2",
-    "k_blocks": "k/32",  # 32-element scale blocks along K
+    "k_halves": "k/16",  # 16-element half blocks along K: the dequantizers' items per row
     "n2_blocks": "n2/32",  # along D's columns
     "m_blocks": "m/32",  # along D's rows (SFD_col; quantize_d's row tiles)
     "m_atoms": "m/128",  # 128-row atoms of SFA and SFD_row, 128-column ones of SFD_col
@@ -37,8 +37,8 @@ SCALARS = {
     "sfb_bytes": "n_atoms*k_pitch",  # per expert
     "sfd_row_bytes": "m_atoms*n2_pitch",
     "sfd_col_bytes": "n2_atoms*m_pitch",
-    "a_items": "m*k_blocks",
-    "b_items": "l*n*k_blocks",
+    "a_items": "m*k_halves",
+    "b_items": "l*n*k_halves",
     "row_items": "m*n2_blocks",
     # quantize_d: one block of CONVERT_THREADS threads per 32-row x CONVERT_THREADS-column tile of D
     "n2_tiles": "n2/256",
