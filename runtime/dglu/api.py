@@ -263,6 +263,18 @@ class OutputRule(NamedTuple):
     accumulate: bool
 
 
+def _contiguous(rule: OutputRule) -> bool:
+    """True when a contiguous tensor has the rule's strides (along dimensions of size > 1):
+    then torch.empty allocates it, as callers expect (e.g. ``.view(torch.uint8)`` works);
+    the scale factors' permuted layout needs torch.empty_strided."""
+    expected = 1
+    for size, stride in reversed(list(zip(rule.shape, rule.strides))):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[str, Any]:
     """The wrapper's new outputs on cuda:``device`` (the CPU when None); DeviceMemoryError,
     before anything is enqueued, when the device has no room for one."""
@@ -272,7 +284,11 @@ def _allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict
     made = {}
     for rule in rules:
         try:
-            made[rule.role] = torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
+            made[rule.role] = (
+                torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
+                if _contiguous(rule)
+                else torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
+            )
         except torch.OutOfMemoryError as exc:
             size = math.prod(rule.shape) * rule.dtype.itemsize
             raise DeviceMemoryError(

@@ -120,7 +120,7 @@ def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
     fake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = inputs()
-    empty = torch.empty_strided
+    empty = torch.empty
     failures = [(M, 2 * N, 1)]  # D_row's shape: fail it once
 
     def empty_or_out_of_memory(*args, **kwargs):
@@ -129,7 +129,7 @@ def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 KiB")
         return empty(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "empty_strided", empty_or_out_of_memory)
+    monkeypatch.setattr(torch, "empty", empty_or_out_of_memory)
     assert_refused(
         fake,
         lambda: wrapper_call(t),
