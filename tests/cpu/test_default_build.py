@@ -60,8 +60,19 @@ def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
 
 
 def _roles(variant: Variant) -> list[str]:
-    """The kernels a variant launches, in order: B's descriptors for discrete weights, the fused
-    kernel, dprob's finisher in deterministic mode, dbias's finisher with dbias."""
+    """The kernels a variant launches, in order. BF16: B's descriptors for discrete weights,
+    the fused kernel, dprob's finisher in deterministic mode, dbias's finisher with dbias.
+    MXFP8: A's and B's decoders, FP8 C's widener, the fused kernel, dbias's finisher, the D
+    quantizer."""
+    if variant.ab_dtype in ("e4m3", "e5m2"):
+        return [
+            "dequant_a",
+            "dequant_b",
+            *(["widen_c"] if variant.c_dtype in ("e4m3", "e5m2") else []),
+            "main",
+            *(["dbias_finish"] if variant.dbias else []),
+            "quantize_d",
+        ]
     return [
         *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
         "main",
