@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from dglu import api, driver, launch, runner, streams, validation, workspaces
+from dglu import api, call, driver, launch, op, runner, streams, validation, workspaces
 from dglu.contract.schema import Variant
 from dglu.errors import CudaDriverError
 from dglu.manifest import SearchEntry
@@ -124,16 +124,17 @@ def install(
         (driver, "_modules", {}),
         (driver, "_functions", {}),
         (driver, "device_info", lambda ordinal: H200),
-        (api, "device_info", lambda ordinal: H200),
+        (call, "device_info", lambda ordinal: H200),
         (runner, "device_info", lambda ordinal: H200),
         (runner, "driver_version", lambda: DRIVER_VERSION),
-        (api, "installed_variants", lambda: tuple(variants)),
-        (api, "search_path", lambda: [SearchEntry(directory, "test", True)]),
+        (call, "installed_variants", lambda: tuple(variants)),
+        (call, "search_path", lambda: [SearchEntry(directory, "test", True)]),
         (validation, "_check_devices", lambda args: None),
-        (api, "resolve_stream", lambda stream, device: STREAM),
-        (api, "on_stream", lambda stream, device: contextlib.nullcontext()),
+        (op, "resolve_stream", lambda stream, device: STREAM),
+        (op, "on_stream", lambda stream, device: contextlib.nullcontext()),
+        (call, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (workspaces, "is_capturing", lambda stream: fake.capturing),
-        (api, "is_capturing", lambda stream: fake.capturing),
+        (call, "is_capturing", lambda stream: fake.capturing),
         (runner, "encode_tensor_map", fake_tensor_map),
         (workspaces.StreamWorkspaces, "__init__", _pool_init),
         (workspaces, "_pools", {}),  # this test's pools, allocated by this stand-in

@@ -1,21 +1,21 @@
 """The wrapper's outputs: contiguous tensors where the layout allows, the scale factors'
-permuted layout otherwise (dglu.api._allocate_outputs)."""
+permuted layout otherwise (dglu.call.allocate_outputs)."""
 
 from __future__ import annotations
 
 import torch
 
-from dglu import api
+from dglu import call
 
 M, N2, L = 512, 192, 3
 
 
-def rule(role: str, shape: tuple, strides: tuple, dtype) -> api.OutputRule:
-    return api.OutputRule(role, shape, strides, dtype, accumulate=False)
+def rule(role: str, shape: tuple, strides: tuple, dtype) -> call.OutputRule:
+    return call.OutputRule(role, shape, strides, dtype, accumulate=False)
 
 
 def test_d_row_is_plain_contiguous_even_with_the_seed_stride_of_its_unit_dimension() -> None:
-    made = api._allocate_outputs((rule("d_row", (M, N2, 1), (N2, 1, M * N2), torch.bfloat16),), None)
+    made = call.allocate_outputs((rule("d_row", (M, N2, 1), (N2, 1, M * N2), torch.bfloat16),), None)
     d_row = made["d_row"]
     assert d_row.shape == (M, N2, 1) and d_row.is_contiguous() and d_row.stride() == (N2, 1, 1)
     assert d_row.view(torch.uint8).shape == (M, N2, 2)  # what callers do with a plain tensor
@@ -24,7 +24,7 @@ def test_d_row_is_plain_contiguous_even_with_the_seed_stride_of_its_unit_dimensi
 def test_scale_factors_get_the_permuted_strides() -> None:
     rr, rk = 4, 2  # ceil(M / 128), ceil(Kc / 128)
     shape, strides = (32, 4, rr, 4, rk, 1), (16, 4, rk * 512, 1, 512, rr * rk * 512)
-    made = api._allocate_outputs((rule("sfd_row", shape, strides, torch.float8_e8m0fnu),), None)
+    made = call.allocate_outputs((rule("sfd_row", shape, strides, torch.float8_e8m0fnu),), None)
     sf = made["sfd_row"]
     assert sf.shape == shape and sf.stride() == strides and sf.dtype == torch.float8_e8m0fnu
     assert sf.untyped_storage().nbytes() == rr * rk * 512

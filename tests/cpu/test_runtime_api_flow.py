@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
-from dglu import api, driver  # noqa: E402
+from dglu import api, call, driver, op  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
@@ -37,9 +37,9 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     write_artifacts(tmp_path, KEYS)
     stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     records: list[tuple] = []
-    monkeypatch.setattr(api, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
+    monkeypatch.setattr(op, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
-        api,
+        op,
         "run_variant",
         lambda loaded, problem, stream, clear=(): records.append((loaded.variant.name, problem)),
     )
@@ -147,10 +147,10 @@ def test_offsets_are_read_back_only_when_asked(runs, monkeypatch) -> None:
     """Malformed offsets pass by default (the kernels clamp them); DGLU_CHECK_OFFSETS=1
     reads them back and refuses them before anything runs."""
     bad = torch.tensor([512, 256, 768, 1024], dtype=torch.int32)
-    monkeypatch.delenv(api.CHECK_OFFSETS_ENV, raising=False)
+    monkeypatch.delenv(call.CHECK_OFFSETS_ENV, raising=False)
     api.grouped_gemm_dglu(**dense_call(padded_offsets=bad))
     assert len(runs) == 1
-    monkeypatch.setenv(api.CHECK_OFFSETS_ENV, "1")
+    monkeypatch.setenv(call.CHECK_OFFSETS_ENV, "1")
     with pytest.raises(ValueError, match=r"padded_offsets: entry 1 = 256 is smaller than entry 0 = 512"):
         api.grouped_gemm_dglu(**dense_call(padded_offsets=bad))
     assert len(runs) == 1
@@ -160,8 +160,8 @@ def test_a_repeated_call_reuses_its_checks_and_new_tensors_are_checked(runs, mon
     arguments = dense_call()
     api.grouped_gemm_dglu(**arguments)
     checked = []
-    original = api.describe_tensors
-    monkeypatch.setattr(api, "describe_tensors", lambda *a: checked.append(1) or original(*a))
+    original = op.describe_tensors
+    monkeypatch.setattr(op, "describe_tensors", lambda *a: checked.append(1) or original(*a))
     api.grouped_gemm_dglu(**arguments)
     assert checked == [] and len(runs) == 2
     with pytest.raises(ValueError, match=r"prob_tensor: shape \(512, 1, 1\)"):
@@ -184,7 +184,7 @@ def test_an_uncovered_architecture_names_device_capability_and_cover(
     runs, monkeypatch, capability, needed
 ) -> None:
     device = driver.DeviceInfo(0, "NVIDIA Test GPU", capability, 100, 232_448)
-    monkeypatch.setattr(api, "device_info", lambda index: device)
+    monkeypatch.setattr(call, "device_info", lambda index: device)
     with pytest.raises(VariantNotFoundError) as raised:
         api.GroupedGemmDgluSm100(**samples()).check_support()
     message = str(raised.value)
@@ -234,11 +234,11 @@ def test_the_wrapper_runs_one_cached_class_api_op_per_configuration(runs, monkey
     """The wrapper's single call path: GroupedGemmDglu._run of an op selected once per
     configuration, element types and device, then reused."""
     ops, selections = [], []
-    original_run, original_select = api.GroupedGemmDglu._run, api._select
+    original_run, original_select = api.GroupedGemmDglu._run, op.select
     monkeypatch.setattr(
         api.GroupedGemmDglu, "_run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
     )
-    monkeypatch.setattr(api, "_select", lambda *a: selections.append(1) or original_select(*a))
+    monkeypatch.setattr(op, "select", lambda *a: selections.append(1) or original_select(*a))
     api.grouped_gemm_dglu(**dense_call())
     api.grouped_gemm_dglu(**dense_call())
     api.grouped_gemm_dglu(**dense_call(use_dynamic_sched=True))

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 import stand_ins  # noqa: E402
 from conftest_runtime import GEGLU_DEFAULTS, variant_key, variant_name, write_artifacts
-from dglu import api
+from dglu import call
 from dglu.errors import VariantNotFoundError
 from dglu.manifest import read_manifest
 from dglu.options import check_options
@@ -71,12 +71,12 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
 def select(c_dtype="bf16", d_dtype="bf16", dbias=True, weights="dense", **arguments):
     options = check_options(**{**DEFAULTS, **arguments})
     discrete = DiscreteWeights(n=96, n_from="n") if weights == "discrete" else None
-    config = api.OpConfig(weights, discrete, options, d_dtype, dbias)
+    config = call.OpConfig(weights, discrete, options, d_dtype, dbias)
     tensors = {
         "a": ("a_tensor", torch.zeros(1, 8, dtype=torch.bfloat16)),
         "c": ("c_tensor", torch.zeros(1, 8, dtype=TORCH_DTYPES[c_dtype])),
     }
-    return api._select(config, tensors, api.WRAPPER_SOURCES)
+    return call.select(config, tensors, call.WRAPPER_SOURCES)
 
 
 @pytest.mark.parametrize(

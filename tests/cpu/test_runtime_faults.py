@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, streams  # noqa: E402
+from dglu import api, op, streams  # noqa: E402
 from dglu.errors import (  # noqa: E402
     DeviceMemoryError,
     KernelLaunchError,
@@ -219,7 +219,7 @@ OTHER_STREAM, GOOD_STREAM = 0x5000, 0x6000
 def test_a_stream_of_another_device_or_context_is_refused_before_anything(
     fake, monkeypatch: pytest.MonkeyPatch, context: int, device: int, match: str
 ) -> None:
-    monkeypatch.setattr(api, "resolve_stream", lambda stream, _: streams.resolve_stream(stream, 0))
+    monkeypatch.setattr(op, "resolve_stream", lambda stream, _: streams.resolve_stream(stream, 0))
     fake.stream_contexts[OTHER_STREAM] = context
     fake.context_devices[context] = device
     t = inputs()

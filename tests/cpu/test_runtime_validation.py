@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
-from dglu import GroupedGemmDgluSm90, api, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
-from dglu.api import ARGUMENT_NAMES as NAMES  # noqa: E402
+from dglu import GroupedGemmDgluSm90, call, grouped_gemm_dglu_wrapper_sm90, validation  # noqa: E402
+from dglu.call import ARGUMENT_NAMES as NAMES  # noqa: E402
 from dglu.dtypes import torch_dtype  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
@@ -71,7 +71,7 @@ def seed_tensors(m=M, n=N, k=K, l=L, b_major="k") -> dict[str, object]:
 
 def installed(**key):
     """The installed variant of variant_key(**key)."""
-    return next(v for v in api.installed_variants() if v.name == variant_name(variant_key(**key)))
+    return next(v for v in call.installed_variants() if v.name == variant_name(variant_key(**key)))
 
 
 def describe(tensors: dict[str, object], given=None, **key):

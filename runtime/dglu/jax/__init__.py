@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..api import ARGUMENT_NAMES, BLOCK_SCALED
+from ..call import ARGUMENT_NAMES, BLOCK_SCALED
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
 from ..errors import VariantNotFoundError

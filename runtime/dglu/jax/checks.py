@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..api import WRAPPER_SOURCES
+from ..call import WRAPPER_SOURCES
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
 from ..manifest import installed_variants, search_path

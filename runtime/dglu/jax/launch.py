@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import api
+from .. import call
 from ..cache import BoundedCache
 from ..external import enqueue, given_workspaces, plan_call
 from ..runner import CallPlan, load_variant
@@ -57,11 +57,11 @@ def plan_of(
     buffers[config.weights_role] = buffers.pop("weights")
     buffers.update((role, results[role]) for role in decoded.results)  # dprob: its alias
     arrays = {
-        role: (api.ARGUMENT_NAMES[role], array_spec(role, b.dims, b.dtype, b.data, place))
+        role: (call.ARGUMENT_NAMES[role], array_spec(role, b.dims, b.dtype, b.data, place))
         for role, b in buffers.items()
     }
     variant, problem = describe_call(
-        config, arrays, api.device_arch(device), HANDLER_ARCH_SOURCE, later=()
+        config, arrays, call.device_arch(device), HANDLER_ARCH_SOURCE, later=()
     )
     loaded = load_variant(variant, device)
     workspaces = given_workspaces(

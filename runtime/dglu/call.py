@@ -1,0 +1,290 @@
+"""What the wrapper and the class API share: argument names, an op's checked configuration,
+the variant selection, the padded_offsets check, the outputs the wrapper allocates and a
+call's prepared problem (dglu.api has the wrapper, dglu.op the class API)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .arrays import as_torch
+from .cache import BoundedCache
+from .driver import device_info
+from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
+from .errors import DeviceMemoryError, VariantNotFoundError
+from .contract.schema import Variant
+from .manifest import installed_variants, search_path
+from .options import OpOptions, check_m_aligned
+from .problem import Problem
+from .selection import VariantRequest, arch_for_capability, select_variant
+from .streams import on_stream
+from .validation import check_offset_values, element_types, view_of
+from .workspaces import is_capturing
+from .weights import DiscreteWeights
+
+BLOCK_SCALED = (
+    "block-scaled (MXFP8) argument, for FP8 operands (torch.float8_e4m3fn/e5m2); these "
+    "operands select the BF16 backend"
+)
+# Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
+ARGUMENT_NAMES = {
+    "a": "a_tensor",
+    "b": "b_tensor",
+    "c": "c_tensor",
+    "d_row": "d_row_tensor",
+    "padded_offsets": "padded_offsets",
+    "alpha": "alpha_tensor",
+    "beta": "beta_tensor",
+    "prob": "prob_tensor",
+    "dprob": "dprob_tensor",
+    "dbias": "dbias_tensor",
+    "b_ptrs": "b_ptrs",
+    "act_out": "act_out_tensor",
+    "sfa": "sfa_tensor",
+    "sfb": "sfb_tensor",
+    "sfb_ptrs": "sfb_ptrs",
+    "d_col": "d_col_tensor",
+    "sfd_row": "sfd_row_tensor",
+    "sfd_col": "sfd_col_tensor",
+    "norm_const": "norm_const_tensor",
+}
+CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
+CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
+# Output addresses kept per wrapper call: torch's allocator hands a repeated call's outputs
+# the few addresses the previous results freed.
+OUTPUT_CACHE_CAPACITY = 16
+# The weight arguments of each discrete mode, in the seed's order.
+WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
+CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
+
+
+# Variant key field -> the arguments that choose it (for the no-variant error).
+_FIELD_SOURCES = {
+    "arch": "the tensors' device",
+    "act_func": "act_func",
+    "b_major": "b_major",
+    "tile_m": "mma_tiler_mn",
+    "tile_n": "mma_tiler_mn",
+    "cluster_m": "cluster_shape_mn",
+    "cluster_n": "cluster_shape_mn",
+    "scheduler": "use_dynamic_sched",
+    "deterministic": "deterministic",
+    "act_out": "act_out",
+}
+WRAPPER_SOURCES = {
+    **_FIELD_SOURCES,
+    "ab_dtype": "a_tensor",
+    "c_dtype": "c_tensor",
+    "d_dtype": "d_dtype",
+    "dbias": "generate_dbias",
+    "weight_mode": "b_tensor or b_ptrs",
+}
+CLASS_SOURCES = {
+    **_FIELD_SOURCES,
+    "ab_dtype": "sample_a",
+    "c_dtype": "sample_c",
+    "d_dtype": "sample_d_row",
+    "dbias": "sample_dbias",
+    "weight_mode": "sample_b or num_experts",
+}
+
+
+def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
+    """Role -> (argument name, tensor); the class constructor's names are sample_<role>.
+    Foreign CUDA arrays (DLPack, __cuda_array_interface__) become torch tensors over the
+    same memory (dglu.arrays)."""
+    return {
+        role: (f"sample_{role}" if samples else ARGUMENT_NAMES[role], as_torch(tensor))
+        for role, tensor in tensors.items()
+    }
+
+
+@dataclass(frozen=True)
+class OpConfig:
+    """An op's checked non-tensor arguments: weight mode, options, D_row's dtype (None: the
+    class API's sample_d_row gives it), dbias."""
+
+    mode: str
+    discrete: DiscreteWeights | None
+    options: OpOptions
+    d_dtype: str | None
+    dbias: bool
+
+    def __hash__(self) -> int:  # hashed on every wrapper call: computed once
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.mode, self.discrete, self.options, self.d_dtype, self.dbias))
+
+    def given_scalars(self) -> dict[str, tuple[int, str]]:
+        """Scalars the weight arguments fix (discrete weights' n, k, l)."""
+        return self.discrete.given_scalars() if self.discrete else {}
+
+
+def select(
+    config: OpConfig, tensors: dict[str, tuple[str, Any]], sources: dict[str, str]
+) -> Variant:
+    """The variant for the tensors' element types (checked first), the configuration and
+    A's device; m_aligned checked against it."""
+    types = element_types(tensors)
+    options = config.options
+    # the op's contract: C is BF16, FP16 or FP32, or FP8 on the block-scaled backend
+    c_types = FLOAT_TYPES + FP8_TYPES if options.block_scaled else FLOAT_TYPES
+    if types["c"] not in c_types:
+        raise ValueError(
+            f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
+            f"of {', '.join(str(torch_dtype(t)) for t in c_types)}"
+        )
+    device = tensors["a"][1].device.index
+    if config.discrete:
+        config.discrete.check_dtype_of(tensors["a"][0], types["a"])
+    tile = options.tile or (None, None)
+    request = VariantRequest(
+        arch=device_arch(device),
+        ab_dtype=types["a"],
+        c_dtype=types["c"],
+        d_dtype=config.d_dtype or types["d_row"],
+        act_func=options.act_func,
+        act_params=options.act_params,
+        dbias=config.dbias,
+        weight_mode=config.mode,
+        b_major=options.b_major,
+        tile_m=tile[0],
+        tile_n=tile[1],
+        cluster_m=options.cluster[0],
+        cluster_n=options.cluster[1],
+        scheduler=options.scheduler,
+        deterministic=options.deterministic,
+        act_out=options.act_out,
+    )
+    searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
+    constants = ", ".join(name for name, _ in options.act_params) or "act_func"
+    variant = select_variant(
+        installed_variants(), request, searched, {**sources, "act_params": constants}
+    )
+    check_m_aligned(options, variant)
+    return variant
+
+
+def device_arch(device: int) -> str:
+    """The exact cubin architecture of ``device``, if installed cubins cover it; else raise
+    naming the device, its compute capability and the architectures installed."""
+    info = device_info(device)
+    covered = sorted({variant.key.arch for variant in installed_variants()})
+    arch = arch_for_capability(info.capability)
+    if arch not in covered:
+        major, minor = info.capability
+        needed = f"{arch} cubins" if arch else "cubins dglu can build"
+        raise VariantNotFoundError(
+            f"cuda:{info.ordinal} ({info.name}, compute capability {major}.{minor}) needs "
+            f"{needed}; none are installed: they cover {', '.join(covered) or 'no architecture'} "
+            f"(searched {', '.join(str(entry.directory) for entry in search_path())})"
+        )
+    return arch
+
+
+def offsets_check_enabled() -> bool:
+    """True when DGLU_CHECK_OFFSETS asks every call to check padded_offsets on the host."""
+    return os.environ.get(CHECK_OFFSETS_ENV, "") not in ("", "0")
+
+
+def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned: int) -> None:
+    """Check padded_offsets' values on the host, unless ``stream`` is capturing a graph."""
+    if is_capturing(stream):
+        return
+    with on_stream(stream, problem.tensors["a"].device):
+        values = as_torch(padded_offsets).tolist()
+    check_offset_values("padded_offsets", values, problem.scalars["m"], m_aligned)
+
+
+
+class OutputRule(NamedTuple):
+    """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
+    scale factors' permuted layout), torch dtype, and whether the kernels accumulate into it
+    (then it is zeroed on the call's stream)."""
+
+    role: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: Any
+    accumulate: bool
+
+
+def _contiguous(rule: OutputRule) -> bool:
+    """True when a contiguous tensor has the rule's strides (along dimensions of size > 1):
+    then torch.empty allocates it, as callers expect (e.g. ``.view(torch.uint8)`` works);
+    the scale factors' permuted layout needs torch.empty_strided."""
+    expected = 1
+    for size, stride in reversed(list(zip(rule.shape, rule.strides))):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[str, Any]:
+    """The wrapper's new outputs on cuda:``device`` (the CPU when None); DeviceMemoryError,
+    before anything is enqueued, when the device has no room for one."""
+    import torch
+
+    torch_device = torch.device("cuda", device) if device is not None else None
+    made = {}
+    for rule in rules:
+        try:
+            made[rule.role] = (
+                torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
+                if _contiguous(rule)
+                else torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
+            )
+        except torch.OutOfMemoryError as exc:
+            size = math.prod(rule.shape) * rule.dtype.itemsize
+            raise DeviceMemoryError(
+                f"{rule.role}_tensor: no room for the output {tuple(rule.shape)} {rule.dtype} "
+                f"({size} bytes) on cuda:{device} ({exc}); nothing was enqueued and no "
+                "argument was written. Free device memory (drop unused tensors, "
+                "torch.cuda.empty_cache()) or split the call into fewer rows"
+            ) from exc
+    return made
+
+
+class PreparedCall:
+    """What a call's tensors resolve to, cached by their keys: the problem and, for the
+    wrapper, the outputs to allocate and the problem with each set of output addresses."""
+
+    def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
+        self.problem = problem
+        self.outputs = tuple(
+            OutputRule(
+                role,
+                tuple(e.value(problem.scalars) for e in variant.arguments[role].shape),
+                tuple(e.value(problem.scalars) for e in variant.arguments[role].strides),
+                torch_dtype(variant.arguments[role].dtypes[0]),
+                variant.arguments[role].io == "accumulate",
+            )
+            for role in outputs
+        )
+        self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
+        self._variant = variant
+        self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
+
+    def with_outputs(self, made: dict[str, Any]) -> Problem:
+        """The problem with the freshly allocated outputs' views added."""
+        key = tuple(tensor.data_ptr() for tensor in made.values())
+        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made))
+
+    def _add_outputs(self, made: dict[str, Any]) -> Problem:
+        problem = self.problem
+        views = dict(problem.tensors)
+        for role, tensor in made.items():
+            views[role] = view_of(tensor, self._variant.arguments[role], problem.scalars)
+        return Problem(problem.scalars, problem.origins, views)
+
+
+
+COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
+# allocated by the wrapper when the variant takes them
+WRAPPER_OUTPUTS = ("d_row", "d_col", "sfd_row", "sfd_col", "dbias", "act_out")
