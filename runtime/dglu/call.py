@@ -142,16 +142,40 @@ def select(
     device = tensors["a"][1].device.index
     if config.discrete:
         config.discrete.check_dtype_of(tensors["a"][0], types["a"])
+    variant = select_installed(
+        options,
+        device_arch(device),
+        (types["a"], types["c"], config.d_dtype or types["d_row"]),
+        config.dbias,
+        config.mode,
+        sources,
+    )
+    check_m_aligned(options, variant)
+    return variant
+
+
+def select_installed(
+    options: OpOptions,
+    arch: str | None,
+    dtypes: tuple[str, str, str],
+    dbias: bool,
+    weight_mode: str,
+    sources: dict[str, str],
+) -> Variant:
+    """The installed variant of these options, architecture, (A/B, C, D) dtypes, dbias and
+    weight mode (dglu.selection); else VariantNotFoundError naming each field's ``sources``
+    (the arguments that chose it) and the command that builds the variant. The torch and
+    JAX entry points both select through it."""
     tile = options.tile or (None, None)
     request = VariantRequest(
-        arch=device_arch(device),
-        ab_dtype=types["a"],
-        c_dtype=types["c"],
-        d_dtype=config.d_dtype or types["d_row"],
+        arch=arch,
+        ab_dtype=dtypes[0],
+        c_dtype=dtypes[1],
+        d_dtype=dtypes[2],
         act_func=options.act_func,
         act_params=options.act_params,
-        dbias=config.dbias,
-        weight_mode=config.mode,
+        dbias=dbias,
+        weight_mode=weight_mode,
         b_major=options.b_major,
         tile_m=tile[0],
         tile_n=tile[1],
@@ -163,11 +187,7 @@ def select(
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
-    variant = select_variant(
-        installed_variants(), request, searched, {**sources, "act_params": constants}
-    )
-    check_m_aligned(options, variant)
-    return variant
+    return select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
 
 
 def device_arch(device: int) -> str:

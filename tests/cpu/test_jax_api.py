@@ -17,7 +17,8 @@ import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts, write_manifest  # noqa: E402
 
 import dglu.jax as dglu_jax  # noqa: E402
-from dglu.jax import checks, ffi, launch  # noqa: E402
+from dglu import call  # noqa: E402
+from dglu.jax import ffi, launch  # noqa: E402
 from dglu.contract.keys import variant_name  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.manifest import SearchEntry, read_manifest  # noqa: E402
@@ -52,8 +53,8 @@ def driver(tmp_path, monkeypatch):
     _write_installed(tmp_path)
     variants = read_manifest(tmp_path).variants
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
-    monkeypatch.setattr(checks, "installed_variants", lambda: tuple(variants))
-    monkeypatch.setattr(checks, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
+    monkeypatch.setattr(call, "installed_variants", lambda: tuple(variants))
+    monkeypatch.setattr(call, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
     launch.clear_plans()
     return fake
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..call import WRAPPER_SOURCES
+from ..call import WRAPPER_SOURCES, select_installed
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
-from ..manifest import installed_variants, search_path
 from ..options import check_m_aligned, check_options, output_dtype_name
 from ..problem import Problem
-from ..selection import VariantRequest, select_variant
 from ..validation import describe_tensors, element_type_name
 from ..weights import DISCRETE, check_b_major, weight_mode, wrapper_discrete
 from .arrays import ArraySpec, torch_spelling
@@ -85,26 +83,11 @@ def describe_call(
 
 
 def _select(config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str) -> Variant:
-    options = config.options
-    tile = options.tile or (None, None)
-    request = VariantRequest(
-        arch=arch,
-        ab_dtype=types["a"],
-        c_dtype=types["c"],
-        d_dtype=config.d_dtype,
-        act_func=options.act_func,
-        act_params=options.act_params,
-        dbias=config.dbias,
-        weight_mode=config.weight_mode,
-        b_major=options.b_major,
-        tile_m=tile[0],
-        tile_n=tile[1],
-        cluster_m=options.cluster[0],
-        cluster_n=options.cluster[1],
-        scheduler=options.scheduler,
-        deterministic=options.deterministic,
+    return select_installed(
+        config.options,
+        arch,
+        (types["a"], types["c"], config.d_dtype),
+        config.dbias,
+        config.weight_mode,
+        {**WRAPPER_SOURCES, "arch": arch_source},
     )
-    searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
-    constants = ", ".join(name for name, _ in options.act_params) or "act_func"
-    sources = {**WRAPPER_SOURCES, "arch": arch_source, "act_params": constants}
-    return select_variant(installed_variants(), request, searched, sources)
