@@ -103,6 +103,24 @@ class SlotRing:
         return EPILOGUE_SLOTS * max(self.c.bytes, self.d.bytes)
 
 
+def operand_fields(key: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration fields a variant key gives both Hopper families alike: dtypes, the
+    activation and its constants, dbias, weights, scheduler and tile."""
+    return {
+        "ab_dtype": key["ab_dtype"],
+        "c_dtype": key["c_dtype"],
+        "d_dtype": key["d_dtype"],
+        "act_func": key["act_func"],
+        "act_params": dict(key.get("act_params") or {}),
+        "dbias": key["dbias"],
+        "discrete_weights": key["weight_mode"] == "discrete",
+        "b_n_major": key["b_major"] == "n",
+        "dynamic_schedule": key["scheduler"] == "dynamic",
+        "tile_m": key["tile_m"],
+        "tile_n": key["tile_n"],
+    }
+
+
 @dataclass(frozen=True)
 class Config:
     """One variant of the family, as the kernels see it; ``from_key`` checks it builds."""
@@ -127,17 +145,7 @@ class Config:
     def from_key(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
         config = cls(
-            ab_dtype=key["ab_dtype"],
-            c_dtype=key["c_dtype"],
-            d_dtype=key["d_dtype"],
-            act_func=key["act_func"],
-            act_params=dict(key.get("act_params") or {}),
-            dbias=key["dbias"],
-            discrete_weights=key["weight_mode"] == "discrete",
-            b_n_major=key["b_major"] == "n",
-            dynamic_schedule=key["scheduler"] == "dynamic",
-            tile_m=key["tile_m"],
-            tile_n=key["tile_n"],
+            **operand_fields(key),
             cluster_m=key["cluster_m"],
             deterministic=key.get("deterministic", False),
             act_out=key.get("act_out", False),

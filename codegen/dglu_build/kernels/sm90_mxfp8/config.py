@@ -15,7 +15,7 @@ from typing import Any
 
 from dglu.contract.keys import FP8_DTYPES
 
-from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config
+from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config, operand_fields
 
 CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
@@ -41,19 +41,7 @@ class Config:
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
-        config = cls(
-            ab_dtype=key["ab_dtype"],
-            c_dtype=key["c_dtype"],
-            d_dtype=key["d_dtype"],
-            act_func=key["act_func"],
-            act_params=dict(key.get("act_params") or {}),
-            dbias=key["dbias"],
-            discrete_weights=key["weight_mode"] == "discrete",
-            b_n_major=key["b_major"] == "n",
-            dynamic_schedule=key["scheduler"] == "dynamic",
-            tile_m=key["tile_m"],
-            tile_n=key["tile_n"],
-        )
+        config = cls(**operand_fields(key))
         config.main.check()
         return config
 
