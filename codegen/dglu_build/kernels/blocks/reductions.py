@@ -18,23 +18,32 @@ def add_row_sums(
     row_sums: cute.Tensor, out: cute.Tensor, row0: cutlass.Int32, lane: cutlass.Int32,
     atomically: cutlass.Constexpr[bool] = True,
 ):
-    """Add a warp's 32 row sums, spread over its lanes, into out[row0 + lane] by fp32
-    atomics; with ``atomically`` False, store them there (for an element no one else writes).
+    """Add a warp's row sums (a power of two of them, at most 32), spread over its lanes,
+    into out[row0 + i] by fp32 atomics; with ``atomically`` False, store them there (for
+    an element no one else writes).
 
-    A butterfly reduce-scatter: at each step a lane keeps the half of its
-    rows selected by one bit of its lane index and adds in its partner's
-    partial sums of that half, so lane j ends with the full sum of row j.
+    Lanes that differ in the bits at or above the row count hold partial sums of the same
+    rows: a butterfly all-reduce adds those first. Then a butterfly reduce-scatter: at each
+    step a lane keeps the half of its rows selected by one bit of its lane index and adds
+    in its partner's partial sums of that half, so lane j ends with the full sum of row
+    j % rows; the first ``rows`` lanes write them.
     """
+    rows = cute.size(row_sums)
     for width in BUTTERFLY_WIDTHS:
-        upper = (lane & width) != 0
-        for i in cutlass.range_constexpr(width):
-            send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
-            keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
-            row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
-    if cutlass.const_expr(atomically):
-        atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
-    else:
-        out[row0 + lane] = row_sums[0]
+        if cutlass.const_expr(width >= rows):
+            for i in cutlass.range_constexpr(rows):
+                row_sums[i] = row_sums[i] + cute.arch.shuffle_sync_bfly(row_sums[i], width)
+        else:
+            upper = (lane & width) != 0
+            for i in cutlass.range_constexpr(width):
+                send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
+                keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
+                row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
+    if lane < rows:
+        if cutlass.const_expr(atomically):
+            atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
+        else:
+            out[row0 + lane] = row_sums[0]
 
 
 def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:

@@ -16,17 +16,31 @@ from typing import Any
 THREADS_PER_WARPGROUP = 128
 NUM_MMA_WARPGROUPS = 2
 NUM_MMA_THREADS = NUM_MMA_WARPGROUPS * THREADS_PER_WARPGROUP
-EPILOGUE_WARPGROUP = 1 + NUM_MMA_WARPGROUPS
-EPILOGUE_THREADS = THREADS_PER_WARPGROUP
-THREADS_PER_CTA = (2 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+EPILOGUE_WARPGROUP = 1 + NUM_MMA_WARPGROUPS  # the first of the epilogue's warpgroups
+# two epilogue warpgroups: one warp per scheduler leaves the epilogue latency-bound
+# (shared-memory loads, MUFU), at a quarter of its issue rate (ncu, H200)
+NUM_EPILOGUE_WARPGROUPS = 2
+EPILOGUE_THREADS = NUM_EPILOGUE_WARPGROUPS * THREADS_PER_WARPGROUP
+THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS + NUM_EPILOGUE_WARPGROUPS) * THREADS_PER_WARPGROUP
 PRODUCER_WARP = 0
 MOVER_WARP = 1
 WARP_SIZE = 32
-# registers per thread after setmaxnreg: the load warpgroup gives most of its
-# share to the MMA and epilogue warpgroups (512 threads launch with 128 each)
-LOAD_REGISTERS = 40
-MMA_REGISTERS = 160
-EPILOGUE_REGISTERS = 152
+# registers per thread after setmaxnreg. setmaxnreg only moves registers within the
+# CTA's own pool, which holds what its 640 threads launched with (96 each: the
+# register file's share, in steps of 8), so the roles' counts must fit in that pool:
+# the load warpgroup gives most of its share to the MMA warpgroups (64 fp32
+# accumulators per thread, ~140 registers in all); the epilogue's 16 rows per warp fit
+# in 80. No variant spills.
+REGISTER_FILE = 65536  # 32-bit registers per SM, all of them this CTA's
+LAUNCH_REGISTERS = REGISTER_FILE // THREADS_PER_CTA // 8 * 8
+LOAD_REGISTERS = 24
+MMA_REGISTERS = 144
+EPILOGUE_REGISTERS = 80
+if (
+    LOAD_REGISTERS * THREADS_PER_WARPGROUP + MMA_REGISTERS * NUM_MMA_THREADS + EPILOGUE_REGISTERS * EPILOGUE_THREADS
+    > LAUNCH_REGISTERS * THREADS_PER_CTA
+):
+    raise AssertionError("the warp roles' setmaxnreg counts exceed the registers the CTA launches with")
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
 TILE_N_MULTIPLE = 64
 TILE_K = 64

@@ -1,6 +1,6 @@
 """Fused grouped GEMM + dGLU backward for Hopper (sm_90a), BF16 operands, in CuTe DSL.
 
-One persistent, warp-specialized kernel per variant (512 threads, four
+One persistent, warp-specialized kernel per variant (640 threads, five
 warpgroups), in which the dGLU epilogue of one tile runs while the tensor
 cores compute the next:
 
@@ -9,7 +9,7 @@ cores compute the next:
 - warpgroups 1 and 2 (cooperative, 64 rows each) issue WGMMA into fp32
   accumulators and, once a tile's mainloop is done, hand the accumulators
   over through a staging buffer in shared memory and go on to the next tile;
-- warpgroup 3 (the epilogue) runs the dGLU epilogue from the staging buffer,
+- warpgroups 3 and 4 (the epilogue) run the dGLU epilogue from the staging buffer,
   32 gate/input column pairs (a "group": 64 columns of C and D) at a time:
   R = alpha_g^2 * acc, the pair of C from shared memory, the pair of D
   written in place, row sums into dprob and column sums into an fp32 dbias
@@ -92,6 +92,7 @@ from .config import (
     EPILOGUE_WARPGROUP,
     FINISH_THREADS,
     GROUP_COLUMNS,
+    LAUNCH_REGISTERS,
     LOAD_REGISTERS,
     MMA_REGISTERS,
     MOVER_WARP,
@@ -108,6 +109,15 @@ from .config import (
     BlockShape,
     Config,
 )
+
+
+def set_registers(count: int) -> None:
+    """setmaxnreg this warpgroup's registers per thread to ``count``: up or down from the
+    launch count (an increase instruction may not lower it, nor a decrease raise it)."""
+    if count > LAUNCH_REGISTERS:
+        cute.arch.setmaxregister_increase(count)
+    elif count < LAUNCH_REGISTERS:
+        cute.arch.setmaxregister_decrease(count)
 
 
 class Sm90Bf16Kernel:
@@ -135,7 +145,7 @@ class Sm90Bf16Kernel:
         self.c_dtype = DTYPES[config.c_dtype]
         self.d_dtype = DTYPES[config.d_dtype]
         self.tile_shape_mnk = (self.tile_m, self.tile_n, TILE_K)
-        # each epilogue warp owns 32 rows of the tile (tile_m 128), one group pair per lane
+        # each epilogue warp owns tile_m / 8 rows of the tile, one group pair per lane
         self.rows_per_epilogue_warp = self.tile_m // (EPILOGUE_THREADS // WARP_SIZE)
         self.slots = config.slots
         self.d_in_place = config.c_dtype == config.d_dtype
@@ -376,7 +386,7 @@ class Sm90Bf16Kernel:
         tiles = (num_m_tiles, num_n_tiles, num_tiles)
 
         if warpgroup_idx == 0:
-            cute.arch.setmaxregister_decrease(LOAD_REGISTERS)
+            set_registers(LOAD_REGISTERS)
             if warp_idx == PRODUCER_WARP:
                 self.produce(
                     mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
@@ -384,8 +394,8 @@ class Sm90Bf16Kernel:
                 )
             if warp_idx == MOVER_WARP:
                 self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue)
-        elif warpgroup_idx == EPILOGUE_WARPGROUP:
-            cute.arch.setmaxregister_increase(EPILOGUE_REGISTERS)
+        elif warpgroup_idx >= EPILOGUE_WARPGROUP:
+            set_registers(EPILOGUE_REGISTERS)
             ring_bytes = self.slots.bytes
             ring_c = cute.make_tensor(storage.sC.data_ptr(), cute.make_layout(ring_bytes * 8 // self.c_dtype.width))
             ring_d = cute.make_tensor(
@@ -398,7 +408,7 @@ class Sm90Bf16Kernel:
                 act_out_ptr,
             )
         else:
-            cute.arch.setmaxregister_increase(MMA_REGISTERS)
+            set_registers(MMA_REGISTERS)
             self.consume(mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue)
 
     @cute.jit
@@ -592,7 +602,7 @@ class Sm90Bf16Kernel:
     ):
         """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
 
-        Warp w owns rows [32w, 32w + 32) of the tile; in a group, lane j handles
+        Epilogue warp w (of 8) owns rows [16w, 16w + 16) of the tile; in a group, lane j handles
         gate/input pair j (C/D columns j and 32 + j of the group) on each of those
         rows. A lane keeps its rows' dprob partial sums over the whole tile and
         its pair's dbias column sums over the group. Groups at or past n are
@@ -637,7 +647,7 @@ class Sm90Bf16Kernel:
             expert = expert_of_row(offsets, l, row0)
             scale = alpha_all[expert] * alpha_all[expert]
             beta = beta_all[expert]
-            my_prob = prob_all[row0 + lane]
+            my_prob = prob_all[row0 + lane % rows]  # lane j holds the prob of row j % rows
             dprob_rows.fill(0.0)
             staging.consumer_wait(staging_state)
             for g in range(self.groups_in_tile(n_tile, n)):
