@@ -67,7 +67,7 @@ def _floor_panel(axis: Any, shapes: list[dict[str, Any]]) -> None:
                 continue
             axis.bar(at, floor["fraction"], width, color=color, label=label if x == 0 else None)
             axis.annotate(
-                f"{floor['fraction']:.2f}\n{floor['floor_ms']:.3g}{floor['bound'][0]}",
+                f"{floor['fraction']:.2f}\n{floor['floor_ms']:.3f}{floor['bound'][0]}",
                 (at, floor["fraction"]),
                 ha="center",
                 va="bottom",

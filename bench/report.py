@@ -30,8 +30,8 @@ RATIO_BOUNDS = {
 # (column header, candidate) for the fraction-of-floor columns, in order.
 FLOOR_COLUMNS = (("fused of floor", "fused"), ("gemm of floor", "grouped_gemm"))
 FLOOR_LEGEND = (
-    "of floor: x of Yc / Yb = floor / median x of a Y ms floor, compute- (c) or bytes-bound "
-    f"(b); {FLOORS_SOURCE}"
+    '"F of Y": F = floor / median reached of a Y ms floor (c compute-bound, b bytes-bound); '
+    f"{FLOORS_SOURCE}"
 )
 # (summary name, ratio) for the ranges in the summary line, in order.
 SUMMARY_RATIOS = (
@@ -65,7 +65,7 @@ def _bounded_ratio_cell(shape: dict[str, Any], ratio: str) -> str:
     bound = lookup(shape, "shape", field) if field else None
     if value is None or bound is None:
         return _ratio_cell(value)
-    return _cell(f"{value:.2f}x ({'<=' if at_most else '>='}{bound:g})")
+    return _cell(f"{value:.2f}x ({'<=' if at_most else '>='}{bound:.2f})")
 
 
 def _floor_cell(shape: dict[str, Any], candidate: str) -> str:
