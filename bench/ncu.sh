@@ -27,7 +27,9 @@
 #
 # Environment: NCU (the ncu binary, default ncu), PYTHON (default python3), NCU_WARMUP
 # (default 2), NCU_COUNT (default 3), NCU_FUSED_KERNEL and NCU_GEMM_KERNEL (the regexes
-# above, to override), NCU_EXTRA (more ncu arguments, e.g. "--set full").
+# above, to override), NCU_METRICS (the comma-separated --metrics list; default: the
+# figures of bench.ncu_summary, metric names of ncu on sm90: drop one this ncu lacks),
+# NCU_EXTRA (more ncu arguments, e.g. "--set full").
 # Exit status: 0 done; 1 ncu or the summary failed; 2 bad arguments or the wheel did not
 # install.
 set -uo pipefail
@@ -78,7 +80,8 @@ if ! install_log=$(install_dglu_wheel "$wheel" "$target" 2>&1); then
 fi
 export PYTHONPATH="$target"
 # bench.ncu_summary's metric list, so that ncu collects each figure the summary reports.
-metrics=$("$python" -c 'from bench.ncu_summary import METRICS; print(",".join(METRICS))') || exit 1
+default_metrics=$("$python" -c 'from bench.ncu_summary import METRICS; print(",".join(METRICS))')
+metrics=${NCU_METRICS:-$default_metrics}
 
 # profile CANDIDATE REGEX: one ncu run of bench.ncu_target, then its raw page as CSV.
 profile() {

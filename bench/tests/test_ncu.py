@@ -156,7 +156,7 @@ def test_ncu_sh_profiles_both_kernels_and_summarizes(tmp_path):
         (tmp_path / "ncu.log").read_text().splitlines()
     )
     for line, candidate in ((profile_fused, "fused"), (profile_gemm, "grouped_gemm")):
-        assert line.startswith("--clock-control none --kernel-name-base demangled --kernel-name regex:")
+        assert line.startswith("--clock-control none --kernel-name-base demangled --kernel-name ")
         assert "--launch-skip 2 --launch-count 3" in line
         assert "--section SpeedOfLight" in line and "--section WarpStateStats" in line
         assert f"--metrics {','.join(ncu_summary.METRICS)} " in line
