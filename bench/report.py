@@ -30,7 +30,8 @@ RATIO_BOUNDS = {
 # (column header, candidate) for the fraction-of-floor columns, in order.
 FLOOR_COLUMNS = (("fused of floor", "fused"), ("gemm of floor", "grouped_gemm"))
 FLOOR_LEGEND = (
-    '"F of Y": F = floor / median reached of a Y ms floor (c compute-bound, b bytes-bound); '
+    '"F of Yc" / "F of Yb": the fraction F = floor / median reached of a Y ms floor, '
+    "compute-bound (c) or bytes-bound (b); "
     f"{FLOORS_SOURCE}"
 )
 # (summary name, ratio) for the ranges in the summary line, in order.
