@@ -25,6 +25,7 @@ from .chart import ratios_png
 from .device import DESCRIPTIONS, error_record, measure_shape
 from .environment import describe
 from .fake import fake_host, fake_shape
+from .floors import SOURCE as FLOORS_SOURCE
 from .jit_compile_time import COMMITTED as COMMITTED_JIT_JSON
 from .jit_compile_time import read_reference
 from .report import summary_line, table
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         "budget_ms": args.budget_ms,
         "seed": args.seed,
         "flops": "2 * M * N * K, M = rows owned by experts",
+        "floors": FLOORS_SOURCE,
         "candidates": DESCRIPTIONS,
     }
 

@@ -1,22 +1,33 @@
-"""A PNG of the two ratios per shape, with the issue's targets drawn in."""
+"""A PNG of the two ratios per shape, with the issue's targets drawn in, and of the fraction
+of its floor (bench.floors) the fused op and the grouped GEMM reach on each shape."""
 
 from __future__ import annotations
 
 import io
 from typing import Any
 
-# (ratio, panel title, whether lower is better)
+# (ratio, panel title, whether lower is better, the shape record's field holding its bound)
 PANELS = (
-    ("fused_over_gemm", "fused / grouped GEMM only (lower is better)", True),
-    ("compiled_over_fused", "(grouped GEMM + compiled epilogue) / fused (higher is better)", False),
+    (
+        "fused_over_gemm",
+        "fused / grouped GEMM only (lower is better)",
+        True,
+        "fused_over_gemm_target",
+    ),
+    (
+        "compiled_over_fused",
+        "(grouped GEMM + compiled epilogue) / fused (higher is better)",
+        False,
+        "speedup_target",
+    ),
 )
+# (candidate, legend label, color) of the floor panel's bars
+FLOOR_BARS = (
+    ("fused", "dglu fused", "tab:blue"),
+    ("grouped_gemm", "grouped GEMM only", "tab:orange"),
+)
+FLOOR_TITLE = "fraction of its floor reached: floor / median (higher is better)"
 MET_COLOR, MISSED_COLOR, NO_TARGET_COLOR, TARGET_COLOR = "tab:green", "tab:red", "tab:gray", "black"
-
-
-def _target_bound(shape: dict[str, Any], ratio: str) -> float | None:
-    if ratio == "fused_over_gemm":
-        return 1.0
-    return shape["shape"]["speedup_target"]
 
 
 def _color(value: float, bound: float | None, lower_is_better: bool) -> str:
@@ -26,10 +37,50 @@ def _color(value: float, bound: float | None, lower_is_better: bool) -> str:
     return MET_COLOR if met else MISSED_COLOR
 
 
+def _ratio_panel(
+    axis: Any, shapes: list[dict[str, Any]], ratio: str, lower_is_better: bool, bound_field: str
+) -> None:
+    """A bar per shape (green where its target is met, red where missed, gray where it has
+    none, "n/a" where not measured), each shape's target a dashed line."""
+    for x, shape in enumerate(shapes):
+        value, bound = shape["ratios"][ratio], shape["shape"].get(bound_field)
+        if value is None:
+            axis.text(x, 0.02, "n/a", ha="center", transform=axis.get_xaxis_transform())
+            continue
+        axis.bar(x, value, color=_color(value, bound, lower_is_better))
+        axis.annotate(f"{value:.2f}x", (x, value), ha="center", va="bottom", fontsize=8)
+        if bound is not None:
+            axis.hlines(bound, x - 0.4, x + 0.4, colors=TARGET_COLOR, linestyles="dashed")
+    axis.set_ylabel("ratio of median times")
+
+
+def _floor_panel(axis: Any, shapes: list[dict[str, Any]]) -> None:
+    """Per shape, a bar per FLOOR_BARS candidate: the fraction of its floor it reached,
+    annotated with the floor (ms, c compute- or b bytes-bound); 1.0 dashed."""
+    width = 0.8 / len(FLOOR_BARS)
+    for slot, (candidate, label, color) in enumerate(FLOOR_BARS):
+        for x, shape in enumerate(shapes):
+            floor = (shape.get("floors") or {}).get(candidate)
+            at = x - 0.4 + width * (slot + 0.5)
+            if floor is None or floor["fraction"] is None:
+                axis.text(at, 0.02, "n/a", ha="center", fontsize=7)
+                continue
+            axis.bar(at, floor["fraction"], width, color=color, label=label if x == 0 else None)
+            axis.annotate(
+                f"{floor['fraction']:.2f}\n{floor['floor_ms']:.3f}{floor['bound'][0]}",
+                (at, floor["fraction"]),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
+    axis.axhline(1.0, color=TARGET_COLOR, linestyle="dashed")
+    axis.set_ylim(0, 1.25)
+    axis.set_ylabel("floor / median (ms floor, c compute / b bytes)")
+    axis.legend(fontsize=7, loc="upper right")
+
+
 def ratios_png(record: dict[str, Any]) -> bytes:
-    """The chart as PNG bytes: one panel per ratio, a bar per shape (green where its
-    target is met, red where missed, gray where it has none, "n/a" where not measured),
-    each target a dashed line."""
+    """The chart as PNG bytes: one panel per ratio of PANELS, then the floor panel."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,26 +88,20 @@ def ratios_png(record: dict[str, Any]) -> bytes:
 
     shapes = record["shapes"]
     names = [s["shape"]["name"] for s in shapes]
-    figure, axes = pyplot.subplots(1, len(PANELS), figsize=(13, 4.8), constrained_layout=True)
-    for axis, (ratio, title, lower_is_better) in zip(axes, PANELS):
-        for x, shape in enumerate(shapes):
-            value, bound = shape["ratios"][ratio], _target_bound(shape, ratio)
-            if value is None:
-                axis.text(x, 0.02, "n/a", ha="center", transform=axis.get_xaxis_transform())
-                continue
-            axis.bar(x, value, color=_color(value, bound, lower_is_better))
-            axis.annotate(f"{value:.2f}x", (x, value), ha="center", va="bottom", fontsize=8)
-            if bound is not None:
-                axis.hlines(bound, x - 0.4, x + 0.4, colors=TARGET_COLOR, linestyles="dashed")
+    figure, axes = pyplot.subplots(1, len(PANELS) + 1, figsize=(19, 4.8), constrained_layout=True)
+    for axis, (ratio, title, lower_is_better, bound_field) in zip(axes, PANELS):
+        _ratio_panel(axis, shapes, ratio, lower_is_better, bound_field)
         axis.set_title(title, fontsize=10)
+    _floor_panel(axes[-1], shapes)
+    axes[-1].set_title(FLOOR_TITLE, fontsize=10)
+    for axis in axes:
         axis.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
-        axis.set_ylabel("ratio of median times")
     environment = record["environment"]
     gpu = (environment.get("gpu") or {}).get("name", "no GPU")
     dry = " (DRY RUN: fake timings)" if record["dry_run"] else ""
     figure.suptitle(
         f"dglu fused dSwiGLU backward vs PyTorch, {gpu}, commit {environment['commit']}{dry}; "
-        "dashed: target",
+        "dashed: target; floors: shared/notes/h200_baselines.md (790 TFLOP/s, 4.3 TB/s)",
         fontsize=10,
     )
     buffer = io.BytesIO()

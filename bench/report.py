@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .floors import SOURCE as FLOORS_SOURCE
 from .results import lookup, median_ms
 
 # (column header, candidate) for the time columns, in order.
@@ -20,6 +21,18 @@ RATIO_COLUMNS = (
     ("fused/gemm", "fused_over_gemm"),
     ("compiled/fused", "compiled_over_fused"),
     ("det/fused", "deterministic_over_fused"),
+)
+# ratio -> (its bound's field in the shape record, whether the ratio must stay at or below it)
+RATIO_BOUNDS = {
+    "fused_over_gemm": ("fused_over_gemm_target", True),
+    "compiled_over_fused": ("speedup_target", False),
+}
+# (column header, candidate) for the fraction-of-floor columns, in order.
+FLOOR_COLUMNS = (("fused of floor", "fused"), ("gemm of floor", "grouped_gemm"))
+FLOOR_LEGEND = (
+    '"F of Yc" / "F of Yb": the fraction F = floor / median reached of a Y ms floor, '
+    "compute-bound (c) or bytes-bound (b); "
+    f"{FLOORS_SOURCE}"
 )
 # (summary name, ratio) for the ranges in the summary line, in order.
 SUMMARY_RATIOS = (
@@ -46,6 +59,25 @@ def _ratio_cell(value: float | None) -> str:
     return _cell("-" if value is None else f"{value:.2f}x")
 
 
+def _bounded_ratio_cell(shape: dict[str, Any], ratio: str) -> str:
+    """The ratio, with the shape's bound on it where it has one: "1.05x (<=1.15)"."""
+    value = shape["ratios"][ratio]
+    field, at_most = RATIO_BOUNDS.get(ratio, (None, True))
+    bound = lookup(shape, "shape", field) if field else None
+    if value is None or bound is None:
+        return _ratio_cell(value)
+    return _cell(f"{value:.2f}x ({'<=' if at_most else '>='}{bound:.2f})")
+
+
+def _floor_cell(shape: dict[str, Any], candidate: str) -> str:
+    """The fraction of its floor ``candidate`` reached, and the floor: "0.78 of 1.218c"."""
+    floor = lookup(shape, "floors", candidate)
+    if floor is None:
+        return _cell("-")
+    fraction = "-" if floor["fraction"] is None else f"{floor['fraction']:.2f}"
+    return _cell(f"{fraction} of {floor['floor_ms']:.3f}{floor['bound'][0]}")
+
+
 def _gate_mark(shape: dict[str, Any], key: str) -> str:
     """ok, WRONG, or - (not checked) for the gate kept under ``key``."""
     return {True: "ok", False: "WRONG", None: "-"}[lookup(shape, key, "ok")]
@@ -59,22 +91,26 @@ def _agreement_cell(shape: dict[str, Any]) -> str:
 
 
 def table(record: dict[str, Any]) -> str:
-    """Per shape: median ms (TFLOP/s) of each candidate, the ratios, the gates (fused /
-    deterministic); then the host figures."""
+    """Per shape: median ms (TFLOP/s) of each candidate, the ratios (with their bounds),
+    the fractions of their floors the fused op and the GEMM reach, the gates (fused /
+    deterministic); then the floors' legend and the host figures."""
     header = "shape".ljust(SHAPE_WIDTH) + "".join(
         _cell(f"{title} ms (TF/s)" if title in ("fused", "gemm") else f"{title} ms")
         for title, _ in TIME_COLUMNS
     )
-    header += "".join(_cell(title) for title, _ in RATIO_COLUMNS) + _cell("agreement f/det")
+    header += "".join(_cell(title) for title, _ in RATIO_COLUMNS + FLOOR_COLUMNS)
+    header += _cell("agreement f/det")
     lines = [header]
     for shape in record["shapes"]:
         timings = shape["timings"]
         lines.append(
             shape["shape"]["name"].ljust(SHAPE_WIDTH)
             + "".join(_time_cell(timings, name) for _, name in TIME_COLUMNS)
-            + "".join(_ratio_cell(shape["ratios"][name]) for _, name in RATIO_COLUMNS)
+            + "".join(_bounded_ratio_cell(shape, name) for _, name in RATIO_COLUMNS)
+            + "".join(_floor_cell(shape, name) for _, name in FLOOR_COLUMNS)
             + _agreement_cell(shape)
         )
+    lines.append(FLOOR_LEGEND)
     host = record.get("host")
     if host is not None:
         lines += [f"host: {_host_target_text(t)}" for t in host["targets"]]
@@ -132,6 +168,8 @@ def summary_line(record: dict[str, Any]) -> str:
     gpu = (environment.get("gpu") or {}).get("name", "no GPU")
     prefix = "BENCH (DRY RUN, fake timings)" if record["dry_run"] else "BENCH"
     parts = [f"{title} {_span([r[name] for r in ratios], 'x')}" for title, name in SUMMARY_RATIOS]
+    fractions = [lookup(s, "floors", "fused", "fraction") for s in shapes]
+    parts.append(f"fused at {_span(fractions, '')} of its floor")
     if host is not None:
         parts.append(_host_summary(host))
     parts.append(f"targets {tally['met']}/{tally['total']} met")

@@ -1,5 +1,5 @@
-"""The ratio chart renders whatever was measured; the JIT script picks the variant the
-runtime's default dispatch would."""
+"""The ratio chart renders whatever was measured (floors included); the JIT script picks the
+variant the runtime's default dispatch would."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ from bench.jit_compile_time import BENCH_REQUEST, default_variant
 
 
 def shape(name: str, fused_over_gemm: float | None, compiled_over_fused: float | None) -> dict:
+    fraction = None if fused_over_gemm is None else 0.8 / fused_over_gemm
+    floor = {"floor_ms": 0.065, "bound": "compute", "fraction": fraction}
     return {
-        "shape": {"name": name, "speedup_target": 1.5},
+        "shape": {"name": name, "speedup_target": 1.5, "fused_over_gemm_target": 1.15},
         "ratios": {"fused_over_gemm": fused_over_gemm, "compiled_over_fused": compiled_over_fused},
+        "floors": {"fused": floor, "grouped_gemm": {**floor, "fraction": 0.8}},
     }
 
 
-def test_chart_is_a_png_even_with_missing_ratios():
+def test_chart_is_a_png_even_with_missing_ratios_and_floors():
     pytest.importorskip("matplotlib")
+    no_floors = {**shape("d", 1.0, 3.0), "floors": None}
     record = {
-        "shapes": [shape("a", 0.9, 2.0), shape("b", None, None), shape("c", 1.2, 1.1)],
+        "shapes": [shape("a", 0.9, 2.0), shape("b", None, None), shape("c", 1.2, 1.1), no_floors],
         "environment": {"commit": "abc", "gpu": None},
         "dry_run": False,
     }

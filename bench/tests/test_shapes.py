@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from bench.shapes import M_ALIGNED, SHAPES, equal_experts, ragged_expert_rows, select_shapes
+from bench.shapes import (
+    LARGE_SHAPE_GEMM_BOUND,
+    M_ALIGNED,
+    SHAPES,
+    SMALL_SHAPE_GEMM_BOUND,
+    Shape,
+    equal_experts,
+    ragged_expert_rows,
+    select_shapes,
+)
 
 # shared/notes/h200_baselines.md: name -> (L, M, N, K)
 BASELINE_TABLE = {
@@ -51,9 +60,31 @@ def test_ragged_sizes_repeat_for_a_seed_and_change_with_it():
     assert ragged_expert_rows(64, 16384, seed=3) != ragged_expert_rows(64, 16384, seed=4)
 
 
-def test_the_ragged_shape_has_empty_experts():
+def test_the_ragged_shapes_have_empty_experts():
     ragged = [shape for shape in SHAPES if shape.expert_rows.count(0)]
-    assert [shape.name for shape in ragged] == ["ragged-many-small"]
+    assert [shape.name for shape in ragged] == ["ragged-many-small", "ragged-8"]
+
+
+def test_ragged_8_is_the_notes_ragged_row():
+    ragged_8 = next(shape for shape in SHAPES if shape.name == "ragged-8")
+    assert (ragged_8.l, ragged_8.m, ragged_8.n, ragged_8.k) == (8, 16384, 2048, 4096)
+    assert ragged_8.expert_rows == (3072, 0, 256, 7936, 512, 0, 1280, 3328)
+
+
+def test_fused_over_gemm_bounds_are_issue_12s_per_shape():
+    bounds = {shape.name: shape.fused_over_gemm_target for shape in SHAPES}
+    assert bounds == {
+        "dsv3-like": 1.00,
+        "mixtral-like": 1.00,
+        "ragged-8": 1.00,
+        "qwen3-moe-like": 1.15,
+        "many-small-experts": 1.15,
+        "gpt-oss-like": 1.15,
+        "ragged-many-small": 1.15,
+    }
+    assert (LARGE_SHAPE_GEMM_BOUND, SMALL_SHAPE_GEMM_BOUND) == (1.00, 1.15)
+    assert SHAPES[0].describe()["fused_over_gemm_target"] == 1.00
+    assert Shape("unjudged", n=64, k=64, expert_rows=(256,)).fused_over_gemm_target == 1.00
 
 
 @pytest.mark.parametrize(
