@@ -59,12 +59,15 @@ def tensors_key(tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """(address, shape, strides, dtype) of each torch tensor (None stays None); None when
     one of them is neither a torch tensor nor None (the full checks then explain it)."""
     tensor_type = _tensor_type()
-    key = [
-        None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
-        for t in tensors
-        if t is None or isinstance(t, tensor_type)
-    ]
-    return tuple(key) if len(key) == len(tensors) else None
+    key = []
+    for t in tensors:  # one pass, left at the first non-tensor
+        if t is None:
+            key.append(None)
+        elif isinstance(t, tensor_type):
+            key.append((t.data_ptr(), t.shape, t.stride(), t.dtype))
+        else:
+            return None
+    return tuple(key)
 
 
 @functools.cache

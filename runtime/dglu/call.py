@@ -15,7 +15,7 @@ from .cache import BoundedCache
 from .driver import device_info
 from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
-from .contract.schema import Variant
+from .contract.schema import Variant, full_variant
 from .manifest import installed_variants, search_path
 from .options import OpOptions, check_m_aligned
 from .problem import Problem
@@ -163,9 +163,10 @@ def select_installed(
     sources: dict[str, str],
 ) -> Variant:
     """The installed variant of these options, architecture, (A/B, C, D) dtypes, dbias and
-    weight mode (dglu.selection); else VariantNotFoundError naming each field's ``sources``
-    (the arguments that chose it) and the command that builds the variant. The torch and
-    JAX entry points both select through it."""
+    weight mode (dglu.selection), read in full (ManifestError when its entry is bad); else
+    VariantNotFoundError naming each field's ``sources`` (the arguments that chose it) and
+    the command that builds the variant. The torch and JAX entry points both select
+    through it."""
     tile = options.tile or (None, None)
     request = VariantRequest(
         arch=arch,
@@ -187,7 +188,8 @@ def select_installed(
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
-    return select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
+    chosen = select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
+    return full_variant(chosen)
 
 
 def device_arch(device: int) -> str:

@@ -22,7 +22,7 @@ _functions: dict[tuple[int, str], Any] = {}
 
 
 @functools.cache
-def _driver() -> Any:
+def cuda_driver() -> Any:
     """cuda.bindings.driver, imported on first use (importing dglu stays cheap)."""
     from cuda.bindings import driver
 
@@ -37,7 +37,7 @@ def _error_name_and_text(driver: Any, error: Any) -> tuple[str, str]:
 
 def checked(function_name: str, *args: Any) -> Any:
     """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
-    driver = _driver()
+    driver = cuda_driver()
     error, *values = getattr(driver, function_name)(*args)
     if error:  # CUDA_SUCCESS is 0
         name, text = _error_name_and_text(driver, error)
@@ -87,7 +87,7 @@ class DeviceInfo(NamedTuple):
 def device_info(ordinal: int) -> DeviceInfo:
     """Name, compute capability, SM count and opt-in shared memory of a device (cached)."""
     initialize()
-    driver = _driver()
+    driver = cuda_driver()
     device = checked("cuDeviceGet", ordinal)
     attribute = driver.CUdevice_attribute
 
@@ -162,7 +162,7 @@ def kernel_function(module: Any, symbol: str, dynamic_smem_bytes: int) -> Any:
             checked(
                 "cuFuncSetAttribute",
                 function,
-                _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                cuda_driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 dynamic_smem_bytes,
             )
             _functions[key] = function

@@ -5,12 +5,12 @@ from __future__ import annotations
 import hashlib
 
 from .errors import IntegrityError
-from .contract.schema import Variant
+from .contract.schema import Variant, VariantEntry
 
 _REMEDY = "rebuild the artifacts or reinstall dglu"
 
 
-def read_verified_cubin(variant: Variant) -> bytes:
+def read_verified_cubin(variant: Variant | VariantEntry) -> bytes:
     """The cubin bytes of ``variant``; IntegrityError if missing, truncated or altered."""
     path = variant.cubin_path
     try:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from .contract.schema import MANIFEST_FILE, Manifest, Variant, read_manifest
+from .contract.schema import MANIFEST_FILE, Manifest, Variant, VariantEntry, read_manifest
 from .errors import ManifestError
 
 PACKAGE_ORIGIN = "package"
@@ -54,11 +54,12 @@ def search_path(environ: Mapping[str, str] | None = None) -> list[SearchEntry]:
 
 
 def load_manifests(entries: list[SearchEntry]) -> tuple[tuple[SearchEntry, Manifest], ...]:
-    """Read the manifest of every searched directory that has one."""
+    """Read the manifest of every searched directory that has one, lazily: a variant's
+    fields past its identity are checked when it is selected (VariantEntry)."""
     manifests = []
     for entry in entries:
         if (entry.directory / MANIFEST_FILE).is_file():
-            manifests.append((entry, read_manifest(entry.directory)))
+            manifests.append((entry, read_manifest(entry.directory, lazy=True)))
         elif entry.required:
             raise ManifestError(
                 f"{entry.origin} lists {entry.directory}, which has no {MANIFEST_FILE}"
@@ -69,11 +70,13 @@ def load_manifests(entries: list[SearchEntry]) -> tuple[tuple[SearchEntry, Manif
 class StaleVariant(NamedTuple):
     """A variant the runtime will not use, and why."""
 
-    variant: Variant
+    variant: Variant | VariantEntry
     reason: str
 
 
-def stale_reason(variant: Variant, origin: str, package: Mapping[str, Variant]) -> str | None:
+def stale_reason(
+    variant: Variant | VariantEntry, origin: str, package: Mapping[str, Variant | VariantEntry]
+) -> str | None:
     """Why ``variant`` (found in a directory of ``origin``) must not be used, or None."""
     from . import __version__
 
@@ -90,13 +93,13 @@ def stale_reason(variant: Variant, origin: str, package: Mapping[str, Variant]) 
 
 def merged_variants(
     manifests: tuple[tuple[SearchEntry, Manifest], ...],
-) -> tuple[tuple[Variant, ...], tuple[StaleVariant, ...]]:
+) -> tuple[tuple[Variant | VariantEntry, ...], tuple[StaleVariant, ...]]:
     """The usable variants in search order (a name seen earlier hides later ones), and
     the stale ones."""
     package = {
         v.name: v for entry, m in manifests if entry.origin == PACKAGE_ORIGIN for v in m.variants
     }
-    seen: dict[str, Variant] = {}
+    seen: dict[str, Variant | VariantEntry] = {}
     stale = []
     for entry, manifest in manifests:
         for variant in manifest.variants:
@@ -114,6 +117,7 @@ def installed_manifests() -> tuple[tuple[SearchEntry, Manifest], ...]:
     return load_manifests(search_path())
 
 
-def installed_variants() -> tuple[Variant, ...]:
-    """Every variant this process can launch, in selection order."""
+def installed_variants() -> tuple[VariantEntry, ...]:
+    """Every variant this process can launch, in selection order (read lazily:
+    dglu.contract.schema.full_variant reads and checks the one a call selects)."""
     return merged_variants(installed_manifests())[0]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, variant_name
-from .contract.schema import Variant, VariantKey
+from .contract.schema import Variant, VariantEntry, VariantKey
 from .errors import VariantNotFoundError
 
 log = logging.getLogger("dglu")
@@ -83,7 +83,7 @@ def _family_defaults(request: VariantRequest) -> dict[str, Any]:
     return defaults
 
 
-def _suggested_key(request: VariantRequest, nearest: Variant | None) -> dict[str, Any]:
+def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | None) -> dict[str, Any]:
     base = nearest.key.as_dict() if nearest else _family_defaults(request)
     entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
@@ -115,7 +115,7 @@ def build_command(entry: dict[str, Any]) -> str:
 
 def missing_variant_message(
     request: VariantRequest,
-    variants: Sequence[Variant],
+    variants: Sequence[Variant | VariantEntry],
     searched: Sequence[str] = (),
     sources: Mapping[str, str] | None = None,
 ) -> str:
@@ -157,18 +157,18 @@ def missing_variant_message(
     return "\n".join(lines)
 
 
-def has_variant(variants: Sequence[Variant], request: VariantRequest) -> bool:
+def has_variant(variants: Sequence[Variant | VariantEntry], request: VariantRequest) -> bool:
     """Whether some variant matches every given field of ``request``."""
     wanted = request.wanted()
     return any(not _differences(variant.key, wanted) for variant in variants)
 
 
 def select_variant(
-    variants: Sequence[Variant],
+    variants: Sequence[Variant | VariantEntry],
     request: VariantRequest,
     searched: Sequence[str] = (),
     sources: Mapping[str, str] | None = None,
-) -> Variant:
+) -> Variant | VariantEntry:
     """Of the variants matching every given field of ``request``, the one with the largest
     tile (the first in selection order among equals)."""
     wanted = request.wanted()

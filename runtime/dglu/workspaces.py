@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .contract.schema import WorkspaceRule
-from .driver import checked, device_context
+from .driver import checked, cuda_driver, device_context
 from .dtypes import ELEMENT_TYPES
 from .errors import CudaDriverError, DeviceMemoryError
 
@@ -80,9 +80,9 @@ def stream_pool(device: int, stream: int) -> StreamWorkspaces:
 
 
 def is_capturing(stream: Any) -> bool:
-    """True while ``stream`` (a handle or a CUstream) is capturing a CUDA graph."""
-    from cuda.bindings import driver
-
+    """True while ``stream`` (a handle or a CUstream) is capturing a CUDA graph (asked on
+    every call: no import statement here)."""
+    driver = cuda_driver()
     handle = stream if isinstance(stream, driver.CUstream) else driver.CUstream(stream)
     status = checked("cuStreamIsCapturing", handle)
     return status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE

@@ -11,10 +11,12 @@ from dglu.integrity import read_verified_cubin
 from dglu.manifest import read_manifest
 
 
-@pytest.fixture
-def variant(tmp_path: Path):
+@pytest.fixture(params=[False, True], ids=["read in full", "read lazily"])
+def variant(tmp_path: Path, request: pytest.FixtureRequest):
+    """A variant as read_manifest gives it, in full or lazily (the runtime's way: its
+    cubin is checked before anything but its identity fields is read)."""
     write_artifacts(tmp_path, DEFAULT_KEYS[:1])
-    return read_manifest(tmp_path).variants[0]
+    return read_manifest(tmp_path, lazy=request.param).variants[0]
 
 
 def test_returns_the_bytes_of_an_intact_cubin(variant) -> None:

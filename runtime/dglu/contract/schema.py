@@ -2,7 +2,9 @@
 
 ``read_manifest(directory)`` parses ``directory/manifest.json`` into immutable NamedTuples,
 type-checking every field and refusing unknown ones; each error names the file, the
-variant entry and the field. Entries that repeat (a family's variants share their tensor
+variant entry and the field. ``read_manifest(directory, lazy=True)`` (the runtime's)
+checks each variant's identity fields at once and the rest when the variant is used
+(VariantEntry). Entries that repeat (a family's variants share their tensor
 rules and kernel params) are read once per context and shared (``_memoised``). ``manifest_text(variants)`` is the one way to write a
 manifest: it reads every entry back first, then writes JSON with sorted keys (except the
 order-carrying maps ``arguments`` and ``scalars``, kept as given), a two-space indent and a
@@ -274,10 +276,10 @@ class Variant(NamedTuple):
 
 
 class Manifest(NamedTuple):
-    """A parsed manifest.json and the variants it lists."""
+    """A parsed manifest.json and the variants it lists (VariantEntry when read lazily)."""
 
     path: Path
-    variants: tuple[Variant, ...]
+    variants: tuple[Variant | VariantEntry, ...]
 
 
 def _frozen(mapping: dict[str, Any]) -> Mapping[str, Any]:
@@ -666,8 +668,13 @@ VARIANT_FIELDS = (
 )
 
 
-def read_variant(data: Any, where: str, directory: Path) -> Variant:
-    """One VARIANT entry, checked field by field; errors start with ``where``."""
+IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
+
+
+def _read_identity(data: Any, where: str, directory: Path) -> tuple[_Entry, dict[str, Any]]:
+    """A VARIANT entry's IDENTITY_FIELDS, checked (and its field names: none unknown, none
+    missing): what selection, the staleness rules and the cubin's integrity check read.
+    Returns the entry (its errors name the variant) and the fields."""
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
@@ -678,6 +685,20 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
     sha256 = entry.take("sha256", str)
     if not _SHA256.fullmatch(sha256):
         raise entry.fail("sha256", f"must be 64 lowercase hex digits, got {sha256!r}")
+    return entry, {
+        "name": name,
+        "family": entry.name("family"),
+        "key": _read_key(_Entry(entry.take("key", dict), f"{entry.where}, key")),
+        "cubin": cubin,
+        "sha256": sha256,
+        "size": entry.positive("size"),
+        "build": _read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
+    }
+
+
+def _read_rest(entry: _Entry, identity: Mapping[str, Any], directory: Path) -> Variant:
+    """The Variant of an entry whose IDENTITY_FIELDS ``identity`` were read: the rest of
+    its fields checked."""
     fields = {f: entry.data[f] for f in RULE_FIELDS}
     fields.update({f: entry.data[f] for f in OPTIONAL_RULE_FIELDS if f in entry.data})
     rules = _read_rules(_Entry(fields, entry.where))
@@ -687,13 +708,7 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
         raise entry.fail("kernels", "must list at least one kernel")
     tensors = frozenset((*rules.arguments, *rules.views, *rules.workspaces))
     return Variant(
-        name=name,
-        family=entry.name("family"),
-        key=_read_key(_Entry(entry.take("key", dict), f"{entry.where}, key")),
-        cubin=cubin,
-        sha256=sha256,
-        size=entry.positive("size"),
-        build=_read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
+        **identity,
         min_driver=entry.positive("min_driver"),
         m_aligned=entry.positive("m_aligned"),
         arguments=rules.arguments,
@@ -713,8 +728,53 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
     )
 
 
-def parse_manifest(data: Any, path: Path) -> Manifest:
-    """A manifest's parsed JSON ``data`` (read from ``path``), checked."""
+def read_variant(data: Any, where: str, directory: Path) -> Variant:
+    """One VARIANT entry, checked field by field; errors start with ``where``."""
+    entry, identity = _read_identity(data, where, directory)
+    return _read_rest(entry, identity, directory)
+
+
+class VariantEntry:
+    """A VARIANT entry read lazily: its IDENTITY_FIELDS (all that selecting a variant,
+    telling a stale one and checking its cubin read) are read and checked at once,
+    every other field only by ``variant()``, the first time the entry is used: a
+    manifest of many variants costs one JSON parse and the checks of the variants a
+    process runs. A bad field is refused then, with the message of a full read."""
+
+    __slots__ = (*IDENTITY_FIELDS, "directory", "_entry", "_variant")
+
+    def __init__(self, data: Any, where: str, directory: Path) -> None:
+        self._entry, identity = _read_identity(data, where, directory)
+        for name, value in identity.items():
+            setattr(self, name, value)
+        self.directory = directory
+        self._variant: Variant | None = None
+
+    @property
+    def cubin_path(self) -> Path:
+        """The cubin file of this variant."""
+        return self.directory / self.cubin
+
+    def variant(self) -> Variant:
+        """The entry fully read and checked (once; ManifestError on a bad field, and
+        again on every later use)."""
+        if self._variant is None:
+            identity = {name: getattr(self, name) for name in IDENTITY_FIELDS}
+            self._variant = _read_rest(self._entry, identity, self.directory)
+        return self._variant
+
+    def __repr__(self) -> str:
+        return f"VariantEntry({self.name!r}, directory={str(self.directory)!r})"
+
+
+def full_variant(variant: Variant | VariantEntry) -> Variant:
+    """The Variant of ``variant``, read in full now if it was read lazily."""
+    return variant.variant() if isinstance(variant, VariantEntry) else variant
+
+
+def parse_manifest(data: Any, path: Path, lazy: bool = False) -> Manifest:
+    """A manifest's parsed JSON ``data`` (read from ``path``), checked; with ``lazy``,
+    each variant as a VariantEntry (only its identity fields checked now)."""
     top = _Entry(data, str(path))
     version = top.data.get("schema_version")
     if version != SCHEMA_VERSION or type(version) is not int:
@@ -724,8 +784,9 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
             f"{REBUILD_HINT}"
         )
     top.only(("schema_version", "variants"))
+    read = VariantEntry if lazy else read_variant
     variants = tuple(
-        read_variant(v, f"{path}: variants[{i}]", path.parent)
+        read(v, f"{path}: variants[{i}]", path.parent)
         for i, v in enumerate(top.take("variants", list))
     )
     names = [v.name for v in variants]
@@ -735,8 +796,10 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
     return Manifest(path=path, variants=variants)
 
 
-def read_manifest(directory: Path | str) -> Manifest:
-    """Parse ``directory/manifest.json``; errors name the file, entry and field."""
+def read_manifest(directory: Path | str, lazy: bool = False) -> Manifest:
+    """Parse ``directory/manifest.json``; errors name the file, entry and field. With
+    ``lazy`` (the runtime's way), a variant's fields past its identity are checked when
+    it is used (VariantEntry)."""
     path = Path(directory) / MANIFEST_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -744,7 +807,7 @@ def read_manifest(directory: Path | str) -> Manifest:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from exc
-    return parse_manifest(data, path)
+    return parse_manifest(data, path, lazy)
 
 
 def _canonical(value: Any, keep_order: bool = False) -> Any:
