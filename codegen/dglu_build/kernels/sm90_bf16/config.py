@@ -30,7 +30,7 @@ WARP_SIZE = 32
 # register file's share, in steps of 8), so the roles' counts must fit in that pool:
 # the load warpgroup gives most of its share to the MMA warpgroups (64 fp32
 # accumulators per thread, ~140 registers in all); the epilogue's 16 rows per warp fit
-# in 80. No variant spills.
+# in 80 (dgeglu's keeps 4 values per group in local memory, in L1).
 REGISTER_FILE = 65536  # 32-bit registers per SM, all of them this CTA's
 LAUNCH_REGISTERS = REGISTER_FILE // THREADS_PER_CTA // 8 * 8
 LOAD_REGISTERS = 24

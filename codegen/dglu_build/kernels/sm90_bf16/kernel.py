@@ -535,7 +535,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def consume(self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue):
         """The two MMA warpgroups: each tile's mainloop, then its accumulators into
-        the staging buffer for the epilogue warpgroup."""
+        the staging buffer for the epilogue warpgroups."""
         num_tiles = tiles[2]
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
@@ -600,7 +600,7 @@ class Sm90Bf16Kernel:
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, act_out_ptr,
     ):
-        """The epilogue warpgroup: dGLU on each tile's staged accumulators, group by group.
+        """The epilogue warpgroups: dGLU on each tile's staged accumulators, group by group.
 
         Epilogue warp w (of 8) owns rows [16w, 16w + 16) of the tile; in a group, lane j handles
         gate/input pair j (C/D columns j and 32 + j of the group) on each of those
