@@ -46,7 +46,7 @@ ncu=${NCU:-ncu}
 warmup=${NCU_WARMUP:-2}
 count=${NCU_COUNT:-3}
 fused_kernel=${NCU_FUSED_KERNEL:-'^dglu_.*_main_[0-9]+$'}
-gemm_kernel=${NCU_GEMM_KERNEL:-'cutlass'}
+gemm_kernel=${NCU_GEMM_KERNEL:-'cutlass::device_kernel'}
 section_args=()
 for section in SpeedOfLight MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables \
     ComputeWorkloadAnalysis WarpStateStats SchedulerStats LaunchStats Occupancy; do

@@ -165,7 +165,7 @@ def test_ncu_sh_profiles_both_kernels_and_summarizes(tmp_path):
             f"-m bench.ncu_target --shape qwen3-moe-like --candidate {candidate} --calls 5"
         )
     assert "--kernel-name regex:^dglu_.*_main_[0-9]+$ " in profile_fused
-    assert "--kernel-name regex:cutlass " in profile_gemm
+    assert "--kernel-name regex:cutlass::device_kernel " in profile_gemm
     assert import_fused == (
         f"--import {out}/qwen3-moe-like-fused.ncu-rep --page raw --csv --print-units base"
     )
