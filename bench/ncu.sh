@@ -71,14 +71,7 @@ shapes=$("$python" -c 'from bench.shapes import SHAPE_NAMES; print(" ".join(SHAP
 command -v "$ncu" > /dev/null || refuse "NCU: $ncu is not a command; set NCU to the ncu binary"
 mkdir -p "$out" || exit 2
 
-target=$(mktemp -d)/site-packages
-trap 'rm -rf "$(dirname "$target")"' EXIT
-if ! install_log=$(install_dglu_wheel "$wheel" "$target" 2>&1); then
-    echo "bench/ncu.sh: pip could not install $wheel:" >&2
-    echo "$install_log" >&2
-    exit 2
-fi
-export PYTHONPATH="$target"
+install_on_pythonpath "$wheel" bench/ncu.sh
 # bench.ncu_summary's metric list, so that ncu collects each figure the summary reports.
 default_metrics=$("$python" -c 'from bench.ncu_summary import METRICS; print(",".join(METRICS))')
 metrics=${NCU_METRICS:-$default_metrics}

@@ -20,12 +20,6 @@ source ci/wheel.sh
 wheel=$(dglu_wheel "${1:-}") || exit 2
 [[ ${1:-} == *.whl ]] && shift
 
-target=$(mktemp -d)/site-packages
-trap 'rm -rf "$(dirname "$target")"' EXIT
-if ! install_log=$(install_dglu_wheel "$wheel" "$target" 2>&1); then
-    echo "bench/run.sh: pip could not install $wheel:" >&2
-    echo "$install_log" >&2
-    exit 2
-fi
-export PYTHONPATH="$target" DGLU_WHEEL="$wheel"
+install_on_pythonpath "$wheel" bench/run.sh
+export DGLU_WHEEL="$wheel"
 "$python" -m bench "$@"

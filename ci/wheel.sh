@@ -22,3 +22,19 @@ dglu_wheel() {
 install_dglu_wheel() {
     "${python:-python3}" -m pip install --quiet --no-deps --no-index --target "$2" "$1"
 }
+
+# install_on_pythonpath WHEEL SCRIPT: install WHEEL into a fresh temporary directory (removed
+# when the calling script exits) and put it on PYTHONPATH; if pip fails, print its log under
+# SCRIPT's name and exit 2.
+install_on_pythonpath() {
+    local site log
+    site=$(mktemp -d)/site-packages
+    # shellcheck disable=SC2064  # the directory is known now
+    trap "rm -rf '$(dirname "$site")'" EXIT
+    if ! log=$(install_dglu_wheel "$1" "$site" 2>&1); then
+        echo "$2: pip could not install $1:" >&2
+        echo "$log" >&2
+        exit 2
+    fi
+    export PYTHONPATH="$site"
+}
