@@ -15,6 +15,10 @@ DTYPES = {
     "e4m3": cutlass.Float8E4M3FN,
     "e5m2": cutlass.Float8E5M2,
 }
+# L2 cache policy of a TMA copy whose data is used once (C read, D written): evict it
+# first, so that streaming C and D does not push out the A and B tiles that later tiles
+# read again (the createpolicy encoding of L2::evict_first; CUTLASS's CacheHintSm90)
+L2_EVICT_FIRST = 0x12F0000000000000
 # descriptors live in a global workspace, one per expert, updated on the device
 DESCRIPTORS = tensor_utils.TensorMapManager(tensor_utils.TensorMapUpdateMode.GMEM, TENSORMAP_BYTES)
 

@@ -15,7 +15,8 @@ cores compute the next:
   written in place, row sums into dprob and column sums into an fp32 dbias
   workspace;
 - warp 1 (the block mover) streams each group's C block into a small ring
-  of slots by TMA and stores the D block the epilogue wrote over it.
+  of slots by TMA and stores the D block the epilogue wrote over it (both
+  marked evict-first in L2, which keeps A and B's reused tiles).
 
 Tiles walk bands of RASTER_BAND m-tiles (blocks/tile_scheduler.py). Expert
 boundaries are multiples of 256, so a 128-row tile never straddles two experts;
@@ -78,7 +79,7 @@ from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
-from ..blocks.tma_helpers import DTYPES, box_smem_layout, expert_descriptor, tma_atom
+from ..blocks.tma_helpers import DTYPES, L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
 from . import interface
 from .config import (
@@ -506,6 +507,7 @@ class Sm90Bf16Kernel:
                         tCgC[(None, m_tile, column * self.slots.c.boxes + box)],
                         tCsC[(None, slot * self.slots.slot_boxes + box)],
                         tma_bar_ptr=c_full + slot,
+                        cache_policy=cutlass.Int64(L2_EVICT_FIRST),
                     )
                 group += 1
             tile = pop_tile(queue, queue_state)
@@ -528,6 +530,7 @@ class Sm90Bf16Kernel:
                 tma_atom_d,
                 tDsD[(None, slot * self.slots.slot_boxes + box)],
                 tDgD[(None, m_tile, column * self.slots.d.boxes + box)],
+                cache_policy=cutlass.Int64(L2_EVICT_FIRST),
             )
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
