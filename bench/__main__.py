@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,11 +27,11 @@ from .fake import fake_host, fake_shape
 from .floors import SOURCE as FLOORS_SOURCE
 from .jit_compile_time import COMMITTED as COMMITTED_JIT_JSON
 from .jit_compile_time import read_reference
+from .options import add_run_options, parse_run_options, positive
 from .report import summary_line, table
 from .results import median_ms, results_record, shape_result
-from .shapes import SHAPE_NAMES, Shape, select_shapes
+from .shapes import Shape
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 JSON_NAME, CHART_NAME, TABLE_NAME, PROFILE_NAME = (
     "bench.json",
     "bench_ratios.png",
@@ -46,43 +45,11 @@ TIMING_METHOD = (
 )
 
 
-def positive(kind: type) -> Any:
-    """An argparse type: a positive ``kind`` (int or float)."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"got {text!r}, need a positive {kind.__name__}")
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"got {text!r}, need a positive {kind.__name__}")
-        return value
-
-    return parse
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path(os.environ["OUT"]) if os.environ.get("OUT") else DEFAULT_OUT,
-        help="folder for the results (default: $OUT if set, else bench/out)",
-    )
-    parser.add_argument(
-        "--shapes",
-        type=lambda text: text.split(","),
-        default=None,
-        help=f"comma-separated subset of: {', '.join(SHAPE_NAMES)} (default: all)",
-    )
+    add_run_options(parser, "the results")
     parser.add_argument("--dry-run", action="store_true", help="fake timings, no GPU or torch")
     parser.add_argument("--skip-host", action="store_true", help="skip the host-side figures")
-    parser.add_argument(
-        "--budget-ms",
-        type=positive(float),
-        default=300.0,
-        help="timed device ms per candidate (default: %(default)s)",
-    )
     parser.add_argument(
         "--host-runs",
         type=positive(int),
@@ -96,23 +63,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="calls per steady-state figure (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the random inputs (default: %(default)s)"
-    )
-    parser.add_argument(
         "--jit-json",
         type=Path,
         default=COMMITTED_JIT_JSON,
         help="CuTe DSL JIT compile time measured on the CPU machine, reported beside the "
         "host figures (default: %(default)s)",
     )
-    args = parser.parse_args(argv)
-    try:
-        args.shapes = select_shapes(args.shapes)
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out: {args.out} exists and is not a folder; give a folder to write into")
-    return args
+    return parse_run_options(parser, argv)
 
 
 def _compiled_epilogue() -> tuple[Any, dict[str, Any]]:

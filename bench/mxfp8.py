@@ -20,22 +20,20 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from dglu_build.atomic_write import write_atomic
 
-from .__main__ import DEFAULT_OUT, positive
+from .options import add_run_options, parse_run_options
 from .device import _first_call_s, error_record
 from .environment import describe
 from .report import SHAPE_WIDTH, _ratio_cell, _span, _time_cell
 from .results import Target, error_paths, lookup, ratio, target_tally, with_tflops
-from .shapes import SHAPE_NAMES, Shape, select_shapes
+from .shapes import Shape
 
 JSON_NAME = "mxfp8.json"
 TIMING = (
@@ -245,35 +243,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.mxfp8", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path(os.environ["OUT"]) if os.environ.get("OUT") else DEFAULT_OUT,
-        help=f"folder for {JSON_NAME} (default: $OUT if set, else bench/out)",
-    )
-    parser.add_argument(
-        "--shapes",
-        type=lambda text: text.split(","),
-        default=None,
-        help=f"comma-separated subset of: {', '.join(SHAPE_NAMES)} (default: all)",
-    )
-    parser.add_argument(
-        "--budget-ms",
-        type=positive(float),
-        default=300.0,
-        help="timed device ms per candidate (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the random inputs (default: %(default)s)"
-    )
-    args = parser.parse_args(argv)
-    try:
-        args.shapes = select_shapes(args.shapes)
-    except ValueError as exc:
-        parser.error(str(exc))
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out: {args.out} exists and is not a folder; give a folder to write into")
-    return args
+    add_run_options(parser, JSON_NAME)
+    return parse_run_options(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
