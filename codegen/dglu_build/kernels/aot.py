@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import inspect
@@ -76,3 +77,32 @@ def compile_kernels(
         for kernel in declared
     ]
     return cubin, entries
+
+
+def compile_family_variant(
+    family: str,
+    interface: ModuleType,
+    config: Any,
+    builder: Any,
+    pointers: Mapping[str, tuple[Any, int]],
+    extents: Mapping[str, int],
+    arch: str,
+    symbol_prefix: str,
+) -> tuple[bytes, dict]:
+    """One variant of a family into one cubin, and the variant's manifest fields.
+
+    ``interface`` is the family's declaration module (``kernels(config)``,
+    ``entry(config)``, ``tma_extents(config, tensor)``); ``builder`` builds the kernels
+    (``host``, ``kernel_functions()`` and, once the host is traced, the main kernel's
+    ``smem_bytes``); ``pointers`` and ``extents`` are the host entry's placeholders."""
+    cubin, kernels = compile_kernels(
+        builder.host,
+        placeholder_arguments(type(builder).host, pointers, extents),
+        arch,
+        interface.kernels(config),
+        builder.kernel_functions(),
+        symbol_prefix,
+        lambda role: builder.smem_bytes if role == "main" else 0,
+        lambda tensor: interface.tma_extents(config, tensor),
+    )
+    return cubin, {"family": family, **interface.entry(config), "kernels": kernels}

@@ -13,7 +13,7 @@ from typing import Any
 import cutlass
 import cutlass.memory
 
-from ..aot import PLACEHOLDER_EXTENTS, compile_kernels, placeholder_arguments
+from ..aot import PLACEHOLDER_EXTENTS, compile_family_variant
 from ..blocks.tma_helpers import DTYPES
 from . import NAME, interface
 from .config import SMEM_ARCH, SMEM_CAPACITY, Config
@@ -63,15 +63,7 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
     Returns the cubin and the manifest fields the family declares for it."""
     config = Config.from_key(key)
     check_smem_capacity()
-    builder = Sm90Bf16Kernel(config)
-    cubin, kernels = compile_kernels(
-        builder.host,
-        placeholder_arguments(Sm90Bf16Kernel.host, _host_pointers(config), PLACEHOLDER_EXTENTS),
-        ARCH,
-        interface.kernels(config),
-        builder.kernel_functions(),
+    return compile_family_variant(
+        NAME, interface, config, Sm90Bf16Kernel(config), _host_pointers(config), PLACEHOLDER_EXTENTS, ARCH,
         symbol_prefix,
-        lambda role: builder.smem_bytes if role == "main" else 0,
-        lambda tensor: interface.tma_extents(config, tensor),
     )
-    return cubin, {"family": NAME, **interface.entry(config), "kernels": kernels}

@@ -136,8 +136,9 @@ def operand_fields(key: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Config:
-    """One variant of the family, as the kernels see it; ``from_key`` checks it builds."""
+class OperandConfig:
+    """The configuration fields both Hopper families take from a variant key alike
+    (operand_fields)."""
 
     ab_dtype: str
     c_dtype: str
@@ -150,6 +151,12 @@ class Config:
     dynamic_schedule: bool
     tile_m: int
     tile_n: int
+
+
+@dataclass(frozen=True)
+class Config(OperandConfig):
+    """One variant of the family, as the kernels see it; ``from_key`` checks it builds."""
+
     cluster_m: int
     deterministic: bool = False
     act_out: bool = False  # the epilogue also writes prob * GLU(C) (m, n) in bf16

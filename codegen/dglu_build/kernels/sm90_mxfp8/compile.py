@@ -12,7 +12,7 @@ from typing import Any
 
 import cutlass
 
-from ..aot import PLACEHOLDER_EXTENTS, compile_kernels, placeholder_arguments
+from ..aot import PLACEHOLDER_EXTENTS, compile_family_variant
 from ..blocks.tma_helpers import DTYPES
 from ..sm90_bf16.compile import ARCH, check_smem_capacity
 from . import NAME, interface
@@ -59,16 +59,7 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
     the family declares for it."""
     config = Config.from_key(key)
     check_smem_capacity()
-    builder = Sm90Mxfp8Kernels(config)
     extents = {**PLACEHOLDER_EXTENTS, **{flag: 0 for flag in interface.FLAGS}}
-    cubin, kernels = compile_kernels(
-        builder.host,
-        placeholder_arguments(Sm90Mxfp8Kernels.host, _host_pointers(config), extents),
-        ARCH,
-        interface.kernels(config),
-        builder.kernel_functions(),
-        symbol_prefix,
-        lambda role: builder.smem_bytes if role == "main" else 0,
-        lambda tensor: interface.tma_extents(config, tensor),
+    return compile_family_variant(
+        NAME, interface, config, Sm90Mxfp8Kernels(config), _host_pointers(config), extents, ARCH, symbol_prefix
     )
-    return cubin, {"family": NAME, **interface.entry(config), "kernels": kernels}

@@ -15,7 +15,7 @@ from typing import Any
 
 from dglu.contract.keys import FP8_DTYPES
 
-from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config, operand_fields
+from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config, OperandConfig, operand_fields
 
 CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
@@ -23,20 +23,9 @@ ACC_DTYPE = "fp32"  # the unquantized D the quantizers read
 
 
 @dataclass(frozen=True)
-class Config:
-    """One variant of the family, as the kernels see it; ``from_key`` checks it builds."""
-
-    ab_dtype: str  # "e4m3" or "e5m2"
-    c_dtype: str
-    d_dtype: str  # "e4m3" or "e5m2"
-    act_func: str
-    act_params: Mapping[str, float]
-    dbias: bool
-    discrete_weights: bool
-    b_n_major: bool
-    dynamic_schedule: bool
-    tile_m: int
-    tile_n: int
+class Config(OperandConfig):
+    """One variant of the family, as the kernels see it (A, B and D in "e4m3" or "e5m2");
+    ``from_key`` checks it builds."""
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
