@@ -20,7 +20,7 @@ import pytest
 from dglu_build.abi_check import AbiMismatch, check_kernels, check_tma_rules
 from dglu_build.artifact_store import STATE_DIR, STORED_FIELDS, cubin_file_name
 from dglu_build.build import BUILD_FIELDS, COMPILED_FIELDS, BuildError, BuildFailed, build_artifacts
-from dglu_build.build_key import KERNELS_DIR, kernel_sources_hash
+from dglu_build.kernels.registry import families
 from dglu_build.cubin_info import CubinError, read_cubin
 from dglu_build.kernels import compile_variant
 from dglu_build.progress import LineProgress
@@ -73,7 +73,7 @@ def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts
     for variant in manifest["variants"]:
         build, cubin = variant["build"], read_cubin(artifacts.cubin(variant))
         assert f'__version__ = "{build["dglu_version"]}"' in runtime_init
-        assert build["source_hash"] == kernel_sources_hash(KERNELS_DIR)
+        assert build["source_hash"] == families()[variant["family"]].sources_hash()
         assert build["toolchain"] == {
             "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
             "ptxas": cubin.toolkit,
