@@ -101,7 +101,7 @@ def ratios_png(record: dict[str, Any]) -> bytes:
     dry = " (DRY RUN: fake timings)" if record["dry_run"] else ""
     figure.suptitle(
         f"dglu fused dSwiGLU backward vs PyTorch, {gpu}, commit {environment['commit']}{dry}; "
-        "dashed: target; floors: shared/notes/h200_baselines.md (790 TFLOP/s, 4.3 TB/s)",
+        "dashed: target; floors: H200 baselines, bench/README.md (790 TFLOP/s, 4.3 TB/s)",
         fontsize=10,
     )
     buffer = io.BytesIO()

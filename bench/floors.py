@@ -1,6 +1,6 @@
 """The time below which no kernel can run a shape on an H200: its compute and bytes floors.
 
-Both rates are shared/notes/h200_baselines.md's (measured on the H200 the bench runs on):
+Both rates were measured on an H200 (bench/README.md, "Baselines"):
 dense bf16 torch.mm on random data, and a device-to-device copy. An op's floor is the
 larger of its compute time at that FLOP rate and its bytes moved at that bandwidth; the
 fraction of the floor a candidate reaches is floor / measured median (1.0 = at the floor).
@@ -17,13 +17,13 @@ from typing import Any
 
 from .shapes import Shape
 
-# shared/notes/h200_baselines.md: "Floors: compute = 2MNK / 790 TFLOP/s (dense bf16 measured
-# here on random data); bytes = (A + B + C + D) / 4.3 TB/s (device copy measured here)."
+# Measured on an H200 (bench/README.md, "Baselines"): dense bf16 torch.mm on random data
+# reaches 790 TFLOP/s; a device-to-device copy moves 4.3 TB/s.
 H200_BF16_FLOPS_PER_S = 790e12
 H200_DRAM_BYTES_PER_S = 4.3e12
 BF16_BYTES, FP32_BYTES = 2, 4
 SOURCE = (
-    "shared/notes/h200_baselines.md: compute 2*M*N*K / 790 TFLOP/s (H200 dense bf16, random "
+    "H200 baselines (bench/README.md): compute 2*M*N*K / 790 TFLOP/s (H200 dense bf16, random "
     "data), bytes moved / 4.3 TB/s (device copy); floor = max of the two; fraction = floor / "
     "measured median"
 )

@@ -1,7 +1,7 @@
 """Random inputs for one shape, in the seed's BF16 layouts, as several buffer sets.
 
 Values are random, never zeros: A and C standard normal, B normal scaled by 1/sqrt(K)
-(as in shared/notes/h200_baselines.md), alpha and beta in [0.5, 1.5), prob in [0, 1).
+(as in the H200 baselines, bench/README.md), alpha and beta in [0.5, 1.5), prob in [0, 1).
 Every set has the same expert sizes and its own tensors, outputs included, so that timing
 can rotate through the sets and never find one call's inputs still in L2.
 """

@@ -1,4 +1,4 @@
-"""The problems the harness times: the five shapes of shared/notes/h200_baselines.md and two
+"""The problems the harness times: five MoE shapes (bench/README.md, "Baselines") and two
 ragged cases, with the issue's targets for each.
 
 A shape's rows are all owned by experts (M = valid rows), each expert's count a multiple
@@ -109,11 +109,11 @@ def ragged_expert_rows(
     return tuple(math.ceil(count / M_ALIGNED) * M_ALIGNED for count in counts)
 
 
-# The ragged row of shared/notes/h200_baselines.md' side-by-side table: 8 experts, two
+# The ragged row of the H200 baselines' side-by-side table (bench/README.md): 8 experts, two
 # empty, 16384 rows in all.
 RAGGED_8_ROWS = (3072, 0, 256, 7936, 512, 0, 1280, 3328)
 
-# The five shapes of shared/notes/h200_baselines.md ((L, M, N, K), equal experts), then
+# The five shapes of the H200 baselines (bench/README.md) ((L, M, N, K), equal experts), then
 # the two ragged ones.
 SHAPES = (
     Shape(

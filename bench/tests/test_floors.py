@@ -67,5 +67,5 @@ def test_results_table_and_summary_carry_the_fractions():
     assert "fused of floor" in header and "gemm of floor" in header
     assert "0.54 of 0.011c" in row and "- of 0.011c" in row
     assert "790 TFLOP/s" in legend and "4.3 TB/s" in legend
-    assert "h200_baselines.md" in legend
+    assert "H200 baselines" in legend
     assert "; fused at 0.54-0.54 of its floor;" in summary_line(record)

@@ -15,7 +15,7 @@ from bench.shapes import (
     select_shapes,
 )
 
-# shared/notes/h200_baselines.md: name -> (L, M, N, K)
+# The H200 baselines' table (bench/README.md): name -> (L, M, N, K)
 BASELINE_TABLE = {
     "dsv3-like": (8, 32768, 2048, 7168),
     "mixtral-like": (8, 16384, 14336, 4096),

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from dglu_build.atomic_write import TEMP_SUFFIX, write_atomic
-from dglu.contract.schema import MANIFEST_FILE as MANIFEST_NAME, SCHEMA_VERSION, manifest_text
+from dglu.contract.schema import MANIFEST_FILE as MANIFEST_NAME, SCHEMA_VERSION
+from dglu.contract.writer import manifest_text
 
 STATE_DIR = ".dglu-build"
 LOCK_NAME = "lock"

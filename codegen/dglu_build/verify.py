@@ -1,6 +1,6 @@
 """Check an artifact directory the way the runtime will trust it.
 
-The manifest must pass the runtime's own reader (dglu.contract.schema), so a
+The manifest must pass the runtime's own reader (dglu.contract.reader), so a
 directory that verifies is never refused at run time. Then every variant's
 cubin is re-hashed against the manifest's sha256 and size, and the
 manifest's launch description (kernels, parameters, TMA rules) and
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
 from dglu_build.artifact_store import StoreError, check_entry, read_manifest_file
-from dglu.contract.schema import read_manifest
+from dglu.contract.reader import read_manifest
 
 
 @dataclass

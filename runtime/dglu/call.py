@@ -15,7 +15,8 @@ from .cache import BoundedCache
 from .driver import device_info
 from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
-from .contract.schema import Variant, full_variant
+from .contract.reader import full_variant
+from .contract.schema import Variant
 from .manifest import installed_variants, search_path
 from .options import OpOptions, check_m_aligned
 from .problem import Problem

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 
-class DgluError(Exception):
-    """Base class of every error dglu raises on purpose."""
+from .contract.errors import DgluError, ManifestError
 
-
-class ManifestError(DgluError, ValueError):
-    """A manifest.json that cannot be used: unreadable, wrong schema, malformed entry."""
+__all__ = [
+    "CudaDriverError",
+    "DeviceMemoryError",
+    "DgluError",
+    "IntegrityError",
+    "KernelLaunchError",
+    "KernelLoadError",
+    "ManifestError",
+    "ParamPackingError",
+    "StreamDeviceError",
+    "VariantNotFoundError",
+]
 
 
 class IntegrityError(DgluError):

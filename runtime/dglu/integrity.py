@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from .errors import IntegrityError
-from .contract.schema import Variant, VariantEntry
+from .contract.reader import VariantEntry
+from .contract.schema import Variant
 
 _REMEDY = "rebuild the artifacts or reinstall dglu"
 

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from .contract.schema import MANIFEST_FILE, Manifest, Variant, VariantEntry, read_manifest
+from .contract.reader import VariantEntry, read_manifest
+from .contract.schema import MANIFEST_FILE, Manifest, Variant
 from .errors import ManifestError
 
 PACKAGE_ORIGIN = "package"
@@ -119,5 +120,5 @@ def installed_manifests() -> tuple[tuple[SearchEntry, Manifest], ...]:
 
 def installed_variants() -> tuple[VariantEntry, ...]:
     """Every variant this process can launch, in selection order (read lazily:
-    dglu.contract.schema.full_variant reads and checks the one a call selects)."""
+    dglu.contract.reader.full_variant reads and checks the one a call selects)."""
     return merged_variants(installed_manifests())[0]

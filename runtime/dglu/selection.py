@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, variant_name
-from .contract.schema import Variant, VariantEntry, VariantKey
+from .contract.reader import VariantEntry
+from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
 
 log = logging.getLogger("dglu")

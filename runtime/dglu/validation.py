@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .contract.schema import Argument, Expr, Variant, ViewRule
+from .contract.expressions import Expr
+from .contract.schema import Argument, Variant, ViewRule
 from .dtypes import ELEMENT_TYPES, element_type_of
 from .problem import Problem, TensorView
 

@@ -11,7 +11,7 @@ import pytest
 
 from dglu_build.abi_check import check_variant_cubin
 from dglu_build.build import BuildResult, build_artifacts
-from dglu.contract.schema import read_manifest
+from dglu.contract.reader import read_manifest
 from dglu_build.progress import LineProgress
 from dglu_build.specs import Variant, load_specs
 from dglu_build.verify import verify_directory

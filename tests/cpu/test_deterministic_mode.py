@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from dglu.contract.keys import FAMILIES, KEY_FIELDS, variant_name
-from dglu.contract.schema import parse_expr
+from dglu.contract.expressions import parse_expr
 from dglu.options import check_options
 from dglu.selection import VariantRequest, build_command, missing_variant_message
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from dglu.contract.schema import parse_expr
+from dglu.contract.expressions import parse_expr
 from dglu_build.kernels.sm90_mxfp8 import interface
 from dglu_build.kernels.sm90_mxfp8.config import Config
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest_runtime import variant_key, write_artifacts
-from dglu.contract.schema import parse_expr
+from dglu.contract.expressions import parse_expr
 from dglu.grid import is_empty, launch_grid
 from dglu.manifest import read_manifest
 

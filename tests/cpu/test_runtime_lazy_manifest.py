@@ -1,6 +1,6 @@
 """The runtime reads manifests lazily: every variant's identity fields (name, family, key,
 build, cubin, sha256, size) when the manifest is read, the rest of an entry only when a
-call selects it, with the same refusals as a full read (dglu.contract.schema.VariantEntry)."""
+call selects it, with the same refusals as a full read (dglu.contract.reader.VariantEntry)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import stand_ins
 from conftest_runtime import DEFAULT_KEYS, variant_key, variant_name, write_artifacts, write_manifest
 from dglu import api, call, manifest
-from dglu.contract import schema
+from dglu.contract import reader
 from dglu.errors import ManifestError
 
 KEYS = DEFAULT_KEYS[:4]  # one tile each: the wrapper call below selects SELECTED
@@ -52,8 +52,8 @@ def _wrapper_call() -> None:
 def test_a_call_reads_in_full_only_the_variant_it_selects(tmp_path, installed, monkeypatch) -> None:
     installed(_artifacts(tmp_path))
     read = []
-    original = schema._read_rest
-    monkeypatch.setattr(schema, "_read_rest", lambda entry, *a: read.append(entry.where) or original(entry, *a))
+    original = reader._read_rest
+    monkeypatch.setattr(reader, "_read_rest", lambda entry, *a: read.append(entry.where) or original(entry, *a))
     _wrapper_call()
     _wrapper_call()
     assert len(manifest.installed_variants()) == len(KEYS)
@@ -71,7 +71,7 @@ def test_a_selected_variant_with_a_bad_entry_is_refused_as_a_full_read_refuses_i
     written["variants"][0]["kernels"][0]["block"] = [128, 0, 1]
     write_manifest(tmp_path, written)
     with pytest.raises(ManifestError) as full:
-        schema.read_manifest(tmp_path)
+        reader.read_manifest(tmp_path)
     fake = installed(tmp_path)
     with pytest.raises(ManifestError) as lazy:
         _wrapper_call()
@@ -94,13 +94,13 @@ def test_identity_fields_are_checked_when_the_manifest_is_read(tmp_path, field, 
     written["variants"][1][field] = value
     write_manifest(tmp_path, written)
     with pytest.raises(ManifestError) as error:
-        schema.read_manifest(tmp_path, lazy=True)
+        reader.read_manifest(tmp_path, lazy=True)
     assert message in str(error.value) and "variants[1]" in str(error.value)
 
 
 def test_a_lazy_entry_reads_as_the_full_variant(tmp_path) -> None:
     write_artifacts(tmp_path, DEFAULT_KEYS)
-    full = schema.read_manifest(tmp_path).variants
-    lazy = schema.read_manifest(tmp_path, lazy=True).variants
-    assert [schema.full_variant(entry) for entry in lazy] == list(full)
-    assert all(schema.full_variant(variant) is variant for variant in full)
+    full = reader.read_manifest(tmp_path).variants
+    lazy = reader.read_manifest(tmp_path, lazy=True).variants
+    assert [reader.full_variant(entry) for entry in lazy] == list(full)
+    assert all(reader.full_variant(variant) is variant for variant in full)

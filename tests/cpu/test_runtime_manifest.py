@@ -15,7 +15,7 @@ from conftest_runtime import (
     write_manifest,
 )
 from dglu.contract.keys import KEY_FIELD_DEFAULTS
-from dglu.contract.schema import parse_expr
+from dglu.contract.expressions import parse_expr
 from dglu.errors import ManifestError
 from dglu.manifest import (
     PACKAGE_ORIGIN,

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("cutlass", reason="compiling the smoke specs needs nvidia-cutlass-dsl")
 
-from dglu.contract.schema import read_manifest  # noqa: E402
+from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu.grid import launch_grid  # noqa: E402
 from dglu.integrity import read_verified_cubin  # noqa: E402
 from dglu.params import pack_params  # noqa: E402

@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from dglu import runner  # noqa: E402
-from dglu.contract.schema import manifest_text, read_manifest  # noqa: E402
+from dglu.contract.reader import read_manifest  # noqa: E402
+from dglu.contract.writer import manifest_text  # noqa: E402
 from dglu.validation import describe_tensors  # noqa: E402
 from conftest_runtime import variant_key  # noqa: E402
 

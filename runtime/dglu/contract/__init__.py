@@ -1,12 +1,15 @@
 """The contract both sides of dglu share: pure Python (no cutlass, no torch, no CUDA).
 
-- ``dglu.contract.keys``: the variant key's fields, each kernel family's allowed values,
-  the activations and their constants, variant names, and the exact cubin architecture of
+- ``keys``: the variant key's fields, each kernel family's allowed values, the
+  activations and their constants, variant names, and the exact cubin architecture of
   each compute capability;
-- ``dglu.contract.schema``: the manifest (docs/manifest.md), its strict reader and its
-  canonical writer.
+- ``element_types``: the element types the manifest names;
+- ``expressions``: the manifest's EXPRESSIONs (``"2*n"``);
+- ``schema``: the manifest's data model (docs/manifest.md); ``reader``: its strict reader;
+  ``writer``: its canonical writer;
+- ``errors``: the errors they raise (dglu.errors re-exports them).
 
 The build side (``dglu_build``) imports this package to validate spec files and write
-manifests; the runtime imports it to read them. Nothing here may import anything but the
-standard library.
+manifests; the runtime imports it to read them. Nothing here imports anything but the
+standard library (tests/cpu/test_contract_imports.py checks this in a fresh interpreter).
 """

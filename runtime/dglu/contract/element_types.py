@@ -1,0 +1,33 @@
+"""Element types by their manifest names: byte size, torch dtype name and TMA data type.
+The one table both sides read: the manifest's reader, the build and the runtime."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ElementType(NamedTuple):
+    """One element type as the manifest names it (e.g. "bf16")."""
+
+    name: str
+    size: int
+    torch_name: str
+    tensor_map_type: str  # member name of cuda.bindings.driver.CUtensorMapDataType
+
+
+ELEMENT_TYPES: dict[str, ElementType] = {
+    e.name: e
+    for e in (
+        ElementType("bf16", 2, "bfloat16", "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"),
+        ElementType("fp16", 2, "float16", "CU_TENSOR_MAP_DATA_TYPE_FLOAT16"),
+        ElementType("fp32", 4, "float32", "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"),
+        ElementType("i32", 4, "int32", "CU_TENSOR_MAP_DATA_TYPE_INT32"),
+        ElementType("i64", 8, "int64", "CU_TENSOR_MAP_DATA_TYPE_INT64"),
+        ElementType("e4m3", 1, "float8_e4m3fn", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        ElementType("e5m2", 1, "float8_e5m2", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        ElementType("e8m0", 1, "float8_e8m0fnu", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+    )
+}
+
+FLOAT_TYPES = ("bf16", "fp16", "fp32")
+FP8_TYPES = ("e4m3", "e5m2")  # MXFP8 operands, C and D
