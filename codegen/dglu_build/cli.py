@@ -224,6 +224,10 @@ def _add_field_options(command):
     "--act-out/--no-act-out", default=False, show_default=True,
     help="Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs).",
 )
+@click.option(
+    "--experts", "experts", type=int, multiple=True, default=[0], show_default=True,
+    help="Expert count compiled in (repeatable): the Blackwell kernels take one L each; 0: any (Hopper).",
+)
 @_add_field_options
 @click.option("--tile", "tiles", type=_MxN(), multiple=True, default=["128x128"], show_default=True, help="Tile (repeatable).")
 @click.option("--cluster", "clusters", type=_MxN(), multiple=True, default=["1x1"], show_default=True, help="Cluster (repeatable).")
@@ -234,6 +238,7 @@ def add(
     dbias: bool,
     deterministic: bool,
     act_out: bool,
+    experts: tuple[int, ...],
     tiles: tuple[tuple[int, int], ...],
     clusters: tuple[tuple[int, int], ...],
     out: Path,
@@ -255,13 +260,14 @@ def add(
       dglu-build add --act dswiglu --dbias --deterministic
       dglu-build add --act dgeglu --act-out
       dglu-build add --ab-dtype e5m2 --d-dtype e5m2 --act dgeglu --dbias   # MXFP8
+      dglu-build add --arch sm_100a --act dswiglu --tile 256x256 --cluster 2x1 --experts 12   # Blackwell
     """
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
 
     require_build_extra("add")
     fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias,
-              "deterministic": deterministic, "act_out": act_out}
+              "deterministic": deterministic, "act_out": act_out, "experts": list(experts)}
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
         for tile_m, tile_n in tiles
@@ -516,4 +522,5 @@ def describe_key(key: dict[str, Any]) -> str:
         f"b_major {key['b_major']} tile {key['tile_m']}x{key['tile_n']} cluster {key['cluster_m']}x{key['cluster_n']} "
         f"{key['scheduler']}{' deterministic' if key.get('deterministic') else ''}"
         f"{' act_out' if key.get('act_out') else ''}"
+        + (f" experts {key['experts']}" if key.get("experts") else "")
     )

@@ -7,7 +7,8 @@ kernel family (an architecture and operand path) allows a set of values per fiel
 ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
 ``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
-prob * GLU(C)) ``_aout``; their defaults (False) add nothing.
+prob * GLU(C)) ``_aout`` and a key compiled for an expert count ``_e<n>``; their defaults
+(False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ KEY_FIELDS: dict[str, type] = {
     "scheduler": str,
     "deterministic": bool,
     "act_out": bool,
+    "experts": int,
 }
 
 # Fields a spec entry or a manifest key may leave out, and the value they then take.
-KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False, "act_out": False}
+# experts 0: the kernels take any expert count L at run time; n > 0: compiled for L = n.
+KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False, "act_out": False, "experts": 0}
 
 # Activation -> its compile-time constants and their defaults (the seed's).
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
@@ -155,4 +158,6 @@ def variant_name(key: Mapping[str, Any]) -> str:
         parts.append("det")
     if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):
         parts.append("aout")
+    if key.get("experts", KEY_FIELD_DEFAULTS["experts"]):
+        parts.append(f"e{key['experts']}")
     return "_".join(parts)

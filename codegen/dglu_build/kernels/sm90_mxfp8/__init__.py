@@ -42,6 +42,7 @@ class Sm90Mxfp8Family(KernelFamily):
         "scheduler": ("static", "dynamic"),
         "deterministic": (False,),
         "act_out": (False,),
+        "experts": (0,),  # any expert count, at run time
     }
 
     def check(self, key: Mapping[str, Any]) -> None:
