@@ -108,14 +108,15 @@ def _wrapper_config(
     return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
 
 
-def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any) -> GroupedGemmDglu:
     """The compiled class-API op serving wrapper calls of this configuration, element
-    types and device (cached; uncached when A or C is no tensor, for the checks to say)."""
+    types, device and expert count (cached; uncached when A, C or padded_offsets is no
+    tensor, for the checks to say)."""
     try:
-        key = (config, a_tensor.dtype, c_tensor.dtype, a_tensor.device)
+        key = (config, a_tensor.dtype, c_tensor.dtype, a_tensor.device, tuple(padded_offsets.shape))
     except AttributeError:
         key = None
-    make = lambda: GroupedGemmDglu._for_wrapper(config, a_tensor, c_tensor)  # noqa: E731
+    make = lambda: GroupedGemmDglu._for_wrapper(config, a_tensor, c_tensor, padded_offsets)  # noqa: E731
     return make() if key is None else _wrapper_ops.get_or_make(key, make)
 
 
@@ -130,10 +131,12 @@ WRAPPER_SETTINGS = (
 )
 
 
-def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+def _wrapper_op_for(
+    settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any, padded_offsets: Any
+) -> GroupedGemmDglu:
     """The op of a wrapper call: one dictionary read when these settings (by value and
-    type), A's and C's dtypes and A's device were seen before; else the settings are
-    checked (_configure_wrapper) and the op selected (_wrapper_op)."""
+    type), A's and C's dtypes, A's device and the expert count were seen before; else
+    the settings are checked (_configure_wrapper) and the op selected (_wrapper_op)."""
     try:
         key = (
             settings,
@@ -142,13 +145,14 @@ def _wrapper_op_for(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> 
             a_tensor.dtype,
             c_tensor.dtype,
             a_tensor.device,
+            tuple(padded_offsets.shape),
         )
         op = _wrapper_calls.get(key)
     except (AttributeError, TypeError):  # no tensor, or an unhashable setting: uncached
         key = op = None
     if op is None:
         config = _configure_wrapper(**dict(zip(WRAPPER_SETTINGS, settings)))
-        op = _wrapper_op(config, a_tensor, c_tensor)
+        op = _wrapper_op(config, a_tensor, c_tensor, padded_offsets)
         if key is not None:
             _wrapper_calls.get_or_make(key, lambda: op)
     return op
@@ -295,6 +299,7 @@ def grouped_gemm_dglu(
         ),
         a_tensor,
         c_tensor,
+        padded_offsets,
     )
     discrete = op._config.discrete is not None
     weights = (b_ptrs, sfb_ptrs) if discrete else (b_tensor, sfb_tensor)

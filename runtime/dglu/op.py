@@ -182,13 +182,14 @@ class GroupedGemmDglu:
         self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
 
     @classmethod
-    def _for_wrapper(cls, config: OpConfig, a_tensor: Any, c_tensor: Any) -> GroupedGemmDglu:
+    def _for_wrapper(cls, config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any) -> GroupedGemmDglu:
         """A compiled op for wrapper calls: selected from A's and C's element types and
-        device and the wrapper's configuration (the wrapper's tensors are checked per call)."""
+        device, the expert count and the wrapper's configuration (the wrapper's tensors
+        are checked per call)."""
         op = cls.__new__(cls)
         op._reset()
         op._block_scaled = config.options.block_scaled
-        tensors = named_tensors(False, a=a_tensor, c=c_tensor)
+        tensors = named_tensors(False, a=a_tensor, c=c_tensor, padded_offsets=padded_offsets)
         op._config = config
         op._variant = select(config, tensors, WRAPPER_SOURCES)
         op._loaded = load_variant(op._variant, tensors["a"][1].device.index)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, variant_name
+from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELD_DEFAULTS, KEY_FIELDS, variant_name
 from .contract.reader import VariantEntry
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
@@ -52,6 +52,7 @@ class VariantRequest:
     scheduler: str | None = None
     deterministic: bool = False
     act_out: bool = False
+    experts: int | None = None  # the call's L; a variant of experts 0 takes any
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
@@ -61,7 +62,12 @@ class VariantRequest:
 
 
 def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
-    return [name for name, value in wanted.items() if getattr(key, name) != value]
+    return [name for name, value in wanted.items() if getattr(key, name) != value and not _any_experts(key, name)]
+
+
+def _any_experts(key: VariantKey, name: str) -> bool:
+    """A variant of experts 0 takes any expert count (its kernels read L at run time)."""
+    return name == "experts" and key.experts == 0
 
 
 def _show(name: str, value: Any) -> str:
@@ -86,9 +92,11 @@ def _family_defaults(request: VariantRequest) -> dict[str, Any]:
 
 def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | None) -> dict[str, Any]:
     base = nearest.key.as_dict() if nearest else _family_defaults(request)
-    entry = {name: base.get(name) for name in KEY_FIELDS}
+    entry = {name: base.get(name, KEY_FIELD_DEFAULTS.get(name)) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
+    if nearest is not None and nearest.key.experts == 0:
+        entry["experts"] = 0  # its family takes any expert count
     return entry
 
 
@@ -110,6 +118,7 @@ def build_command(entry: dict[str, Any]) -> str:
         f"--scheduler {entry['scheduler']}",
         *(["--deterministic"] if entry["deterministic"] else []),
         *(["--act-out"] if entry.get("act_out") else []),
+        *([f"--experts {entry['experts']}"] if entry.get("experts") else []),
     ]
     return " ".join(parts)
 
@@ -126,7 +135,7 @@ def missing_variant_message(
     """
     wanted = request.wanted()
     sources = sources or {}
-    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None]
+    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name != "experts"]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "
