@@ -70,15 +70,21 @@ def fake_arguments(config: Config, static_nk: tuple[int, int] | None = None) -> 
         n_value, k_value = cutlass.Int32(static_nk[0] if static_nk else 0), cutlass.Int32(static_nk[1] if static_nk else 0)
         b_stride = cutlass.Int64((static_nk[0] if config.b_n_major else static_nk[1]) if static_nk else 0)
         b_major = OperandMajorMode.MN if config.b_n_major else OperandMajorMode.K
-    else:
-        order = (0, 1, 2) if config.b_n_major else row_major
+    elif config.b_n_major:
+        # N-major dense B as cuDNN FE takes it: the canonical (L, K, N) row-major tensor
         if static_nk is None:
-            b = make_fake_compact_tensor(bf16, (n, k, experts), stride_order=order, assumed_align=16)
+            b = make_fake_compact_tensor(bf16, (experts, k, n), stride_order=(2, 1, 0), assumed_align=16)
         else:
-            strides = (1, n, n * k) if config.b_n_major else (k, 1, n * k)
-            b = make_fake_tensor(bf16, (n, k, experts), stride=strides, assumed_align=16)
+            b = make_fake_tensor(bf16, (experts, k, n), stride=(n * k, n, 1), assumed_align=16)
         n_value, k_value, b_stride = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int64(0)
-        b_major = OperandMajorMode.K  # what cuDNN FE passes for a rank-3 B; dense B's layout decides
+        b_major = OperandMajorMode.MN
+    else:
+        if static_nk is None:
+            b = make_fake_compact_tensor(bf16, (n, k, experts), stride_order=row_major, assumed_align=16)
+        else:
+            b = make_fake_tensor(bf16, (n, k, experts), stride=(k, 1, n * k), assumed_align=16)
+        n_value, k_value, b_stride = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int64(0)
+        b_major = OperandMajorMode.K  # what cuDNN FE passes for a rank-3 B; its layout decides
     valid_m = _m()
     per_expert = {name: make_fake_tensor(dtype, (experts,), stride=(1,), assumed_align=16)
                   for name, dtype in (("padded_offsets", cutlass.Int32), ("alpha", f32), ("beta", f32))}

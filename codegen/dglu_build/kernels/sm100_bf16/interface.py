@@ -34,6 +34,7 @@ from .config import (
 ALIGN_BYTES = 16  # cuDNN FE requires every data pointer 16-byte aligned
 SCALARS = {"n2": "2*n"}
 SWIZZLES = {64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
+SWIZZLE_ELEMENTS = 64  # bf16 elements in one 128-byte swizzle row
 
 
 def _argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, rank_drop: bool = False) -> dict:
@@ -161,11 +162,12 @@ def tma_rules(config: Config) -> dict[str, dict]:
     common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
     ab = {**common, "dtype": "bf16", "swizzle": "128B"}
     rows, cols = EPILOGUE_TILE
-    b_dims = [1, 0, 2]
-    if config.discrete_weights:
-        b = {"b_expert": {**ab, "dims": b_dims, "box": [TILE_K, config.b_box_n, 1]}}
+    if config.b_n_major:
+        # N innermost: a 128-byte swizzle row holds 64 of N; the tile takes b_box_n/64 boxes
+        b_rule = {**ab, "dims": [0, 1, 2], "box": [SWIZZLE_ELEMENTS, TILE_K, 1]}
     else:
-        b = {"b": {**ab, "dims": b_dims, "box": [TILE_K, config.b_box_n, 1]}}
+        b_rule = {**ab, "dims": [1, 0, 2], "box": [TILE_K, config.b_box_n, 1]}
+    b = {b_tensor(config): b_rule}
 
     def epilogue(dtype: str) -> dict:
         return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
