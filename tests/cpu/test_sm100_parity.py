@@ -71,7 +71,7 @@ def _cudnn_cubin(monkeypatch: pytest.MonkeyPatch, case: Case, symbol_prefix: str
     import cutlass.cute as cute
     import cudnn.gemm.cutedsl.grouped.dglu._bf16_api as bf16_api
 
-    config = Config.from_key(case.key)
+    config = Config.parse(case.key)
     major, minor = {"sm_100a": (10, 0), "sm_103a": (10, 3)}[config.arch]
     monkeypatch.setattr(bf16_api, "cuda_is_available", lambda: True)
     monkeypatch.setattr(bf16_api, "get_compute_capability", lambda *args, **kwargs: (major, minor))
@@ -125,7 +125,7 @@ def _cudnn_cubin(monkeypatch: pytest.MonkeyPatch, case: Case, symbol_prefix: str
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_dglu_compiles_cudnn_fes_static_configuration_byte_for_byte(monkeypatch, case):
     prefix = f"dglu_parity_{case.name}"
-    ours, _ = compile_cubin(Config.from_key(case.key), prefix, static_nk=(case.n, case.k))
+    ours, _ = compile_cubin(Config.parse(case.key), prefix, static_nk=(case.n, case.k))
     theirs = _cudnn_cubin(monkeypatch, case, prefix)
     assert hashlib.sha256(ours).hexdigest() == hashlib.sha256(theirs).hexdigest()
     assert ours == theirs

@@ -120,7 +120,7 @@ def main_kernel(config: Config) -> KernelDeclaration:
             PointerExtents("prob", ("m",)),
             PointerExtents("dprob", ("m",)),
             Float32Constant("linear_offset", config.linear_offset),
-            *([PointerExtents("dbias", ("n2", "n2"))] if config.dbias else []),
+            *([PointerExtents("dbias", ("l", "n2"))] if config.dbias else []),
             Pointer("workspace"),
             Int32("l"),
             Int32("n"),
