@@ -82,6 +82,11 @@ class KernelFamily(ABC):
         """What the family's cubins are built from: path (or distribution field) -> sha256
         (or value); pure Python, imports no kernel code."""
 
+    def notices(self) -> dict[str, bytes]:
+        """License texts the family's cubins must ship with, by relative file name (none
+        for dglu's own kernels; the license of the source a kernel was built from)."""
+        return {}
+
     def sources_hash(self) -> str:
         """sha256 over ``sources()``: the family's part of a variant's build key."""
         return hashlib.sha256(json.dumps(self.sources(), sort_keys=True).encode()).hexdigest()

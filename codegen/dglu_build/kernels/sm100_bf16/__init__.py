@@ -59,5 +59,9 @@ class Sm100Bf16Family(KernelFamily):
     def sources(self) -> dict[str, str]:
         return {**package_sources(Path(__file__).parent), **upstream.sources()}
 
+    def notices(self) -> dict[str, bytes]:
+        """cuDNN FE's Apache-2.0 LICENSE.txt and NOTICE: its kernel is in these cubins."""
+        return {f"{upstream.DISTRIBUTION}/{name}": text for name, text in upstream.license_texts().items()}
+
 
 FAMILY = Sm100Bf16Family()
