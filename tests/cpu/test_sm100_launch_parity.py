@@ -20,12 +20,6 @@ uses, enough for its launch)."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,13 +30,10 @@ pytest.importorskip("torch")
 from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu_build.build import build_artifacts  # noqa: E402
 from dglu_build.specs import parse_specs  # noqa: E402
+from tests.cpu.launch_trace.traces import build_stand_in, dsl_descriptor, encode_arguments, trace_call  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TRACE_DIR = Path(__file__).resolve().parent / "launch_trace"
-B200_SMS = 148
-FIRST_ALLOCATION = 0x10000  # the stand-in's first cuMemAllocAsync address: dglu's workspace
 PROBLEM = {"m": 1024, "n": 512, "k": 1024}
 SPECS = """
 defaults: {ab_dtype: bf16, c_dtype: bf16, d_dtype: bf16, weight_mode: dense, b_major: k, tile_m: 256, tile_n: 256,
@@ -61,18 +52,15 @@ variants:
   - {tile_m: 128, tile_n: 256, cluster_m: 1, act_func: dgeglu, arch: sm_103a}
 """
 VARIANTS = parse_specs(SPECS)
-LAUNCHES = ("cuLaunchKernelEx", "_cudaLaunchKernelEx")
 CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory) -> Path:
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
+    built = build_stand_in(tmp_path_factory.mktemp("stand_in"))
+    if built is None:
         pytest.skip("no C compiler to build the stand-in libcuda.so.1")
-    directory = tmp_path_factory.mktemp("stand_in")
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", directory / "libcuda.so.1", TRACE_DIR / "libcuda_trace.c"], check=True)
-    return directory
+    return built
 
 
 @pytest.fixture(scope="module")
@@ -82,57 +70,9 @@ def artifacts(tmp_path_factory) -> Path:
     return out
 
 
-def _trace(stand_in: Path, artifacts: Path, variant, tmp_path: Path) -> dict[str, list[dict]]:
-    """The launches of each phase ("dsl", "dglu") of one call."""
-    cluster = variant.cluster_m * variant.cluster_n
-    trace = tmp_path / "trace.jsonl"
-    case = {"variant": variant.name, **PROBLEM, "workspace": FIRST_ALLOCATION, "clusters": B200_SMS // cluster}
-    env = {
-        **os.environ,
-        "LD_PRELOAD": str(stand_in / "libcuda.so.1"),
-        "LD_LIBRARY_PATH": str(stand_in),
-        "FAKECUDA_TRACE": str(trace),
-        "FAKECUDA_DRIVER_VERSION": "13040",
-        "FAKECUDA_CC": {"sm_100a": "100", "sm_103a": "103"}[variant.arch],
-        "FAKECUDA_ACTIVE_CLUSTERS": str(B200_SMS // cluster),
-        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "runtime"), str(REPO_ROOT / "codegen")]),
-    }
-    done = subprocess.run([sys.executable, TRACE_DIR / "trace_calls.py", json.dumps(case), artifacts],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    phases: dict[str, list[dict]] = {}
-    phase = None
-    for record in map(json.loads, trace.read_text().splitlines()):
-        if record["fn"] == "phase":
-            phase = record["phase"]
-            phases.setdefault(phase, [])
-        elif record["fn"] in LAUNCHES:
-            phases[phase].append(record)
-    return phases
-
-
-def _descriptor(data: bytes, rank: int) -> dict:
-    """What the DSL's inline TMA descriptor says of the address, dims and box."""
-    words = struct.unpack("<8Q", data[:64])
-    dims = [(words[4] & 0xFFFFFFFF) + 1, (words[4] >> 32) + 1, (words[5] & 0xFFFFFFFF) + 1][:rank]
-    box = [(words[6] >> 56) + 1, *(b + 1 for b in struct.pack("<Q", words[7])[: rank - 1])]
-    return {"address": words[0], "dims": dims, "box": box}
-
-
-def _encoded(data: bytes) -> dict:
-    """What dglu asked cuTensorMapEncodeTiled for (the stand-in's self-describing map)."""
-    assert data[:4] == b"TMAP"
-    rank = data[5]
-    return {
-        "address": struct.unpack_from("<Q", data, 16)[0],
-        "dims": list(struct.unpack_from(f"<{rank}Q", data, 24)),
-        "box": list(struct.unpack_from(f"<{rank}H", data, 96)),
-    }
-
-
 @pytest.mark.parametrize("variant", VARIANTS, ids=[variant.name for variant in VARIANTS])
 def test_dglu_launches_what_cudnn_fes_host_code_launches(stand_in, artifacts, variant, tmp_path):
-    phases = _trace(stand_in, artifacts, variant, tmp_path)
+    phases = trace_call(stand_in, artifacts, variant, PROBLEM, tmp_path / "trace.jsonl")
     theirs, ours = phases["dsl"], phases["dglu"]
     (entry,) = [v for v in read_manifest(artifacts).variants if v.name == variant.name]
     assert [launch["kernel"] for launch in ours] == [kernel.symbol for kernel in entry.kernels]
@@ -150,8 +90,9 @@ def test_dglu_launches_what_cudnn_fes_host_code_launches(stand_in, artifacts, va
         for spec, mine, reference in zip(kernel.params, dglu["params"], dsl["params"], strict=True):
             mine, reference = bytes.fromhex(mine["bytes"]), bytes.fromhex(reference["bytes"])
             if spec.kind == "tensormap":
-                encoded = _encoded(mine)
-                assert encoded == _descriptor(reference, len(encoded["dims"])), spec.name
+                encoded = encode_arguments(mine)
+                shown = {field: encoded[field] for field in ("address", "dims", "box")}
+                assert shown == dsl_descriptor(reference, len(encoded["dims"])), spec.name
             elif spec.kind == "pointer_i32s":
                 written = 8 + 4 * len(spec.values)  # the rest is padding the DSL leaves unwritten
                 assert mine[:written] == reference[:written], spec.name
