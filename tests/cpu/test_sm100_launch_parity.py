@@ -1,22 +1,26 @@
 """Launch parity with cuDNN FE, on the CPU: for the same calls, the launches dglu's runtime
 makes from a shipped sm100 variant's manifest entry equal the launches of the host code the
-DSL generates from cuDNN FE's kernel for that same cubin (its ``__call__``: grid, cluster,
-shared memory, TMA descriptors, parameter packing), both captured through one stand-in
-libcuda.so.1 (launch_trace/libcuda_trace.c, LD_PRELOADed into a subprocess).
+DSL generates from cuDNN FE's kernel (its ``__call__``: grid, cluster, shared memory, TMA
+descriptors, parameter packing), all captured through one stand-in libcuda.so.1
+(launch_trace/libcuda_trace.c, LD_PRELOADed into a subprocess).
 
-Compared: kernel symbols and order; grid, block, dynamic shared memory; the cluster launch
-attribute (dglu sets none for a 1x1x1 cluster; the DSL's other two, programmatic stream serialization and cooperative, are 0,
-their defaults, which dglu leaves unset); every parameter byte, except in the 128-byte TMA
-descriptors and the struct pads the DSL leaves unwritten. Of a TMA descriptor the DSL writes
-only the first 64 bytes, in the hardware's format, while dglu calls cuTensorMapEncodeTiled
-(the stand-in records its arguments): compared are the global address, rank, dimensions and
-box, decoded from the descriptor. Its strides, element type, swizzle, interleave, L2
-promotion, OOB fill and element strides sit in words 1-3 in an undocumented packing: only a
-real driver's cuTensorMapEncodeTiled makes them from dglu's arguments, which the gpu tier
-does (tests/gpu/test_sm100_tma_descriptors.py). Not compared either: the kernel attribute
-each sets before launching (the DSL: max dynamic shared memory = the device's opt-in maximum
-and non-portable cluster sizes allowed; dglu: max dynamic shared memory = what the kernel
-uses, enough for its launch)."""
+Against the DSL's host code for the same symbolic-N/K cubin: kernel symbols and order;
+grid, block, dynamic shared memory; the cluster launch attribute (dglu sets none for a
+1x1x1 cluster; the DSL's other two, programmatic stream serialization and cooperative, are
+0, their defaults, which dglu leaves unset); every parameter byte but the 128-byte TMA
+descriptors and the struct pads the DSL leaves unwritten; of each descriptor its address,
+dims and box. Its strides there are not a reference: the DSL's host code for symbolic
+layouts writes other strides than the tensor's (0 for A's), while the kernel reads them
+from nowhere else. So the descriptors are also compared with those of cuDNN FE's own
+static-shape configuration of the same call (the configuration its API compiles), whose
+host code encodes them from static strides: address, byte strides (of dimensions of extent
+> 1), dims and box, decoded from the hardware format. The rest of a descriptor (element type, swizzle, interleave, L2
+promotion, OOB fill, in word 1's lower half, an undocumented packing) needs a real
+driver's cuTensorMapEncodeTiled of dglu's arguments: tests/gpu/test_sm100_tma_descriptors.py,
+which runs on any CUDA machine. Not compared either: the kernel attribute each sets before
+launching (the DSL: max dynamic shared memory = the device's opt-in maximum and
+non-portable cluster sizes allowed; dglu: max dynamic shared memory = what the kernel uses,
+enough for its launch)."""
 
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ variants:
 """
 VARIANTS = parse_specs(SPECS)
 CLUSTER_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+SYMBOLIC_FIELDS = ("address", "dims", "box")  # of a descriptor the symbolic host code writes right
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +78,7 @@ def artifacts(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("variant", VARIANTS, ids=[variant.name for variant in VARIANTS])
 def test_dglu_launches_what_cudnn_fes_host_code_launches(stand_in, artifacts, variant, tmp_path):
     phases = trace_call(stand_in, artifacts, variant, PROBLEM, tmp_path / "trace.jsonl")
-    theirs, ours = phases["dsl"], phases["dglu"]
+    theirs, ours, static = phases["dsl"], phases["dglu"], phases["static"]
     (entry,) = [v for v in read_manifest(artifacts).variants if v.name == variant.name]
     assert [launch["kernel"] for launch in ours] == [kernel.symbol for kernel in entry.kernels]
     assert [launch["kernel"] for launch in theirs] == [launch["kernel"] for launch in ours]
@@ -91,13 +96,29 @@ def test_dglu_launches_what_cudnn_fes_host_code_launches(stand_in, artifacts, va
             mine, reference = bytes.fromhex(mine["bytes"]), bytes.fromhex(reference["bytes"])
             if spec.kind == "tensormap":
                 encoded = encode_arguments(mine)
-                shown = {field: encoded[field] for field in ("address", "dims", "box")}
-                assert shown == dsl_descriptor(reference, len(encoded["dims"])), spec.name
+                decoded = dsl_descriptor(reference, len(encoded["dims"]))
+                assert {field: encoded[field] for field in SYMBOLIC_FIELDS} == {field: decoded[field] for field in SYMBOLIC_FIELDS}, spec.name
             elif spec.kind == "pointer_i32s":
                 written = 8 + 4 * len(spec.values)  # the rest is padding the DSL leaves unwritten
                 assert mine[:written] == reference[:written], spec.name
             else:
                 assert mine == reference, spec.name
+    # the descriptors against those cuDNN FE's static configuration encodes for this call
+    ours_maps = [bytes.fromhex(p["bytes"]) for launch in ours for p in launch["params"] if bytes.fromhex(p["bytes"])[:4] == b"TMAP"]
+    (static_main,) = [launch for launch in static if launch["kernel"].startswith("cudnn_static_main")]
+    static_maps = [bytes.fromhex(p["bytes"]) for p in static_main["params"] if p["size"] == 128]
+    assert len(ours_maps) == len(static_maps) == 4  # A, B, C, D of the main kernel
+    for mine, reference in zip(ours_maps, static_maps, strict=True):
+        encoded = encode_arguments(mine)
+        decoded = dsl_descriptor(reference, len(encoded["dims"]))
+        assert {f: encoded[f] for f in ("address", "dims", "box")} == {f: decoded[f] for f in ("address", "dims", "box")}
+        assert _used_strides(encoded) == _used_strides(decoded)
+
+
+def _used_strides(descriptor: dict) -> list[int | None]:
+    """The byte strides past the innermost dimension, None for a dimension of extent 1 (no
+    address depends on it: dglu writes B's expert stride there, the DSL 0)."""
+    return [stride if dim > 1 else None for stride, dim in zip(descriptor["strides"], descriptor["dims"][1:])]
 
 
 def test_the_calls_cover_both_activations_dbias_discrete_n_major_dynamic_and_both_tiles():

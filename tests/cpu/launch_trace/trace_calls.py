@@ -1,8 +1,9 @@
 """Launch one sm100 variant's call twice through the stand-in libcuda (LD_PRELOADed by the
-test): first with the host code the DSL generates from cuDNN FE's kernel (``__call__`` traced
-into a JIT launcher, the way cuDNN FE runs it), then with dglu's runtime from the variant's
-manifest entry. Both write their driver calls into FAKECUDA_TRACE; a line {"fn": "phase"}
-separates them. usage: python trace_calls.py CASE_JSON ARTIFACT_DIR (CASE_JSON names the
+test): with the host code the DSL generates from cuDNN FE's kernel (``__call__`` traced
+into a JIT launcher, the way cuDNN FE runs it) for the variant's symbolic-N/K cubin ("dsl")
+and for cuDNN FE's own static-shape configuration of the same call ("static"), then with
+dglu's runtime from the variant's manifest entry ("dglu"). All write their driver calls
+into FAKECUDA_TRACE; a line {"fn": "phase"} starts each. usage: python trace_calls.py CASE_JSON ARTIFACT_DIR (CASE_JSON names the
 variant, the problem's m, n, k, the workspace address the stand-in's first allocation gets
 and the clusters it answers for the occupancy query)"""
 
@@ -48,8 +49,12 @@ def tensors(config, m: int, n: int, k: int) -> dict[str, torch.Tensor]:
     return made
 
 
-def dsl_host(config, made: dict[str, torch.Tensor], n: int, k: int, workspace: int, clusters: int, prefix: str) -> None:
-    """cuDNN FE's kernel, compiled by the DSL with its own host launcher, called as its API calls it."""
+def dsl_host(
+    config, made: dict[str, torch.Tensor], n: int, k: int, workspace: int, clusters: int, prefix: str, static: bool
+) -> None:
+    """cuDNN FE's kernel, compiled by the DSL with its own host launcher, called as its API
+    calls it: the symbolic-N/K configuration dglu ships, or (``static``) cuDNN FE's own for
+    this N and K, whose host code encodes the TMA descriptors from static strides."""
     import cutlass
     import cutlass.cute as cute
     import cuda.bindings.driver as cuda_driver
@@ -58,7 +63,7 @@ def dsl_host(config, made: dict[str, torch.Tensor], n: int, k: int, workspace: i
 
     kernel = sm100.kernel_object(config)
     sm100.name_kernels(kernel, prefix)
-    arguments = sm100.fake_arguments(config)
+    arguments = sm100.fake_arguments(config, (n, k) if static else None)
     arguments["max_active_clusters"] = clusters
     compiled = cute.compile(kernel, **arguments, options=f"--gpu-arch {config.arch}")
     compiled.__dict__["num_devices"] = 1  # its only cudart query, answered here (see the notes)
@@ -99,7 +104,9 @@ def main() -> None:
     config = Config.from_key(variant.key.as_dict())
     made = tensors(config, case["m"], case["n"], case["k"])
     mark("dsl")
-    dsl_host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "dglu_" + variant.name)
+    dsl_host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "dglu_" + variant.name, False)
+    mark("static")
+    dsl_host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "cudnn_static", True)
     mark("dglu")
     dglu_runtime(variant, made, case["n"])
     mark("end")

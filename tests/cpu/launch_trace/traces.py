@@ -60,13 +60,16 @@ def trace_call(stand_in: Path, artifacts: Path, variant, problem: dict, trace: P
 
 
 def dsl_descriptor(data: bytes, rank: int) -> dict:
-    """What the DSL's inline TMA descriptor (hardware format, 64 bytes) says of the
-    address (word 0), dims (words 4-5, 32 bits each, minus one) and box (byte 7 of word
-    6, then the bytes of word 7, minus one)."""
+    """What the DSL's inline TMA descriptor (hardware format, 64 bytes) says of the address
+    (word 0), the byte strides past the innermost (32-bit fields from the upper half of
+    word 1 on, in units of 16 bytes), the dims (32-bit fields of words 4-5, minus one) and
+    the box (byte 7 of word 6, then the bytes of word 7, minus one). Word 1's lower half
+    (element type, rank, swizzle, interleave, L2 promotion, OOB fill) is not decoded."""
     words = struct.unpack("<8Q", data[:64])
+    fields = [words[1] >> 32, words[2] & 0xFFFFFFFF, words[2] >> 32, words[3] & 0xFFFFFFFF]
     dims = [(words[4] & 0xFFFFFFFF) + 1, (words[4] >> 32) + 1, (words[5] & 0xFFFFFFFF) + 1][:rank]
     box = [(words[6] >> 56) + 1, *(b + 1 for b in struct.pack("<Q", words[7])[: rank - 1])]
-    return {"address": words[0], "dims": dims, "box": box}
+    return {"address": words[0], "strides": [16 * field for field in fields[: rank - 1]], "dims": dims, "box": box}
 
 
 def encode_arguments(data: bytes) -> dict:
@@ -82,3 +85,14 @@ def encode_arguments(data: bytes) -> dict:
         "box": list(struct.unpack_from(f"<{rank}H", data, 96)),
         "element_strides": list(data[106 : 106 + rank]),
     }
+
+
+def without_unused_strides(data: bytes, dims: list[int]) -> bytes:
+    """A descriptor's first 64 bytes with the stride fields of dimensions of extent 1 zeroed
+    (no address depends on them; the DSL writes 0 where dglu writes B's expert stride)."""
+    words = list(struct.unpack("<8Q", data[:64]))
+    fields = [(1, 32), (2, 0), (2, 32), (3, 0)]  # (word, bit) of strides 1.. (see dsl_descriptor)
+    for (word, bit), dim in zip(fields, dims[1:]):
+        if dim == 1:
+            words[word] &= ~(0xFFFFFFFF << bit) & 0xFFFFFFFFFFFFFFFF
+    return struct.pack("<8Q", *words)
