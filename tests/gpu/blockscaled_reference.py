@@ -145,14 +145,20 @@ def sf_to_exponents(sf: torch.Tensor, rows: int, kc: int, vec: int = SF_VEC) -> 
     return padded[:, :rows, : _ceil_div(kc, vec)].contiguous()
 
 
+def _expert_block_base(width: int, start: int, vec: int) -> int:
+    """Byte where the discrete SFD_col block of the expert whose rows start at ``start``
+    begins: RN = ceil(width/128) atoms per 4*vec rows before it (RN*(s_g/128)*512 for vec 32;
+    the blocks tile the allocation, which for vec 16 is the natural extension)."""
+    return _ceil_div(width, ATOM_ROWS) * (start // (vec * ATOM_BLOCKS)) * ATOM_BYTES
+
+
 def discrete_col_sfd_offset(column: int, row: int, ends: Sequence[int], width: int, vec: int = SF_VEC) -> int:
     """Byte of SFD_col for D column ``column`` and D row ``row`` with discrete_col_sfd=True:
     expert g's own (32, 4, ceil(width/128), 4, G_g/128) block at byte RN*(s_g/128)*512."""
     start = 0
     for end in ends:
         if start <= row < end:
-            rn = _ceil_div(width, ATOM_ROWS)
-            return rn * (start // ATOM_ROWS) * ATOM_BYTES + sf_offset(
+            return _expert_block_base(width, start, vec) + sf_offset(
                 column, (row - start) // vec, 0, width, end - start, vec
             )
         start = end
@@ -170,7 +176,7 @@ def discrete_col_sfd_to_exponents(
     for end in ends:
         if end > start:
             template = sf_allocate(width, end - start, 1, 0, vec).to(flat.device)
-            base = _ceil_div(width, ATOM_ROWS) * (start // ATOM_ROWS) * ATOM_BYTES
+            base = _expert_block_base(width, start, vec)
             sf_storage(template).copy_(flat[base : base + template.numel()])
             parts.append(sf_to_exponents(template, width, end - start, vec))
         start = end
@@ -191,7 +197,7 @@ def discrete_col_sfd(
     for end in ends:
         if end > start:
             expert = sf_from_exponents(exponents[:, :, start // vec : end // vec], end - start, fill, vec)
-            base = _ceil_div(width, ATOM_ROWS) * (start // ATOM_ROWS) * ATOM_BYTES
+            base = _expert_block_base(width, start, vec)
             flat[base : base + expert.numel()] = sf_storage(expert)
         start = end
     return sf
