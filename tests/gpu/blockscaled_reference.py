@@ -35,9 +35,8 @@ ATOM_ROWS = 128  # rows covered by one 512-byte SF atom
 ATOM_BLOCKS = 4  # scale blocks (of sf_vec_size elements) covered by one SF atom
 ATOM_BYTES = 512
 E8M0_BIAS = 127
-E8M0_NAN = 0xFF
+E8M0_NAN = 0xFF  # also NaN as an E4M3 (e4m3fn) byte: the SF poison and padding fill for both
 E8M0_MAX_FINITE = 0xFE
-SF_NAN = 0xFF  # NaN as an E8M0 byte and as an E4M3 byte: the poison and padding fill
 E4M3_MAX = 448.0
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # codes 0..7; bit 3 is the sign
 FP4_DTYPES = (torch.float4_e2m1fn_x2, torch.uint8)  # two E2M1 per byte
@@ -154,7 +153,7 @@ def _expert_block_base(width: int, start: int, vec: int) -> int:
 
 def discrete_col_sfd_offset(column: int, row: int, ends: Sequence[int], width: int, vec: int = SF_VEC) -> int:
     """Byte of SFD_col for D column ``column`` and D row ``row`` with discrete_col_sfd=True:
-    expert g's own (32, 4, ceil(width/128), 4, G_g/128) block at byte RN*(s_g/128)*512."""
+    expert g's own (32, 4, ceil(width/128), 4, G_g/(4*vec)) block at _expert_block_base."""
     start = 0
     for end in ends:
         if start <= row < end:
@@ -363,10 +362,11 @@ def dbias(d: torch.Tensor, ends: Sequence[int]) -> torch.Tensor:
 
 def expert_amax(d: torch.Tensor, ends: Sequence[int]) -> torch.Tensor:
     """(L, 2) float64: per expert [max |dgate|, max |dup|] of the unquantized D (valid_m, 2N),
-    dgate in D's even 32-column blocks, dup in the odd ones; 0 for an expert with no rows."""
+    dgate in D's even 32-column blocks, dup in the odd ones. The kernel atomic-maxes into
+    amax, which cuDNN FE's wrapper fills with -inf first: an expert with no rows keeps -inf."""
     rows, width = d.shape
     halves = d.to(torch.float64).abs().reshape(rows, width // 64, 2, 32).transpose(1, 2).reshape(rows, 2, -1)
-    result = torch.zeros((len(ends), 2), dtype=torch.float64)
+    result = torch.full((len(ends), 2), -torch.inf, dtype=torch.float64)
     start = 0
     for g, end in enumerate(ends):
         if end > start:
