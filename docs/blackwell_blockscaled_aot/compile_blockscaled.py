@@ -24,6 +24,7 @@ p.add_argument("--dbias", action="store_true")
 p.add_argument("--dbias-symbolic", action="store_true", help="dbias (L, 2N, 1) with 2N symbolic (cuDNN FE: static)")
 p.add_argument("--amax", choices=["auto", "on", "off"], default="auto", help="auto: with SFD (as jit_blockscaled.py passes it)")
 p.add_argument("--discrete", action="store_true")
+p.add_argument("--discrete-symbolic", action="store_true", help="discrete with K and 2N symbolic too (cuDNN FE: static)")
 p.add_argument("--shapes", choices=["dynamic", "static"], default="dynamic")
 p.add_argument("--arch", default="sm_100a")
 p.add_argument("--m-sample", type=int, default=4096, help="only enters unit-mode strides, as in cuDNN FE")
@@ -93,7 +94,16 @@ def mx_compact(dtype, cols, div):
     return make_fake_compact_tensor(dtype, (valid_m, sym(divisibility=div) if div else cols, 1), stride_order=(1, 0, 2), assumed_align=16)
 
 
-if args.discrete:
+if args.discrete and args.discrete_symbolic:
+    a = mx_compact(AB, None, 32 if fp4 else 16)
+    c = mx_compact(C, None, 8)
+    d, d_col = mx_compact(D, None, 8 if D.width == 16 else 16), mx_compact(D, None, 8 if D.width == 16 else 16)
+    sfa = sf_fake(m128, sym(), sym(divisibility=512), sym(divisibility=512))
+    b = make_ptr(cutlass.Int64, 16, cute.AddressSpace.gmem, assumed_align=8)
+    sfb = make_ptr(cutlass.Int64, 16, cute.AddressSpace.gmem, assumed_align=8)
+    n, k, b_stride = i32(N), i32(K), cutlass.Int64(K)  # run-time values
+    prob_stride = (1, 1, 1)
+elif args.discrete:
     align = 32 if fp4 else 16
     a = make_fake_tensor(AB, (valid_m, K, 1), stride=(K, 1, Ms * K), assumed_align=align)
     c = make_fake_tensor(C, (valid_m, N2, 1), stride=(N2, 1, Ms * N2), assumed_align=16)
@@ -136,7 +146,7 @@ else:
 
 sfd_row = sfd_col = amax = norm_const = None
 if generate_sfd:
-    if args.shapes == "dynamic" and not args.discrete:
+    if (args.shapes == "dynamic" and not args.discrete) or args.discrete_symbolic:
         sfd_row = sf_fake(m128, sym(), sym(divisibility=512), sym(divisibility=512))
         sfd_col = sf_fake(sym(), sym(), sym(divisibility=512), sym(divisibility=512))
     else:
@@ -177,7 +187,7 @@ if args.kernel == "discrete_dswiglu":  # GeGLU constants are run-time Float32 th
     call["b_ptrs"], call["sfb_ptrs"] = call.pop("b"), call.pop("sfb")
 compiled = cute.compile(kernel, **call, options=f"--gpu-arch {args.arch} --keep-cubin --keep-ptx --dump-dir={out}")
 t_compile = time.time() - t1
-shape = "discrete" if args.discrete else f"dense_{args.shapes}"
+shape = ("discrete_symbolic" if args.discrete_symbolic else "discrete") if args.discrete else f"dense_{args.shapes}"
 name = f"aot_{'' if args.kernel == 'dglu' else args.kernel + '_'}{args.recipe}_{args.act}_{shape}{('_dbiassym' if args.dbias_symbolic else '_dbias') if args.dbias else ''}{'_dynsched' if args.dyn_sched else ''}_{args.tile}_{args.cluster}_{args.arch}_L{L}{'_' + args.prefix if args.prefix else ''}"
 (out / f"{name}.cubin").write_bytes(compiled.__cubin__)
 ptx = compiled.__ptx__
