@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 p = argparse.ArgumentParser()
+p.add_argument("--api", choices=["dglu", "discrete_dswiglu"], default="dglu",
+               help="discrete_dswiglu: DiscreteGroupedGemmDswigluSm100 (discrete_grouped/dswiglu/api.py)")
 p.add_argument("--recipe", choices=["mxfp8", "nvfp4"], default="mxfp8")
 p.add_argument("--act", default="dswiglu")
 p.add_argument("--dbias", action="store_true")
@@ -31,6 +33,7 @@ import cutlass
 import cutlass.cute as cute
 import cudnn.api_base as api_base
 import cudnn.gemm.cutedsl.grouped.dglu._blockscaled_api as bs
+import cudnn.gemm.cutedsl.discrete_grouped.dswiglu.api as dd
 from cudnn.gemm.cutedsl.grouped.dglu._blockscaled_api import GroupedGemmDgluBlockScaledAPI
 
 major, minor = int(args.arch[3:5]), int(args.arch[5])
@@ -41,8 +44,9 @@ class StubHardwareInfo:
         return args.sms // cluster_size
 
 
-api_base.cuda_is_available = lambda: True
-api_base.get_compute_capability = lambda *a, **k: (major, minor)
+for module in (api_base, dd):
+    module.cuda_is_available = lambda: True
+    module.get_compute_capability = lambda *a, **k: (major, minor)
 torch.cuda.is_available = lambda: True
 torch.cuda.current_device = lambda: 0
 torch.cuda.get_device_capability = lambda *a, **k: (major, minor)
@@ -65,7 +69,53 @@ def spy(*a, **kw):
 
 
 cute.compile = spy
+
+
+class GmemPlaceholder:
+    """Stands in for from_dlpack(device buffer) in DiscreteGroupedGemmDswigluSm100.compile(), which
+    only takes `.iterator` of its pointer placeholders (a CPU tensor would give a generic pointer)."""
+
+    def __init__(self, tensor, assumed_align=16):
+        self.assumed_align, self.element_type = assumed_align, cutlass.Uint8
+
+    @property
+    def iterator(self):
+        return cute.runtime.make_ptr(self.element_type, 1 << 20, cute.AddressSpace.gmem, assumed_align=self.assumed_align)
+
+
+cute.runtime.from_dlpack = GmemPlaceholder  # imported inside that compile()
 bs.cute.compile = spy
+
+
+class GmemPlaceholder:
+    """Stands in for from_dlpack(device buffer) in DiscreteGroupedGemmDswigluSm100.compile(), which
+    only takes `.iterator` of its pointer placeholders (a CPU tensor would give a generic pointer)."""
+
+    def __init__(self, tensor, assumed_align=16):
+        self.assumed_align, self.element_type = assumed_align, cutlass.Uint8
+
+    @property
+    def iterator(self):
+        return cute.runtime.make_ptr(self.element_type, 1 << 20, cute.AddressSpace.gmem, assumed_align=self.assumed_align)
+
+
+cute.runtime.from_dlpack = GmemPlaceholder  # imported inside that compile()
+dd.cute.compile = spy
+
+
+class GmemPlaceholder:
+    """Stands in for from_dlpack(device buffer) in DiscreteGroupedGemmDswigluSm100.compile(), which
+    only takes `.iterator` of its pointer placeholders (a CPU tensor would give a generic pointer)."""
+
+    def __init__(self, tensor, assumed_align=16):
+        self.assumed_align, self.element_type = assumed_align, cutlass.Uint8
+
+    @property
+    def iterator(self):
+        return cute.runtime.make_ptr(self.element_type, 1 << 20, cute.AddressSpace.gmem, assumed_align=self.assumed_align)
+
+
+cute.runtime.from_dlpack = GmemPlaceholder  # imported inside that compile()
 
 
 def sf_tensor(rows, cols, groups, vec, dtype):
@@ -109,7 +159,10 @@ common = dict(
 if not fp4:  # MXFP8 in / FP8 out: the kernel generates SFD, and wants amax too
     common.update(sample_sfd_row=sf_tensor(M, 2 * N, 1, vec, sf), sample_sfd_col=sf_tensor(2 * N, M, 1, vec, sf),
                   sample_amax=torch.empty((L, 2, 1), dtype=f32), sample_norm_const=torch.empty((1,), dtype=f32))
-if args.discrete:
+if args.api == "discrete_dswiglu":
+    args.discrete = True
+    api = dd.DiscreteGroupedGemmDswigluSm100(**common, num_experts=L, b_shape=(N, K), b_dtype=ab)
+elif args.discrete:
     api = GroupedGemmDgluBlockScaledAPI(**common, num_experts=L, b_shape=(N, K), b_dtype=ab)
 else:
     b = torch.empty((L, N, kp), dtype=torch.uint8).view(ab).permute(1, 2, 0)
@@ -119,7 +172,7 @@ t0 = time.time()
 api.compile()
 total = time.time() - t0
 cubin = captured["compiled"].__cubin__
-name = f"jit_{args.recipe}_{args.act}_{'discrete' if args.discrete else 'dense'}{'_dbias' if args.dbias else ''}_{args.arch}_L{L}"
+name = f"jit_{'' if args.api == 'dglu' else args.api + '_'}{args.recipe}_{args.act}_{'discrete' if args.discrete else 'dense'}{'_dbias' if args.dbias else ''}_{args.arch}_L{L}"
 (out / f"{name}.cubin").write_bytes(cubin)
 print(json.dumps({"name": name, "dynamic_mnkl": os.environ.get("CUDNN_FE_GROUPED_GEMM_DYNAMIC_MNKL", "1"),
                   "options": captured["options"], "compile_s": round(captured["compile_s"], 2),
