@@ -328,12 +328,14 @@ def _nvfp4_problem(seed: int):
 def test_nvfp4_op_is_the_bf16_reference_on_decoded_operands(act_func: str) -> None:
     a, sfa, b, sfb, c, alpha, beta, prob = _nvfp4_problem(6)
     got = bs.blockscaled_dglu_backward(a, sfa, b, sfb, c, SHAPE_ENDS, alpha, beta, prob, act_func, PARAMS, NV)
-    c64 = c.reshape(512, -1).double()
-    if act_func == "dsituglu":
-        c64[:256] *= 1.5
-        c64[256:] *= 0.25
-    want = dglu_backward(bs.dequantize_operand(a, sfa, NV), bs.dequantize_operand(b, sfb, NV), c64, SHAPE_ENDS,
-                         alpha, beta, prob, act_func, PARAMS)
+    # X = beta * C by hand (but for dgeglu, which reads C as stored), then the BF16 reference
+    # with beta 1: independent of where the reference applies beta
+    x64 = c.reshape(512, -1).double()
+    if act_func != "dgeglu":
+        x64[:256] *= 1.5  # expert 0 owns rows 0..255, expert 1 none, expert 2 rows 256..511
+        x64[256:] *= 0.25
+    want = dglu_backward(bs.dequantize_operand(a, sfa, NV), bs.dequantize_operand(b, sfb, NV), x64, SHAPE_ENDS,
+                         alpha, torch.ones(3), prob, act_func, PARAMS)
     assert torch.equal(got.d, want.d) and torch.equal(got.dprob, want.dprob)
 
 
