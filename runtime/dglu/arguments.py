@@ -180,22 +180,17 @@ EXECUTE = (
 )  # fmt: skip
 EXECUTE_KEYWORD_ONLY = ("workspace",)  # cuDNN FE's execute() takes it by keyword only
 
-# The class constructor's names of wrapper options that differ (cuDNN FE: _deterministic).
 FRONTENDS = {"wrapper": WRAPPER, "constructor": CONSTRUCTOR, "execute": EXECUTE}
 
 # Arguments each frontend does not offer, and why (every other one of WRAPPER it takes).
 NOT_OFFERED = {
     "torch_op": {
         "current_stream": "the dispatcher runs the op on torch's current stream",
-        "activation_tensor": "a custom op returns its outputs; act_out=True returns act_out_tensor",
-        "acc_dtype": "one accumulator (torch.float32): nothing to choose",
-        "cd_major": "C and D are N-major: nothing to choose",
+        "activation_tensor": "a custom op returns its outputs: act_out=True returns act_out_tensor",
     },
     "jax": {
         "current_stream": "XLA launches the custom call on its own stream",
         "activation_tensor": "JAX arrays are immutable: act_out=True returns act_out_tensor",
-        "acc_dtype": "one accumulator (float32): nothing to choose",
-        "cd_major": "C and D are N-major: nothing to choose",
     },
 }
 

@@ -164,3 +164,31 @@ def test_the_pinned_orders_are_cudnn_fe_1_32s() -> None:
     assert orders["wrapper"] == (CUDNN_FE_WRAPPER, ())
     assert orders["__init__"] == (CUDNN_FE_CONSTRUCTOR, ())
     assert orders["execute"] == (CUDNN_FE_EXECUTE, CUDNN_FE_EXECUTE_KEYWORD_ONLY)
+
+
+def _offered(function) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in _parameters(function)]
+
+
+@pytest.mark.parametrize("frontend", ["torch_op", "jax"])
+def test_torch_and_jax_offer_the_wrapper_but_what_they_say_why_not(frontend) -> None:
+    """dglu.torch.grouped_gemm_dglu (and its op's schema) and dglu.jax take the wrapper's
+    parameters in its order, less those arguments.NOT_OFFERED names with the reason."""
+    if frontend == "torch_op":
+        pytest.importorskip("torch")
+        from dglu.torch.op import grouped_gemm_dglu as function
+    else:
+        pytest.importorskip("jax")
+        from dglu.jax import grouped_gemm_dglu_jax as function
+    not_offered = arguments.NOT_OFFERED[frontend]
+    expected = [(name, arguments.ARGUMENTS[name].default) for name in arguments.WRAPPER if name not in not_offered]
+    assert _offered(function) == expected
+    assert all(why for why in not_offered.values()) and set(not_offered) <= set(arguments.WRAPPER)
+
+
+def test_the_torch_ops_schema_is_its_functions_parameters() -> None:
+    torch = pytest.importorskip("torch")
+    from dglu.torch.op import _PARAMETERS
+
+    schema = torch.ops.dglu.grouped_gemm_dglu.default._schema
+    assert tuple(argument.name for argument in schema.arguments) == _PARAMETERS
