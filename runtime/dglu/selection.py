@@ -16,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, variant_name
+from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELDS, build_command, variant_name
 from .contract.reader import VariantEntry
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
+
+__all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_message", "select_variant"]
 
 log = logging.getLogger("dglu")
 
@@ -90,28 +92,6 @@ def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | No
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
     return entry
-
-
-def build_command(entry: dict[str, Any]) -> str:
-    """The ``dglu-build add`` command line that would build the variant ``entry``."""
-    parts = [
-        "dglu-build add",
-        f"--arch {entry['arch']}",
-        f"--ab-dtype {entry['ab_dtype']}",
-        f"--c-dtype {entry['c_dtype']}",
-        f"--d-dtype {entry['d_dtype']}",
-        f"--act {entry['act_func']}",
-        *(f"--act-param {name}={value}" for name, value in entry["act_params"].items()),
-        "--dbias" if entry["dbias"] else "--no-dbias",
-        f"--weight-mode {entry['weight_mode']}",
-        f"--b-major {entry['b_major']}",
-        f"--tile {entry['tile_m']}x{entry['tile_n']}",
-        f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
-        f"--scheduler {entry['scheduler']}",
-        *(["--deterministic"] if entry["deterministic"] else []),
-        *(["--act-out"] if entry.get("act_out") else []),
-    ]
-    return " ".join(parts)
 
 
 def missing_variant_message(

@@ -28,12 +28,14 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from ..dtypes import FP8_TYPES, torch_dtype
+
 OP_NAME = "dglu::grouped_gemm_dglu"
 _STRIDE_TAG = getattr(torch.Tag, "needs_exact_strides", torch.Tag.needs_fixed_stride_order)
 # The seed's scale-factor layout (shared/notes/blockscaled_contract.md): 128-row atoms of
 # 4 x 32-element blocks, 512 bytes each, permuted (32, 4, rows/128, 4, blocks/4, L).
 SF_ATOM_ROWS, SF_ATOM_BYTES, SF_BLOCK = 128, 512, 32
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+FP8_DTYPES = tuple(torch_dtype(name) for name in FP8_TYPES)  # the block-scaled operands'
 # The op's outputs, in its return order (absent ones are (0,) placeholders).
 OUTPUTS = ("d_row_tensor", "d_col_tensor", "dbias_tensor", "sfd_row_tensor", "sfd_col_tensor", "act_out_tensor")
 
