@@ -73,7 +73,8 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast"),
     KeyField("act_out", bool, "Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs)", "--act-out",
-             "flag", "act_out", "act_out", False, False, negated="--no-act-out"),
+             "flag", "act_out or activation_tensor", "act_out or sample_activation", False, False,
+             negated="--no-act-out"),
 )
 KEY_FIELD_TABLE: dict[str, KeyField] = {field.name: field for field in KEY_TABLE}
 

@@ -227,11 +227,12 @@ def grouped_gemm_dglu(
     for name in _PARAMETERS:
         values.append(arguments[name])
     made = dict(zip(OUTPUTS, torch.ops.dglu.grouped_gemm_dglu(*values)))
-    block_scaled = a_tensor.dtype in FP8_DTYPES
+    # an output the call did not produce is a (0,) placeholder: None in the results
     outputs = (
-        made["d_row_tensor"], made["d_col_tensor"] if block_scaled else None, dprob_tensor,
-        made["dbias_tensor"] if generate_dbias else None, None,
-        made["sfd_row_tensor"] if block_scaled else None, made["sfd_col_tensor"] if block_scaled else None,
+        made["d_row_tensor"], made["d_col_tensor"] if made["d_col_tensor"].dim() > 1 else None, dprob_tensor,
+        made["dbias_tensor"] if made["dbias_tensor"].dim() > 1 else None, None,
+        made["sfd_row_tensor"] if made["sfd_row_tensor"].dim() > 1 else None,
+        made["sfd_col_tensor"] if made["sfd_col_tensor"].dim() > 1 else None,
     )  # fmt: skip
     return DgluActOutputs(*outputs, made["act_out_tensor"]) if act_out else DgluOutputs(*outputs)
 
