@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 ROLES = ("tensor", "output", "sample", "option", "stream")
-FAMILIES = ("all", "block_scaled", "float", "none")
+FAMILY_SCOPES = ("all", "block_scaled", "float", "none")
 
 
 class Arg(NamedTuple):

@@ -48,3 +48,18 @@ def test_the_build_command_parses_back_into_the_key() -> None:
     assert given["tiles"] == ((128, 64),) and given["clusters"] == ((1, 1),)
     for name in ("arch", "ab_dtype", "c_dtype", "d_dtype", "weight_mode", "b_major", "scheduler"):
         assert given[name] == (key[name],), name
+
+
+def test_the_runtime_runs_a_call_without_a_family_table() -> None:
+    """The runtime selects from manifest data alone: no module outside dglu.contract (whose
+    FAMILIES the build side reads) names the family table."""
+    from pathlib import Path
+
+    import dglu
+
+    package = Path(dglu.__file__).parent
+    for path in package.rglob("*.py"):
+        if "contract" in path.relative_to(package).parts:
+            continue
+        text = path.read_text()
+        assert "FAMILIES" not in text and "family_of" not in text, path
