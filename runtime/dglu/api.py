@@ -1,10 +1,14 @@
 """The public op, with the seed's argument names: the wrapper here, the class API in dglu.op
-(re-exported here), what both share in dglu.call.
+(re-exported here), the bound op both run in dglu.bound, what they share in dglu.call; their
+parameters are dglu.arguments' table.
 
-Argument names, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
-API, except that ``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and
-torch.bfloat16 (so that importing dglu does not import torch). Every argument is checked
-before anything is allocated or launched. The seed's names (``*_sm90``, ``*_sm100``) and the
+The wrapper is a cached bound op plus output allocation: a request (its settings, A's and
+C's dtypes, A's device) maps to one BoundOp, selected and loaded once. Argument names,
+positional order, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
+API (cuDNN FE 1.32.0; docs/frontends.md lists the differences that remain), except that
+``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and torch.bfloat16 (so
+that importing dglu does not import torch). Every argument is checked before anything is
+allocated or launched, the most fundamental reason first (docs/frontends.md). The seed's names (``*_sm90``, ``*_sm100``) and the
 arch-neutral ``grouped_gemm_dglu`` / ``GroupedGemmDglu`` are one implementation: each call
 runs the installed cubins of the tensors' device's architecture.
 
