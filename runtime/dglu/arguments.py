@@ -16,7 +16,7 @@ whenever it is not its default).
 
 A tensor the call needs (``required``) defaults to None here as in no other frontend, so
 that cuDNN FE's positional order can be kept after the optional ``sfa_tensor``; None is
-refused by name after the dtype family and the options are checked (dglu.refusals).
+refused by name after the dtype family and the options are checked (docs/frontends.md).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ _SAMPLES = _table(
             ("beta", _TENSORS["beta_tensor"]),
             ("prob", _TENSORS["prob_tensor"]),
             ("dprob", _TENSORS["dprob_tensor"]),
-            ("b", _TENSORS["b_tensor"]._replace(families="all")),
+            ("b", _TENSORS["b_tensor"]),
             ("sfb", _TENSORS["sfb_tensor"]),
             ("dbias", _TENSORS["dbias_tensor"]),
             ("sfd_row", _TENSORS["sfd_row_tensor"]),
@@ -180,8 +180,6 @@ EXECUTE = (
 )  # fmt: skip
 EXECUTE_KEYWORD_ONLY = ("workspace",)  # cuDNN FE's execute() takes it by keyword only
 
-FRONTENDS = {"wrapper": WRAPPER, "constructor": CONSTRUCTOR, "execute": EXECUTE}
-
 # Arguments each frontend does not offer, and why (every other one of WRAPPER it takes).
 NOT_OFFERED = {
     "torch_op": {
@@ -198,11 +196,8 @@ NOT_OFFERED = {
 def refused_value(name: str, value: Any) -> str | None:
     """The refusal of ``value`` for argument ``name`` when no family accepts it, else None."""
     arg = ARGUMENTS[name]
-    if arg.families == "none" and value is not None and value != arg.default:
-        return f"{name}: got {value!r}; {arg.refusal}"
-    return None
+    if arg.families != "none" or value is None or (type(value) is type(arg.default) and value == arg.default):
+        return None
+    shown = repr(value) if isinstance(value, str | int | float | bool) else f"a {type(value).__name__}"
+    return f"{name}: got {shown}; {arg.refusal}"
 
-
-def defaults(order: tuple[str, ...]) -> dict[str, Any]:
-    """The defaults of the arguments ``order`` names."""
-    return {name: ARGUMENTS[name].default for name in order}

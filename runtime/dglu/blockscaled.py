@@ -15,6 +15,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .arguments import refused_value
 from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES, element_type_of
 
 FP4_TORCH_NAMES = ("float4_e2m1fn_x2", "uint8")  # the seed's FP4 operand dtypes
@@ -23,7 +24,6 @@ _FP4 = (
     "no FP4 tensor cores on Hopper; Blackwell cubins (sm_100a/sm_103a) run FP4 operands. "
     "On Hopper use torch.float8_e4m3fn or torch.float8_e5m2 with E8M0 scales (MXFP8)"
 )
-_AMAX = "amax is produced only with bf16/fp16 D (FP4 operands), which Hopper cannot run; pass None"
 
 
 def _torch_name(dtype: Any) -> str:
@@ -117,9 +117,9 @@ def check_operand_family(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = 
 
 
 def refuse_amax(name: str, amax: Any) -> None:
-    """amax has no Hopper producer (see the module docstring)."""
-    if amax is not None:
-        raise ValueError(f"{name}: {_AMAX}")
+    """amax has no Hopper producer (see the module docstring; dglu.arguments says why)."""
+    if (why := refused_value(name, amax)) is not None:
+        raise ValueError(why)
 
 
 def check_vector_f32(vector_f32: bool, c_name: str, c_dtype: Any) -> None:

@@ -94,6 +94,10 @@ CASES = {
         "check_support", change(sample_dprob=None, sample_sfb=lambda: contiguous_sf(N, K, L)), "sample_dprob",
         ("None", "required"),
     ),
+    "class: sample_amax before missing samples": Refusal(
+        "check_support", change(sample_amax=lambda: torch.zeros(1), sample_norm_const=None), "sample_amax",
+        ("got a Tensor", "bf16/fp16 D of FP4 operands", "pass None"),
+    ),
 }
 
 
