@@ -126,7 +126,6 @@ def _request_key(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> tup
             c_tensor.dtype,
             a_tensor.device,
         )
-        hash(key)
     except (AttributeError, TypeError):
         return None
     return key
@@ -278,7 +277,10 @@ def grouped_gemm_dglu(
         use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major,
     )  # fmt: skip
     key = _request_key(settings, a_tensor, c_tensor)
-    bound = _bound_ops.get(key) if key is not None else None
+    try:
+        bound = _bound_ops.get(key) if key is not None else None
+    except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
+        key = bound = None
     # 2. option values (checked once per request)
     config = bound.config if bound is not None else _wrapper_config(**dict(zip(WRAPPER_SETTINGS, settings)))
     discrete = config.discrete is not None
