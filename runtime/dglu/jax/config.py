@@ -94,8 +94,9 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         scheduler=attrs["scheduler"],
         m_aligned=attrs["m_aligned"],
         deterministic=attrs["deterministic"],
-        act_out=attrs["act_out"],
-        round_dgrad=attrs["round_dgrad_to_input_dtype"],
+        # absent from calls exported by a dglu before these options: their defaults
+        act_out=attrs.get("act_out", False),
+        round_dgrad=attrs.get("round_dgrad_to_input_dtype", False),
     )
     discrete = (
         DiscreteWeights(n=attrs["n"], n_from="n", dtype=attrs["b_dtype"])
