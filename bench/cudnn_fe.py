@@ -37,7 +37,10 @@ class _B200:
 @contextlib.contextmanager
 def stubbed_device(arch: str, captured: dict[str, Any]) -> Iterator[None]:
     """cuDNN FE's device queries answered for ``arch``; its cute.compile keeps the cubin
-    and leaves the compiled function in ``captured["compiled"]``. Restored on exit."""
+    (in a temporary directory) and leaves the compiled function in ``captured["compiled"]``.
+    Restored on exit."""
+    import tempfile
+
     import cutlass
     import cudnn.gemm.cutedsl.grouped.dglu._bf16_api as bf16_api
 
@@ -45,8 +48,9 @@ def stubbed_device(arch: str, captured: dict[str, Any]) -> Iterator[None]:
     real_compile = bf16_api.cute.compile
 
     def compile_keeping_the_cubin(*args: Any, **kwargs: Any) -> Any:
-        kwargs["options"] = f"{kwargs.get('options') or ''} --gpu-arch {arch} --keep-cubin"
-        captured["compiled"] = real_compile(*args, **kwargs)
+        with tempfile.TemporaryDirectory(prefix="dglu-cudnn-") as dump:
+            kwargs["options"] = f"{kwargs.get('options') or ''} --gpu-arch {arch} --keep-cubin --dump-dir={dump}"
+            captured["compiled"] = real_compile(*args, **kwargs)
         return captured["compiled"]
 
     bf16_api.cuda_is_available = lambda: True

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from dglu.contract.keys import KEY_FIELD_TABLE, KEY_TABLE
 
 from dglu_build.abi_check import AbiMismatch
 from dglu_build.artifact_store import Record, StoreError, open_store, read_manifest_file
@@ -191,46 +192,39 @@ class _ActParam(click.ParamType):
             self.fail(f"got {value!r}, needs NAME=NUMBER such as geglu_alpha=1.702", param, ctx)
 
 
-# Spec field -> (option, default, help) of `add`'s plain, repeatable options.
-_ADD_FIELD_OPTIONS = {
-    "arch": ("--arch", "sm_90a", "Target architecture"),
-    "ab_dtype": ("--ab-dtype", "bf16", "Dtype of A and B"),
-    "c_dtype": ("--c-dtype", "bf16", "Dtype of C"),
-    "d_dtype": ("--d-dtype", "bf16", "Dtype of D"),
-    "weight_mode": ("--weight-mode", "dense", "Weight layout"),
-    "b_major": ("--b-major", "k", "Major mode of B"),
-    "scheduler": ("--scheduler", "static", "Tile scheduler"),
-}
-
-
 def _add_field_options(command):
-    """Decorate ``command`` with one repeatable option per entry of _ADD_FIELD_OPTIONS."""
-    for field, (option, default, help_text) in reversed(_ADD_FIELD_OPTIONS.items()):
-        command = click.option(
-            option, field, multiple=True, default=[default], show_default=True, help=f"{help_text} (repeatable)."
-        )(command)
+    """Decorate ``command`` with one option per variant key field (dglu.contract.keys
+    .KEY_TABLE: names, defaults and descriptions): repeatable values, switches and flags;
+    act_params, tile and cluster have their own options (below)."""
+    for field in reversed(KEY_TABLE):
+        if field.style == "value" and field.build_default is not None:
+            command = click.option(
+                field.option, field.name, type=field.kind, multiple=True, default=[field.build_default],
+                show_default=True, help=f"{field.description} (repeatable).",
+            )(command)
+        elif field.style in ("switch", "flag"):
+            command = click.option(
+                f"{field.option}/{field.negated}", field.name, default=field.build_default, show_default=True,
+                help=f"{field.description}.",
+            )(command)
     return command
+
+
+def _pair_option(pair: str, name: str):
+    """The repeatable MxN option of the key fields ``pair``_m and ``pair``_n."""
+    m, n = KEY_FIELD_TABLE[f"{pair}_m"], KEY_FIELD_TABLE[f"{pair}_n"]
+    return click.option(
+        m.option, name, type=_MxN(), multiple=True, default=[f"{m.build_default}x{n.build_default}"],
+        show_default=True, help=f"{m.description} (repeatable).",
+    )
 
 
 @main.command()
 @click.option("--act", "act_func", multiple=True, required=True, help="Activation, e.g. dswiglu or dgeglu (repeatable).")
 @click.option("--act-param", "act_params", type=_ActParam(), multiple=True, help="An activation constant (repeatable).")
-@click.option("--dbias/--no-dbias", default=False, show_default=True, help="Also compute the bias gradient.")
-@click.option(
-    "--deterministic/--fast", default=False, show_default=True,
-    help="Bitwise reproducible D, dprob and dbias (no order-dependent float atomics).",
-)
-@click.option(
-    "--act-out/--no-act-out", default=False, show_default=True,
-    help="Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs).",
-)
-@click.option(
-    "--experts", "experts", type=int, multiple=True, default=[0], show_default=True,
-    help="Expert count compiled in (repeatable): the Blackwell kernels take one L each; 0: any (Hopper).",
-)
 @_add_field_options
-@click.option("--tile", "tiles", type=_MxN(), multiple=True, default=["128x128"], show_default=True, help="Tile (repeatable).")
-@click.option("--cluster", "clusters", type=_MxN(), multiple=True, default=["1x1"], show_default=True, help="Cluster (repeatable).")
+@_pair_option("tile", "tiles")
+@_pair_option("cluster", "clusters")
 @_out_option("Artifact directory to add to.")
 @_jobs_option
 def add(
@@ -238,7 +232,6 @@ def add(
     dbias: bool,
     deterministic: bool,
     act_out: bool,
-    experts: tuple[int, ...],
     tiles: tuple[tuple[int, int], ...],
     clusters: tuple[tuple[int, int], ...],
     out: Path,
@@ -267,7 +260,7 @@ def add(
 
     require_build_extra("add")
     fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias,
-              "deterministic": deterministic, "act_out": act_out, "experts": list(experts)}
+              "deterministic": deterministic, "act_out": act_out}
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
         for tile_m, tile_n in tiles

@@ -1,10 +1,14 @@
 """The public op, with the seed's argument names: the wrapper here, the class API in dglu.op
-(re-exported here), what both share in dglu.call.
+(re-exported here), the bound op both run in dglu.bound, what they share in dglu.call; their
+parameters are dglu.arguments' table.
 
-Argument names, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
-API, except that ``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and
-torch.bfloat16 (so that importing dglu does not import torch). Every argument is checked
-before anything is allocated or launched. The seed's names (``*_sm90``, ``*_sm100``) and the
+The wrapper is a cached bound op plus output allocation: a request (its settings, A's and
+C's dtypes, A's device) maps to one BoundOp, selected and loaded once. Argument names,
+positional order, order of outputs and defaults follow NVIDIA's grouped_gemm_dglu_*_sm100
+API (cuDNN FE 1.32.0; docs/frontends.md lists the differences that remain), except that
+``acc_dtype`` and ``d_dtype`` default to None, meaning torch.float32 and torch.bfloat16 (so
+that importing dglu does not import torch). Every argument is checked before anything is
+allocated or launched, the most fundamental reason first (docs/frontends.md). The seed's names (``*_sm90``, ``*_sm100``) and the
 arch-neutral ``grouped_gemm_dglu`` / ``GroupedGemmDglu`` are one implementation: each call
 runs the installed cubins of the tensors' device's architecture.
 
@@ -28,21 +32,22 @@ from __future__ import annotations
 from typing import Any
 
 from . import runner
+from .arguments import refused_value
 from .arrays import as_torch
 from .blockscaled import (
-    check_operands,
+    check_operand_family,
     check_single_group,
     check_vector_f32,
     dense_b_major,
     is_block_scaled,
     require,
 )
+from .bound import BoundOp
 from .cache import BoundedCache
-from .call import BLOCK_SCALED, CALL_CACHE_CAPACITY, COMMON_ROLES, OpConfig, named_tensors
+from .call import BLOCK_SCALED, CALL_CACHE_CAPACITY, COMMON_ROLES, WRAPPER_OUTPUTS, WRAPPER_SOURCES, OpConfig, named_tensors
 from .op import GroupedGemmDglu, GroupedGemmDgluSm90, GroupedGemmDgluSm100
-from .options import check_absent, check_options, output_dtype_name
+from .options import check_absent, check_flags, check_options, output_dtype_name
 from .tuple_dict import TupleDict
-from .validation import element_types
 from .weights import DISCRETE, block_scaled_b_major, check_b_major, weight_mode, wrapper_discrete
 
 __all__ = [
@@ -55,26 +60,25 @@ __all__ = [
     "grouped_gemm_dglu_wrapper_sm100",
 ]
 
+# The wrapper's non-tensor arguments, in the order grouped_gemm_dglu hands them over.
+WRAPPER_SETTINGS = (
+    "has_b_tensor", "has_b_ptrs", "n", "b_dtype", "acc_dtype", "mma_tiler_mn",
+    "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
+    "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
+    "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
+    "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
+    "round_dgrad_to_input_dtype", "block_scaled", "dense_b_major",
+)  # fmt: skip
+_PAIRS = (WRAPPER_SETTINGS.index("mma_tiler_mn"), WRAPPER_SETTINGS.index("cluster_shape_mn"))
+
+# request (settings by value and type, A's and C's dtypes, A's device) -> bound op
+_bound_ops: BoundedCache[BoundOp] = BoundedCache(CALL_CACHE_CAPACITY)
+
 
 def clear_caches() -> None:
-    """Forget every cached call, op, launch plan, loaded variant and pooled workspace."""
-    _wrapper_calls.clear()
-    _wrapper_ops.clear()
-    _wrapper_configs.clear()
+    """Forget every bound op, launch plan, loaded variant and pooled workspace."""
+    _bound_ops.clear()
     runner.clear_caches()
-
-
-
-def _configure_wrapper(**arguments: Any) -> OpConfig:
-    """OpConfig of the arguments, cached by their values and types (96 and 96.0, or
-    True and 1, are different arguments) when they are hashable."""
-    values = tuple(arguments.values())
-    pairs = _pair_types(arguments["mma_tiler_mn"], arguments["cluster_shape_mn"])
-    key = (values, tuple(map(type, values)), pairs)
-    try:
-        return _wrapper_configs.get_or_make(key, lambda: _wrapper_config(**arguments))
-    except TypeError:  # an unhashable argument: check it uncached (and raise if bad)
-        return _wrapper_config(**arguments)
 
 
 def _pair_types(*pairs: Any) -> tuple[Any, ...]:
@@ -93,6 +97,7 @@ def _wrapper_config(
     dense_b_major: str,
     **options: Any,
 ) -> OpConfig:
+    """The wrapper's checked configuration: weights, options, D_row's dtype, dbias."""
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
     block_scaled = options["block_scaled"]
@@ -108,81 +113,61 @@ def _wrapper_config(
     return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
 
 
-def _wrapper_op(config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any) -> GroupedGemmDglu:
-    """The compiled class-API op serving wrapper calls of this configuration, element
-    types, device and expert count (cached; uncached when A, C or padded_offsets is no
-    tensor, for the checks to say)."""
-    try:
-        key = (config, a_tensor.dtype, c_tensor.dtype, a_tensor.device, tuple(padded_offsets.shape))
-    except AttributeError:
-        key = None
-    make = lambda: GroupedGemmDglu._for_wrapper(config, a_tensor, c_tensor, padded_offsets)  # noqa: E731
-    return make() if key is None else _wrapper_ops.get_or_make(key, make)
-
-
-# The wrapper's non-tensor arguments, in the order grouped_gemm_dglu hands them over.
-WRAPPER_SETTINGS = (
-    "has_b_tensor", "has_b_ptrs", "n", "b_dtype", "acc_dtype", "mma_tiler_mn",
-    "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
-    "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
-    "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
-    "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
-    "block_scaled", "dense_b_major",
-)
-
-
-def _wrapper_op_for(
+def _request_key(
     settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any, padded_offsets: Any
-) -> GroupedGemmDglu:
-    """The op of a wrapper call: one dictionary read when these settings (by value and
-    type), A's and C's dtypes, A's device and the expert count were seen before; else
-    the settings are checked (_configure_wrapper) and the op selected (_wrapper_op)."""
+) -> tuple[Any, ...] | None:
+    """The bound-op cache key of a wrapper request: the settings by value and type, A's and
+    C's dtypes, A's device and the expert count (padded_offsets' shape: Blackwell's kernels
+    compile it in); None when A, C or padded_offsets is no tensor or a setting is
+    unhashable (then nothing is cached and the checks say what is wrong)."""
     try:
         key = (
             settings,
             tuple(map(type, settings)),
-            _pair_types(settings[5], settings[6]),
+            _pair_types(*(settings[i] for i in _PAIRS)),
             a_tensor.dtype,
             c_tensor.dtype,
             a_tensor.device,
             tuple(padded_offsets.shape),
         )
-        op = _wrapper_calls.get(key)
-    except (AttributeError, TypeError):  # no tensor, or an unhashable setting: uncached
-        key = op = None
-    if op is None:
-        config = _configure_wrapper(**dict(zip(WRAPPER_SETTINGS, settings)))
-        op = _wrapper_op(config, a_tensor, c_tensor, padded_offsets)
-        if key is not None:
-            _wrapper_calls.get_or_make(key, lambda: op)
-    return op
+    except (AttributeError, TypeError):
+        return None
+    return key
 
 
-_wrapper_configs: BoundedCache[OpConfig] = BoundedCache(CALL_CACHE_CAPACITY)
-_wrapper_ops: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
-_wrapper_calls: BoundedCache[GroupedGemmDglu] = BoundedCache(CALL_CACHE_CAPACITY)
-# The roles of the tensors each call hands _run, in order: by weights (discrete or not) and
-# block scaling for the wrapper, by the weights' role for execute() (and with dbias).
+def _bind(
+    config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any, key: tuple[Any, ...] | None
+) -> BoundOp:
+    """Select and load the variant of a checked request; kept by its ``key``."""
+    tensors = named_tensors(False, a=a_tensor, c=c_tensor, padded_offsets=padded_offsets)
+    bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
+    check_flags(config.options, bound.variant)
+    return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)
+
+
+# The roles of the tensors the wrapper binds, in order, by weights (discrete or not) and
+# block scaling.
 _WRAPPER_ROLES = {
     (False, False): ("a", "b", "c", *COMMON_ROLES),
     (True, False): ("a", "b_ptrs", "c", *COMMON_ROLES),
     (False, True): ("a", "sfa", "b", "sfb", "c", "norm_const", *COMMON_ROLES),
     (True, True): ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", "norm_const", *COMMON_ROLES),
 }
+_REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor", "dprob_tensor")
 
 
 def grouped_gemm_dglu(
-    a_tensor: Any,
-    c_tensor: Any,
+    a_tensor: Any = None,
+    c_tensor: Any = None,
     sfa_tensor: Any = None,
-    *,
-    padded_offsets: Any,
-    alpha_tensor: Any,
-    beta_tensor: Any,
-    prob_tensor: Any,
-    dprob_tensor: Any,
+    padded_offsets: Any = None,
+    alpha_tensor: Any = None,
+    beta_tensor: Any = None,
+    prob_tensor: Any = None,
+    dprob_tensor: Any = None,
     b_tensor: Any = None,
     sfb_tensor: Any = None,
+    generate_dbias: bool = False,
     b_ptrs: Any = None,
     sfb_ptrs: Any = None,
     n: int | None = None,
@@ -195,25 +180,31 @@ def grouped_gemm_dglu(
     mma_tiler_mn: tuple[int, int] | None = None,
     cluster_shape_mn: tuple[int, int] | None = None,
     sf_vec_size: int = 16,
+    sf_fp8_dtype_override: str | None = None,
     vector_f32: bool = False,
     m_aligned: int = 256,
     discrete_col_sfd: bool = False,
     act_func: str = "dswiglu",
+    linear_offset: float = 1.0,
     geglu_alpha: float = 1.702,
     glu_clamp_max: float = 7.0,
     glu_clamp_min: float = -7.0,
-    linear_offset: float = 1.0,
     situ_beta1: float = 4.0,
     situ_beta2: float = 25.0,
     epilogue_op: str | None = None,
-    generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
+    use_single_group_runtime_offsets: bool = False,
     current_stream: Any = None,
+    round_dgrad_to_input_dtype: bool = False,
+    activation_tensor: Any = None,
     deterministic: bool = False,
     act_out: bool = False,
-    use_single_group_runtime_offsets: bool = False,
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on the tensors' device; allocates the outputs.
+
+    Parameters in cuDNN FE 1.32.0's positional order (dglu.arguments), act_out last.
+    a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor and
+    dprob_tensor are required (None is refused by name).
 
     BF16 operands. Weights: b_tensor (N, K, L), or b_ptrs (L,) int64 device pointers to
     per-expert (N, K) bf16 matrices with n=N and b_dtype=torch.bfloat16 (b_major "k" or "n"
@@ -225,9 +216,16 @@ def grouped_gemm_dglu(
     the variant that also writes prob * GLU(C), the MLP's activation that dW2 needs, and adds
     it as an eighth, trailing entry act_out_tensor ((M, N, 1) bf16; rows past valid_m
     uninitialised); without it the TupleDict keeps the seed's seven entries.
-    deterministic=True (cuDNN FE's newer option) runs the variant whose D, dprob and dbias
-    are bitwise identical from run to run and across schedulers: per-tile partial sums
-    reduced in a fixed order instead of float atomics (about 1-3% slower on the H200).
+    activation_tensor (cuDNN FE 1.32.0's name): a caller-provided (M, N, 1) bf16 tensor the
+    same act_out variant fills with prob * GLU(C) instead of a new one (returned as
+    act_out_tensor with act_out=True). deterministic=True runs the variant whose D, dprob
+    and dbias are bitwise identical from run to run and across schedulers: per-tile partial
+    sums reduced in a fixed order instead of float atomics (about 1-3% slower on the H200);
+    cuDNN FE's deterministic covers only the block-scaled kernel's dprob, without dbias.
+    round_dgrad_to_input_dtype=True rounds R = alpha^2 * A.B^T to A's dtype before the
+    epilogue, on variants whose kernel has that flag (refused on the others).
+    sf_fp8_dtype_override (Rubin's E5M3 scales) is refused: no Hopper or Blackwell kernel
+    reads E5M3 scales.
 
     Block-scaled (MXFP8) operands: A and B both torch.float8_e4m3fn or both float8_e5m2
     (dense B K- or N-major by its strides; discrete b_ptrs with sfb_ptrs and
@@ -242,21 +240,29 @@ def grouped_gemm_dglu(
     Hopper; epilogue_op (None, "identity", "relu", "srelu") is checked and, as in NVIDIA's
     kernels of this op, applied by no kernel. FP4 operands and E4M3 scale factors are
     refused: Hopper has no FP4 tensor cores.
+
+    Refusals come in this order, each before anything is allocated or launched: the
+    operands' dtype family (FP4, E4M3 scales, A's and B's FP8 types), then option values,
+    then missing tensors, then shapes and strides.
     """
+    if a_tensor is None:
+        require({"a_tensor": a_tensor}, "every call (the op's operands)")
     block_scaled = is_block_scaled(
         getattr(a_tensor, "dtype", None), sfa_tensor, sfb_tensor, sfb_ptrs, norm_const_tensor
     )
     dense_major = "k"
-    if block_scaled:
-        weights = {"sfb_ptrs": sfb_ptrs} if b_ptrs is not None else {"sfb_tensor": sfb_tensor}
-        require({"sfa_tensor": sfa_tensor, **weights, "norm_const_tensor": norm_const_tensor})
-        _check_block_scaled_wrapper(
-            a_tensor, c_tensor, b_tensor, sfa_tensor, sfb_tensor, b_dtype, vector_f32,
-            padded_offsets, use_single_group_runtime_offsets, m_aligned,
+    if block_scaled:  # 1. the operands' dtype family
+        check_operand_family(
+            named_tensors(False, **{r: t for r, t in (("a", a_tensor), ("b", b_tensor), ("sfa", sfa_tensor),
+                                                        ("sfb", sfb_tensor)) if t is not None}),
+            b_dtype,
         )
         if b_tensor is not None and b_ptrs is None:
             dense_major = dense_b_major(as_torch(b_tensor))
-    else:
+    for name, value in (("sf_fp8_dtype_override", sf_fp8_dtype_override),):
+        if (why := refused_value(name, value)) is not None:
+            raise ValueError(why)
+    if not block_scaled:
         check_absent(
             BLOCK_SCALED,
             NotImplementedError,
@@ -265,50 +271,53 @@ def grouped_gemm_dglu(
             sfb_ptrs=sfb_ptrs,
             norm_const_tensor=norm_const_tensor,
         )
-    op = _wrapper_op_for(
-        (
-            b_tensor is not None,
-            b_ptrs is not None,
-            n,
-            b_dtype,
-            acc_dtype,
-            mma_tiler_mn,
-            cluster_shape_mn,
-            sf_vec_size,
-            vector_f32,
-            m_aligned,
-            discrete_col_sfd,
-            act_func,
-            geglu_alpha,
-            glu_clamp_max,
-            glu_clamp_min,
-            linear_offset,
-            situ_beta1,
-            situ_beta2,
-            b_major,
-            epilogue_op,
-            use_dynamic_sched,
-            cd_major,
-            d_dtype,
-            generate_dbias,
-            deterministic,
-            act_out,
-            use_single_group_runtime_offsets,
-            block_scaled,
-            dense_major,
-        ),
-        a_tensor,
-        c_tensor,
-        padded_offsets,
-    )
-    discrete = op._config.discrete is not None
+    if c_tensor is None:
+        require({"c_tensor": c_tensor}, "every call (the op's operands)")
+    if block_scaled and c_tensor is not None:
+        check_vector_f32(vector_f32 is True, "c_tensor", getattr(as_torch(c_tensor), "dtype", None))
+    settings = (
+        b_tensor is not None, b_ptrs is not None, n, b_dtype, acc_dtype, mma_tiler_mn,
+        cluster_shape_mn, sf_vec_size, vector_f32, m_aligned, discrete_col_sfd, act_func,
+        geglu_alpha, glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
+        b_major, epilogue_op, use_dynamic_sched, cd_major, d_dtype, generate_dbias,
+        deterministic, act_out if activation_tensor is None else True,
+        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major,
+    )  # fmt: skip
+    key = _request_key(settings, a_tensor, c_tensor, padded_offsets)
+    try:
+        bound = _bound_ops.get(key) if key is not None else None
+    except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
+        key = bound = None
+    # 2. option values (checked once per request)
+    config = bound.config if bound is not None else _wrapper_config(**dict(zip(WRAPPER_SETTINGS, settings)))
+    discrete = config.discrete is not None
+    # 3. missing tensors
+    if block_scaled:
+        weights_sf = {"sfb_ptrs": sfb_ptrs} if discrete else {"sfb_tensor": sfb_tensor}
+        require({"sfa_tensor": sfa_tensor, **weights_sf, "norm_const_tensor": norm_const_tensor},
+                "FP8 operands (MXFP8: the E8M0 scale factors of A and B, and norm_const)")
+    if padded_offsets is None or alpha_tensor is None or beta_tensor is None or prob_tensor is None or (
+        dprob_tensor is None
+    ):
+        require(dict(zip(_REQUIRED, (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor))),
+                "every call (the op's inputs)")
+    if bound is None:  # the installed variant of the request
+        bound = _bind(config, a_tensor, c_tensor, padded_offsets, key)
+    # 4. shapes and strides (the variant's rules, when the tensors are bound)
+    if block_scaled and use_single_group_runtime_offsets is True:
+        check_single_group("padded_offsets", as_torch(padded_offsets), as_torch(a_tensor).shape[0], m_aligned)
     weights = (b_ptrs, sfb_ptrs) if discrete else (b_tensor, sfb_tensor)
     common = (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor)
     if block_scaled:
         tensors = (a_tensor, sfa_tensor, *weights, c_tensor, norm_const_tensor, *common)
     else:
         tensors = (a_tensor, weights[0], c_tensor, *common)
-    made = op._run(_WRAPPER_ROLES[discrete, block_scaled], tensors, current_stream, allocate=True)
+    roles = _WRAPPER_ROLES[discrete, block_scaled]
+    outputs = WRAPPER_OUTPUTS
+    if activation_tensor is not None:
+        roles, tensors = (*roles, "act_out"), (*tensors, activation_tensor)
+        outputs = tuple(role for role in outputs if role != "act_out")
+    made = bound.run(roles, tensors, current_stream, outputs)
     return TupleDict(
         d_row_tensor=made["d_row"],
         d_col_tensor=made.get("d_col"),
@@ -317,33 +326,8 @@ def grouped_gemm_dglu(
         amax_tensor=None,
         sfd_row_tensor=made.get("sfd_row"),
         sfd_col_tensor=made.get("sfd_col"),
-        **({"act_out_tensor": made["act_out"]} if act_out else {}),
+        **({"act_out_tensor": made.get("act_out", activation_tensor)} if act_out else {}),
     )
-
-
-def _check_block_scaled_wrapper(
-    a_tensor: Any,
-    c_tensor: Any,
-    b_tensor: Any,
-    sfa_tensor: Any,
-    sfb_tensor: Any,
-    b_dtype: Any,
-    vector_f32: Any,
-    padded_offsets: Any,
-    single_group: Any,
-    m_aligned: Any,
-) -> None:
-    """The block-scaled wrapper call's operand dtypes, vector_f32 with C and single-group
-    offsets (dglu.blockscaled); shapes and strides are the variant's checks."""
-    named = named_tensors(False, a=a_tensor, c=c_tensor)
-    for role, tensor in (("b", b_tensor), ("sfa", sfa_tensor), ("sfb", sfb_tensor)):
-        if tensor is not None:
-            named.update(named_tensors(False, **{role: tensor}))
-    element_types(named)
-    check_operands(named, b_dtype)
-    check_vector_f32(vector_f32 is True, "c_tensor", named["c"][1].dtype)
-    if single_group is True and type(m_aligned) is int and m_aligned > 0:
-        check_single_group("padded_offsets", as_torch(padded_offsets), named["a"][1].shape[0], m_aligned)
 
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu

@@ -15,15 +15,15 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .arguments import refused_value
 from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES, element_type_of
 
 FP4_TORCH_NAMES = ("float4_e2m1fn_x2", "uint8")  # the seed's FP4 operand dtypes
 SCALE_TYPE = "e8m0"
 _FP4 = (
-    "FP4 operands are not supported on Hopper (no FP4 tensor cores); use torch.float8_e4m3fn "
-    "or torch.float8_e5m2 with E8M0 scales (MXFP8)"
+    "no FP4 tensor cores on Hopper; Blackwell cubins (sm_100a/sm_103a) run FP4 operands. "
+    "On Hopper use torch.float8_e4m3fn or torch.float8_e5m2 with E8M0 scales (MXFP8)"
 )
-_AMAX = "amax is produced only with bf16/fp16 D (FP4 operands), which Hopper cannot run; pass None"
 
 
 def _torch_name(dtype: Any) -> str:
@@ -97,20 +97,29 @@ def _check_scale_dtype(name: str, dtype: Any) -> None:
     raise ValueError(f"{name}: scale factors are torch.float8_e8m0fnu (E8M0), got {dtype}")
 
 
-def require(arguments: Mapping[str, Any]) -> None:
-    """Each of ``arguments`` (name -> value) is given: a block-scaled call needs them."""
+def require(arguments: Mapping[str, Any], needed_by: str) -> None:
+    """Each of ``arguments`` (name -> value) is given: ``needed_by`` needs them."""
     for name, value in arguments.items():
         if value is None:
-            raise ValueError(
-                f"{name}: required with FP8 operands (MXFP8: the E8M0 scale factors of A and B, "
-                "FP8 D_row and D_col with SFD_row and SFD_col, and norm_const), got None"
-            )
+            raise ValueError(f"{name}: required with {needed_by}, got None")
+
+
+def check_operand_family(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None) -> None:
+    """The first check of a block-scaled call: each given tensor of ``tensors`` (role ->
+    (argument name, tensor)) is a tensor, A and B (or ``b_dtype``) FP8 of one type (FP4
+    refused whatever else is missing or wrong), the scale factors E8M0."""
+    import torch
+
+    for name, tensor in tensors.values():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+    check_operands(tensors, b_dtype)
 
 
 def refuse_amax(name: str, amax: Any) -> None:
-    """amax has no Hopper producer (see the module docstring)."""
-    if amax is not None:
-        raise ValueError(f"{name}: {_AMAX}")
+    """amax has no Hopper producer (see the module docstring; dglu.arguments says why)."""
+    if (why := refused_value(name, amax)) is not None:
+        raise ValueError(why)
 
 
 def check_vector_f32(vector_f32: bool, c_name: str, c_dtype: Any) -> None:

@@ -15,6 +15,7 @@ from .cache import BoundedCache
 from .driver import device_info
 from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
+from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
 from .contract.schema import Variant
 from .manifest import installed_variants, search_path
@@ -63,34 +64,8 @@ CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
 
 
 # Variant key field -> the arguments that choose it (for the no-variant error).
-_FIELD_SOURCES = {
-    "arch": "the tensors' device",
-    "act_func": "act_func",
-    "b_major": "b_major",
-    "tile_m": "mma_tiler_mn",
-    "tile_n": "mma_tiler_mn",
-    "cluster_m": "cluster_shape_mn",
-    "cluster_n": "cluster_shape_mn",
-    "scheduler": "use_dynamic_sched",
-    "deterministic": "deterministic",
-    "act_out": "act_out",
-}
-WRAPPER_SOURCES = {
-    **_FIELD_SOURCES,
-    "ab_dtype": "a_tensor",
-    "c_dtype": "c_tensor",
-    "d_dtype": "d_dtype",
-    "dbias": "generate_dbias",
-    "weight_mode": "b_tensor or b_ptrs",
-}
-CLASS_SOURCES = {
-    **_FIELD_SOURCES,
-    "ab_dtype": "sample_a",
-    "c_dtype": "sample_c",
-    "d_dtype": "sample_d_row",
-    "dbias": "sample_dbias",
-    "weight_mode": "sample_b or num_experts",
-}
+WRAPPER_SOURCES = {field.name: field.wrapper_source for field in KEY_TABLE}
+CLASS_SOURCES = {field.name: field.class_source for field in KEY_TABLE}
 
 
 def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:

@@ -1,15 +1,17 @@
 """The class API: GroupedGemmDglu (and the seed's names for it), built from sample tensors,
-then check_support(), compile(), execute() (dglu.api describes the op and its arguments)."""
+then check_support(), compile(), execute() (dglu.api describes the op and its arguments).
+compile() binds the op (dglu.bound.BoundOp): execute() runs the bound op's one call path,
+the wrapper's."""
 
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
 from typing import Any
 
+from .arguments import refused_value
 from .arrays import as_torch
 from .blockscaled import (
-    check_operands,
+    check_operand_family,
     check_single_group,
     check_vector_f32,
     dense_b_major,
@@ -17,27 +19,19 @@ from .blockscaled import (
     refuse_amax,
     require,
 )
-from .cache import BoundedCache, tensors_key
+from .bound import BoundOp
 from .call import (
     BLOCK_SCALED,
-    CALL_CACHE_CAPACITY,
     CLASS_DISCRETE,
     CLASS_SOURCES,
     COMMON_ROLES,
-    WRAPPER_OUTPUTS,
-    WRAPPER_SOURCES,
     OpConfig,
-    PreparedCall,
-    allocate_outputs,
-    check_offsets,
     named_tensors,
-    offsets_check_enabled,
     select,
 )
 from .contract.schema import Variant
-from .options import OpOptions, check_absent, check_options
-from .runner import LoadedVariant, load_variant, run_variant
-from .streams import on_stream, resolve_stream
+from .options import check_absent, check_flags, check_options
+from .runner import load_variant
 from .validation import describe_tensors, element_types
 from .weights import (
     DENSE,
@@ -55,6 +49,11 @@ _BLOCK_SCALED_EXECUTE_ROLES = {
     DENSE: ("a", "sfa", "b", "sfb", "c", *_QUANTIZED_D_ROLES, "norm_const", *COMMON_ROLES),
     DISCRETE: ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", *_QUANTIZED_D_ROLES, "norm_const", *COMMON_ROLES),
 }
+_REQUIRED_SAMPLES = ("a", "c", "d_row", "padded_offsets", "alpha", "beta", "prob", "dprob")
+_REQUIRED_EXECUTE = (
+    "a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
+    "prob_tensor", "dprob_tensor",
+)  # fmt: skip
 
 
 def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
@@ -76,48 +75,55 @@ class GroupedGemmDglu:
 
     def __init__(
         self,
-        sample_a: Any,
-        sample_c: Any,
-        sample_d_row: Any,
+        sample_a: Any = None,
+        sample_c: Any = None,
+        sample_d_row: Any = None,
         sample_d_col: Any = None,
         sample_sfa: Any = None,
-        *,
-        sample_padded_offsets: Any,
-        sample_alpha: Any,
-        sample_beta: Any,
-        sample_prob: Any,
-        sample_dprob: Any,
-        sample_dbias: Any = None,
+        sample_padded_offsets: Any = None,
+        sample_alpha: Any = None,
+        sample_beta: Any = None,
+        sample_prob: Any = None,
+        sample_dprob: Any = None,
         sample_b: Any = None,
         sample_sfb: Any = None,
+        sample_dbias: Any = None,
+        num_experts: int | None = None,
+        b_shape: tuple[int, int] | None = None,
+        b_dtype: Any = None,
         sample_sfd_row: Any = None,
         sample_sfd_col: Any = None,
         sample_amax: Any = None,
         sample_norm_const: Any = None,
-        num_experts: int | None = None,
-        b_shape: tuple[int, int] | None = None,
-        b_dtype: Any = None,
         acc_dtype: Any = None,
         mma_tiler_mn: tuple[int, int] | None = None,
         cluster_shape_mn: tuple[int, int] | None = None,
         sf_vec_size: int = 16,
+        sf_fp8_dtype_override: str | None = None,
         vector_f32: bool = False,
         m_aligned: int = 256,
         discrete_col_sfd: bool = False,
         act_func: str = "dswiglu",
-        geglu_alpha: float = 1.702,
-        glu_clamp_max: float = 7.0,
-        glu_clamp_min: float = -7.0,
-        linear_offset: float = 1.0,
-        situ_beta1: float = 4.0,
-        situ_beta2: float = 25.0,
         b_major: str = "k",
         epilogue_op: str | None = None,
         use_dynamic_sched: bool = False,
+        use_single_group_runtime_offsets: bool = False,
+        linear_offset: float = 1.0,
+        geglu_alpha: float = 1.702,
+        glu_clamp_max: float = 7.0,
+        glu_clamp_min: float = -7.0,
+        situ_beta1: float = 4.0,
+        situ_beta2: float = 25.0,
+        round_dgrad_to_input_dtype: bool = False,
+        sample_activation: Any = None,
         deterministic: bool = False,
         act_out: bool = False,
-        use_single_group_runtime_offsets: bool = False,
     ) -> None:
+        """Parameters in cuDNN FE 1.32.0's positional order (dglu.arguments), act_out last;
+        sample_a, sample_c, sample_d_row and the samples of padded_offsets, alpha, beta,
+        prob and dprob are required (check_support() refuses None by name).
+        sample_activation (cuDNN FE's name) or act_out=True builds the op whose kernel also
+        writes prob * GLU(C): execute() then takes activation_tensor (or act_out_tensor)."""
         block_scaled_samples = {
             "d_col": sample_d_col,
             "sfa": sample_sfa,
@@ -128,22 +134,23 @@ class GroupedGemmDglu:
         self._block_scaled = is_block_scaled(
             getattr(sample_a, "dtype", None), sample_sfa, sample_sfb, sample_norm_const
         )
+        self._required = dict(
+            zip(
+                _REQUIRED_SAMPLES,
+                (sample_a, sample_c, sample_d_row, sample_padded_offsets, sample_alpha,
+                 sample_beta, sample_prob, sample_dprob),
+            )
+        )  # fmt: skip
         self._samples = named_tensors(
             True,
-            a=sample_a,
-            c=sample_c,
-            d_row=sample_d_row,
-            padded_offsets=sample_padded_offsets,
-            alpha=sample_alpha,
-            beta=sample_beta,
-            prob=sample_prob,
-            dprob=sample_dprob,
+            **{role: t for role, t in self._required.items() if t is not None},
             **({"dbias": sample_dbias} if sample_dbias is not None else {}),
             **{role: t for role, t in block_scaled_samples.items() if t is not None},
         )
         self._sample_amax = sample_amax
         self._sample_b = sample_b
         self._sample_sfb = sample_sfb
+        self._sample_activation = sample_activation
         # for a BF16 op to refuse by name
         self._block_scaled_samples = {
             **{f"sample_{role}": tensor for role, tensor in block_scaled_samples.items()},
@@ -151,6 +158,7 @@ class GroupedGemmDglu:
             "sample_amax": sample_amax,
         }
         self._discrete_args = dict(zip(CLASS_DISCRETE, (num_experts, b_shape, b_dtype)))
+        self._refused = {"sf_fp8_dtype_override": sf_fp8_dtype_override}
         self._options_given = {
             "acc_dtype": acc_dtype,
             "mma_tiler_mn": mma_tiler_mn,
@@ -170,30 +178,13 @@ class GroupedGemmDglu:
             "epilogue_op": epilogue_op,
             "use_dynamic_sched": use_dynamic_sched,
             "deterministic": deterministic,
-            "act_out": act_out,
+            "act_out": act_out if sample_activation is None else True,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
+            "round_dgrad_to_input_dtype": round_dgrad_to_input_dtype,
         }
-        self._reset()
-
-    def _reset(self) -> None:
         self._config: OpConfig | None = None
         self._variant: Variant | None = None
-        self._loaded: LoadedVariant | None = None
-        self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
-
-    @classmethod
-    def _for_wrapper(cls, config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any) -> GroupedGemmDglu:
-        """A compiled op for wrapper calls: selected from A's and C's element types and
-        device, the expert count and the wrapper's configuration (the wrapper's tensors
-        are checked per call)."""
-        op = cls.__new__(cls)
-        op._reset()
-        op._block_scaled = config.options.block_scaled
-        tensors = named_tensors(False, a=a_tensor, c=c_tensor, padded_offsets=padded_offsets)
-        op._config = config
-        op._variant = select(config, tensors, WRAPPER_SOURCES)
-        op._loaded = load_variant(op._variant, tensors["a"][1].device.index)
-        return op
+        self._bound: BoundOp | None = None
 
     @property
     def variant_name(self) -> str | None:
@@ -201,8 +192,25 @@ class GroupedGemmDglu:
         return self._variant.name if self._variant else None
 
     def check_support(self) -> bool:
-        """True when a prebuilt kernel serves the samples and configuration; else raise why."""
+        """True when a prebuilt kernel serves the samples and configuration; else raise why:
+        the operands' dtype family first, then option values, missing samples, and the
+        samples' shapes and strides (the variant's rules)."""
         block_scaled = self._block_scaled
+        if self._required["a"] is None:
+            require({"sample_a": None}, "every op (the op's operands)")
+        if block_scaled:  # 1. the operands' dtype family
+            family = {role: self._samples[role] for role in ("a", "sfa") if role in self._samples}
+            family.update(named_tensors(True, **{role: t for role, t in (("b", self._sample_b),
+                                                                          ("sfb", self._sample_sfb)) if t is not None}))
+            check_operand_family(family, self._discrete_args["b_dtype"])
+        for name, value in self._refused.items():
+            if (why := refused_value(name, value)) is not None:
+                raise ValueError(why)
+        if not block_scaled:
+            check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled_samples)
+        if self._required["c"] is None:
+            require({"sample_c": None}, "every op (the op's operands)")
+        # 2. option values
         mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
         discrete = class_discrete(**self._discrete_args, block_scaled=block_scaled) if mode == DISCRETE else None
         options = check_options(**self._options_given, block_scaled=block_scaled)
@@ -214,57 +222,60 @@ class GroupedGemmDglu:
             if self._sample_sfb is not None:
                 samples.update(named_tensors(True, sfb=self._sample_sfb))
         if block_scaled:
-            self._check_block_scaled_samples(samples, options)
+            refuse_amax("sample_amax", self._sample_amax)
+            check_vector_f32(options.vector_f32, "sample_c", samples["c"][1].dtype)
+        # 3. missing samples
+        require({f"sample_{role}": t for role, t in self._required.items()}, "every op (the op's inputs)")
+        if block_scaled:
+            needed = ["sample_sfa", "sample_d_col", "sample_sfd_row", "sample_sfd_col", "sample_norm_const"]
+            if "b" in samples:
+                needed.insert(1, "sample_sfb")
+            require({name: self._block_scaled_samples[name] for name in needed},
+                    "FP8 operands (MXFP8: the E8M0 scale factors of A and B, FP8 D_row and D_col "
+                    "with SFD_row and SFD_col, and norm_const)")
+        # 4. the variant, and the samples' shapes and strides against it
+        element_types(samples)
+        if block_scaled:
+            if options.single_group:
+                check_single_group(
+                    "sample_padded_offsets", samples["padded_offsets"][1], samples["a"][1].shape[0], options.m_aligned
+                )
             strides_major = dense_b_major(samples["b"][1]) if not discrete else "k"
             options = options._replace(b_major=block_scaled_b_major(mode, options.b_major, strides_major))
-        else:
-            check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled_samples)
         config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
         variant = select(config, samples, CLASS_SOURCES)
+        check_flags(options, variant)
         # discrete weights have no sample, nor the act_out output: execute() checks them
         later = ("b_ptrs", "sfb_ptrs", "act_out") if discrete else ("act_out",)
+        if self._sample_activation is not None:
+            samples.update(named_tensors(True, act_out=self._sample_activation))
+            samples["act_out"] = ("sample_activation", samples["act_out"][1])
         describe_tensors(variant, samples, config.given_scalars(), later, options.flags())
         self._config, self._variant = config, variant
         return True
-
-    def _check_block_scaled_samples(self, samples: dict[str, tuple[str, Any]], options: OpOptions) -> None:
-        """The block-scaled samples' presence and dtypes, amax, vector_f32 with C,
-        single-group offsets."""
-        needed = ["sample_sfa", "sample_d_col", "sample_sfd_row", "sample_sfd_col", "sample_norm_const"]
-        if "b" in samples:
-            needed.insert(1, "sample_sfb")
-        require({name: self._block_scaled_samples[name] for name in needed})
-        element_types(samples)
-        check_operands(samples, self._discrete_args["b_dtype"])
-        refuse_amax("sample_amax", self._sample_amax)
-        check_vector_f32(options.vector_f32, "sample_c", samples["c"][1].dtype)
-        if options.single_group:
-            check_single_group(
-                "sample_padded_offsets", samples["padded_offsets"][1], samples["a"][1].shape[0], options.m_aligned
-            )
 
     def compile(self) -> None:
         """Load the chosen prebuilt cubin on the samples' device (checks support first)."""
         if self._variant is None:
             self.check_support()
-        self._loaded = load_variant(self._variant, self._samples["a"][1].device.index)
+        loaded = load_variant(self._variant, self._samples["a"][1].device.index)
+        self._bound = BoundOp(self._config, self._variant, loaded)
 
     def execute(
         self,
-        a_tensor: Any,
-        c_tensor: Any,
-        d_row_tensor: Any,
+        a_tensor: Any = None,
+        c_tensor: Any = None,
+        d_row_tensor: Any = None,
         d_col_tensor: Any = None,
         sfa_tensor: Any = None,
-        *,
-        padded_offsets: Any,
-        alpha_tensor: Any,
-        beta_tensor: Any,
-        prob_tensor: Any,
-        dprob_tensor: Any,
-        dbias_tensor: Any = None,
+        padded_offsets: Any = None,
+        alpha_tensor: Any = None,
+        beta_tensor: Any = None,
+        prob_tensor: Any = None,
+        dprob_tensor: Any = None,
         b_tensor: Any = None,
         sfb_tensor: Any = None,
+        dbias_tensor: Any = None,
         b_ptrs: Any = None,
         sfb_ptrs: Any = None,
         sfd_row_tensor: Any = None,
@@ -272,12 +283,27 @@ class GroupedGemmDglu:
         amax_tensor: Any = None,
         norm_const_tensor: Any = None,
         current_stream: Any = None,
+        activation_tensor: Any = None,
         act_out_tensor: Any = None,
+        *,
+        workspace: Any = None,
     ) -> None:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed).
-        An op built with act_out=True also writes prob * GLU(C) into ``act_out_tensor``
-        ((M, N, 1) bf16, required then; refused otherwise). A block-scaled op writes
-        d_row_tensor, d_col_tensor, sfd_row_tensor and sfd_col_tensor (all required)."""
+        Parameters in cuDNN FE 1.32.0's order, then act_out_tensor (dglu's name of
+        activation_tensor: pass one of them). An op built with act_out=True (or
+        sample_activation) also writes prob * GLU(C) into it ((M, N, 1) bf16, required
+        then; refused otherwise). A block-scaled op writes d_row_tensor, d_col_tensor,
+        sfd_row_tensor and sfd_col_tensor (all required). ``workspace`` is refused: dglu
+        provides each variant's workspaces itself."""
+        if workspace is not None:
+            raise ValueError(refused_value("workspace", workspace))
+        if activation_tensor is not None:
+            if act_out_tensor is not None:
+                raise ValueError(
+                    "activation_tensor: given with act_out_tensor, which names the same output; "
+                    "pass one of them"
+                )
+            act_out_tensor = activation_tensor
         if self._block_scaled:
             refuse_amax("amax_tensor", amax_tensor)
             weights = (b_ptrs, sfb_ptrs) if self._built_mode == DISCRETE else (b_tensor, sfb_tensor)
@@ -310,13 +336,11 @@ class GroupedGemmDglu:
             self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
         if (dbias_tensor is not None) != self._compiled_dbias:
             self._refuse_dbias(dbias_tensor)
-        if self._loaded is None:
-            self.compile()
-        weights = (b_ptrs, "b_ptrs") if built == DISCRETE else (b_tensor, "b")
-        roles = _DBIAS_EXECUTE_ROLES[weights[1]] if dbias_tensor is not None else _EXECUTE_ROLES[weights[1]]
+        if (act_out_tensor is not None) != self._options_given["act_out"]:
+            self._refuse_act_out(act_out_tensor)
         tensors = (
             a_tensor,
-            weights[0],
+            b_ptrs if built == DISCRETE else b_tensor,
             c_tensor,
             d_row_tensor,
             padded_offsets,
@@ -325,14 +349,23 @@ class GroupedGemmDglu:
             prob_tensor,
             dprob_tensor,
         )
+        if None in tensors[:1] or any(t is None for t in tensors[2:]):
+            self._refuse_missing(tensors)
+        if self._bound is None:
+            self.compile()
+        roles = _EXECUTE_ROLES["b_ptrs" if built == DISCRETE else "b"]
         if dbias_tensor is not None:
-            tensors += (dbias_tensor,)
-        if (act_out_tensor is not None) != self._options_given["act_out"]:
-            self._refuse_act_out(act_out_tensor)
+            roles, tensors = _DBIAS_EXECUTE_ROLES[roles[1]], (*tensors, dbias_tensor)
         if act_out_tensor is not None:
-            roles += ("act_out",)
-            tensors += (act_out_tensor,)
-        self._run(roles, tensors, current_stream)
+            roles, tensors = (*roles, "act_out"), (*tensors, act_out_tensor)
+        self._bound.run(roles, tensors, current_stream)
+
+    def _refuse_missing(self, tensors: tuple[Any, ...]) -> None:
+        """Name the first required tensor of execute() that is None (``tensors`` in
+        _EXECUTE_ROLES' order)."""
+        names = ("a_tensor", "b_tensor", *_REQUIRED_EXECUTE[1:])
+        require({name: t for name, t in zip(names, tensors) if name != "b_tensor"},
+                "every call (the op's operands, inputs and D_row)")
 
     def _execute_block_scaled(
         self, tensors: tuple[Any, ...], b_tensor: Any, b_ptrs: Any, dbias_tensor: Any, current_stream: Any
@@ -343,16 +376,21 @@ class GroupedGemmDglu:
             self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
         if (dbias_tensor is not None) != self._compiled_dbias:
             self._refuse_dbias(dbias_tensor)
-        if self._loaded is None:
+        roles = _BLOCK_SCALED_EXECUTE_ROLES[built]
+        if any(t is None for t in tensors):
+            names = {"a": "a_tensor", "padded_offsets": "padded_offsets", "b_ptrs": "b_ptrs",
+                     "sfb_ptrs": "sfb_ptrs"}
+            require({names.get(role, f"{role}_tensor"): t for role, t in zip(roles, tensors)},
+                    "FP8 operands (MXFP8: every tensor of the block-scaled contract)")
+        if self._bound is None:
             self.compile()
         options = self._config.options
-        roles = _BLOCK_SCALED_EXECUTE_ROLES[built]
         if options.single_group:
             offsets = as_torch(tensors[roles.index("padded_offsets")])
             check_single_group("padded_offsets", offsets, as_torch(tensors[0]).shape[0], options.m_aligned)
         if dbias_tensor is not None:
             roles, tensors = (*roles, "dbias"), (*tensors, dbias_tensor)
-        self._run(roles, tensors, current_stream)
+        self._bound.run(roles, tensors, current_stream)
 
     @functools.cached_property
     def _built_mode(self) -> str:
@@ -381,63 +419,6 @@ class GroupedGemmDglu:
                 "activation; construct it with act_out=True to produce one"
             )
         raise ValueError("act_out_tensor: required, because the op was built with act_out=True")
-
-    def _run(
-        self,
-        roles: tuple[str, ...],
-        tensors: tuple[Any, ...],
-        current_stream: Any,
-        allocate: bool = False,
-    ) -> dict[str, Any]:
-        """The one call path of execute() and the wrapper: check ``tensors`` (of ``roles``;
-        cached by their keys), allocate the wrapper's outputs when ``allocate`` (zeroing the
-        accumulated ones on the stream), launch. Returns the outputs allocated."""
-        key = tensors_key(tensors)
-        call = self._calls.get((roles, key)) if key is not None else None
-        if call is None:
-            call = self._prepared(roles, tensors, key, WRAPPER_OUTPUTS if allocate else ())
-        device = self._loaded.device
-        stream = resolve_stream(current_stream, device)
-        if offsets_check_enabled() and not self._config.options.single_group:
-            check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
-                           self._variant.m_aligned)
-        if not call.outputs:
-            run_variant(self._loaded, call.problem, stream)
-            return {}
-        # None resolved to torch's current stream: torch allocates on it already
-        with on_stream(stream, device) if current_stream is not None else nullcontext():
-            made = allocate_outputs(call.outputs, device)
-        run_variant(self._loaded, call.with_outputs(made), stream, call.cleared)
-        return made
-
-    def _prepared(
-        self,
-        roles: tuple[str, ...],
-        tensors: tuple[Any, ...],
-        key: tuple[Any, ...] | None,
-        outputs: tuple[str, ...],
-    ) -> PreparedCall:
-        """The PreparedCall of ``tensors``, stored by their ``key`` (not stored when one is
-        not a torch tensor: the checks then convert or refuse it)."""
-        make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
-        return make() if key is None else self._calls.get_or_make((roles, key), make)
-
-    def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
-        """Check the call's tensors against the compiled variant and device."""
-        variant = self._variant
-        outputs = tuple(role for role in outputs if role in variant.arguments)
-        named = named_tensors(False, **tensors)
-        element_types(named)
-        problem = describe_tensors(
-            variant, named, self._config.given_scalars(), outputs, self._config.options.flags()
-        )
-        device = problem.tensors["a"].device
-        if device != self._loaded.device:
-            raise ValueError(
-                f"a_tensor: on cuda:{device}, but the op was compiled for "
-                f"cuda:{self._loaded.device} (its samples' device)"
-            )
-        return PreparedCall(problem, variant, outputs)
 
     def _check_weight_mode(self, built: str, mode: str) -> None:
         """Refuse weights of the other mode than the op was built for."""

@@ -76,12 +76,15 @@ class OpOptions(NamedTuple):
     single_group: bool = False  # block-scaled: one expert whose rows come from A's shape
     vector_f32: bool = False  # block-scaled: accepted, no effect on Hopper
     epilogue_op: str | None = None  # block-scaled: validated, applied by no dGLU kernel
+    round_dgrad: bool = False  # R rounded to A's dtype before the epilogue (a kernel flag)
 
     def flags(self) -> dict[str, int]:
-        """The values of the kernel flags (docs/manifest.md ``flags``) these options set."""
+        """The values of the kernel flags (docs/manifest.md ``flags``) these options set, by
+        their option names: a variant reads those its entry lists."""
         return {
             "discrete_col_sfd": int(self.discrete_col_sfd),
             "use_single_group_runtime_offsets": int(self.single_group),
+            "round_dgrad_to_input_dtype": int(self.round_dgrad),
         }
 
 
@@ -148,6 +151,7 @@ def check_options(
     deterministic: Any = False,
     act_out: Any = False,
     use_single_group_runtime_offsets: Any = False,
+    round_dgrad_to_input_dtype: Any = False,
     block_scaled: bool = False,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they
@@ -179,6 +183,8 @@ def check_options(
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
     if not isinstance(act_out, bool):
         raise ValueError(f"act_out: expected a bool, got {act_out!r}")
+    if not isinstance(round_dgrad_to_input_dtype, bool):
+        raise ValueError(f"round_dgrad_to_input_dtype: expected a bool, got {round_dgrad_to_input_dtype!r}")
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
@@ -195,6 +201,7 @@ def check_options(
         single_group=bool(use_single_group_runtime_offsets),
         vector_f32=bool(vector_f32),
         epilogue_op=epilogue_op,
+        round_dgrad=round_dgrad_to_input_dtype,
     )
 
 
@@ -220,6 +227,18 @@ def check_m_aligned(options: OpOptions, variant: Any) -> None:
             f"m_aligned: must be {variant.m_aligned} (variant {variant.name}'s experts own "
             f"{variant.m_aligned}-row aligned ranges), got {options.m_aligned!r}"
         )
+
+
+def check_flags(options: OpOptions, variant: Any) -> None:
+    """Each option that sets a kernel flag to 1 selects a variant whose kernel reads that
+    flag (its manifest entry lists it); else refuse, naming the option and the variant."""
+    for name, value in options.flags().items():
+        if value and name not in variant.flags:
+            raise ValueError(
+                f"{name}: True, but the selected variant {variant.name}'s kernel has no such "
+                f"flag (its manifest entry lists {list(variant.flags) or 'none'}): pass False, "
+                "or install a variant whose kernel implements it"
+            )
 
 
 def check_absent(reason: str, error: type[Exception], **arguments: Any) -> None:

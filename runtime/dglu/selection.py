@@ -16,10 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .contract.keys import ARCH_OF_CAPABILITY, FAMILIES, JOINT_FIELDS, KEY_FIELD_DEFAULTS, KEY_FIELDS, variant_name
+from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
 from .contract.reader import VariantEntry
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
+
+__all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_message", "select_variant"]
 
 log = logging.getLogger("dglu")
 
@@ -74,53 +76,20 @@ def _show(name: str, value: Any) -> str:
     return f"{name}={dict(value) if name == 'act_params' else value}"
 
 
-def _family_defaults(request: VariantRequest) -> dict[str, Any]:
-    """The first allowed value of every field of the family that would build the request
-    (dglu.contract.keys.FAMILIES): what a suggestion fills in when no installed variant
-    can lend its fields. The request's arch is None when it accepts any."""
-    family = next(
-        (f for f in FAMILIES.values() if f.matches(request.arch or f.allowed["arch"][0], request.ab_dtype)),
-        next(iter(FAMILIES.values())),
-    )
-    defaults = {}
-    for field, values in family.allowed.items():
-        names = JOINT_FIELDS.get(field, (field,))
-        first = values[0] if len(names) > 1 else (values[0],)
-        defaults.update(zip(names, first))
-    return defaults
+def _build_defaults() -> dict[str, Any]:
+    """What a suggestion fills in when no installed variant can lend its fields: the
+    defaults of ``dglu-build add``'s options (dglu.contract.keys.KEY_TABLE)."""
+    return {field.name: field.build_default for field in KEY_TABLE}
 
 
 def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | None) -> dict[str, Any]:
-    base = nearest.key.as_dict() if nearest else _family_defaults(request)
-    entry = {name: base.get(name, KEY_FIELD_DEFAULTS.get(name)) for name in KEY_FIELDS}
+    base = nearest.key.as_dict() if nearest else _build_defaults()
+    entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
     if nearest is not None and nearest.key.experts == 0:
         entry["experts"] = 0  # its family takes any expert count
     return entry
-
-
-def build_command(entry: dict[str, Any]) -> str:
-    """The ``dglu-build add`` command line that would build the variant ``entry``."""
-    parts = [
-        "dglu-build add",
-        f"--arch {entry['arch']}",
-        f"--ab-dtype {entry['ab_dtype']}",
-        f"--c-dtype {entry['c_dtype']}",
-        f"--d-dtype {entry['d_dtype']}",
-        f"--act {entry['act_func']}",
-        *(f"--act-param {name}={value}" for name, value in entry["act_params"].items()),
-        "--dbias" if entry["dbias"] else "--no-dbias",
-        f"--weight-mode {entry['weight_mode']}",
-        f"--b-major {entry['b_major']}",
-        f"--tile {entry['tile_m']}x{entry['tile_n']}",
-        f"--cluster {entry['cluster_m']}x{entry['cluster_n']}",
-        f"--scheduler {entry['scheduler']}",
-        *(["--deterministic"] if entry["deterministic"] else []),
-        *(["--act-out"] if entry.get("act_out") else []),
-        *([f"--experts {entry['experts']}"] if entry.get("experts") else []),
-    ]
-    return " ".join(parts)
 
 
 def missing_variant_message(

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from dglu import api, call, driver, launch, op, runner, streams, validation, workspaces
+from dglu import api, bound, call, driver, launch, runner, streams, validation, workspaces
 from dglu.contract.schema import Variant
 from dglu.errors import CudaDriverError
 from dglu.manifest import SearchEntry
@@ -130,8 +130,8 @@ def install(
         (call, "installed_variants", lambda: tuple(variants)),
         (call, "search_path", lambda: [SearchEntry(directory, "test", True)]),
         (validation, "_check_devices", lambda args: None),
-        (op, "resolve_stream", lambda stream, device: STREAM),
-        (op, "on_stream", lambda stream, device: contextlib.nullcontext()),
+        (bound, "resolve_stream", lambda stream, device: STREAM),
+        (bound, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (call, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (workspaces, "is_capturing", lambda stream: fake.capturing),
         (call, "is_capturing", lambda stream: fake.capturing),

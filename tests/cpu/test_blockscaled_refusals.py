@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import blockscaled_reference as bs  # noqa: E402
 import stand_ins  # noqa: E402
 from conftest_runtime import DEFAULT_KEYS, variant_entry, variant_key, write_manifest  # noqa: E402
-from dglu import api, op  # noqa: E402
+from dglu import api, bound, op  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 
@@ -90,8 +90,9 @@ def recorded(manifest: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     write_variants(tmp_path, manifest == "with")
     fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     runs: list[str] = []
-    monkeypatch.setattr(op, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
-    monkeypatch.setattr(op, "run_variant", lambda loaded, *args, **kw: runs.append(loaded.variant.name))
+    for module in (op, bound):
+        monkeypatch.setattr(module, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
+    monkeypatch.setattr(bound, "run_variant", lambda loaded, *args, **kw: runs.append(loaded.variant.name))
     return fake, runs
 
 

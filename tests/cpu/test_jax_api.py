@@ -30,8 +30,12 @@ KEYS = [
     variant_key(dbias=False),
     variant_key(dbias=True, scheduler="dynamic"),
     variant_key(dbias=False, weight_mode="discrete", b_major="n"),
+    variant_key(dbias=True, act_out=True),
     variant_key(dbias=True, deterministic=True),
 ]
+# The act_out variant's output: prob * GLU(C), (M, N, 1) bf16.
+ACT_OUT = {"shape": ["m", "n", 1], "strides": ["n", 1, "m*n"], "dtypes": ["bf16"], "align": 16, "io": "out",
+           "rank_drop": True}
 # The deterministic variant's own workspace (its dprob partial sums: one row per n-tile).
 DPROB_PARTS = {"dtype": "fp32", "count": "m", "align": 16, "zero": "never"}
 
@@ -44,6 +48,9 @@ def _write_installed(directory):
         if entry["key"].get("deterministic"):
             entry["name"] = variant_name(entry["key"])
             entry["workspaces"]["dprob_parts"] = dict(DPROB_PARTS)
+        if entry["key"].get("act_out"):
+            entry["name"] = variant_name(entry["key"])
+            entry["arguments"]["act_out"] = dict(ACT_OUT)
     write_manifest(directory, manifest)
 
 
@@ -158,7 +165,7 @@ def test_tracing_without_a_gpu_selects_for_any_architecture(driver):
 
 
 def test_block_scaled_arguments_are_refused(driver):
-    with pytest.raises(NotImplementedError, match="sfa_tensor: block-scaled"):
+    with pytest.raises(NotImplementedError, match="sfa_tensor: dglu.jax runs the BF16 contract only: block-scaled"):
         _shapes(_arrays(), sfa_tensor=1)
 
 
@@ -309,6 +316,29 @@ def test_deterministic_reaches_the_handler_and_selects_the_det_variant(
     assert ("dprob_parts" in call.attrs["workspaces"].split(",")) == deterministic
     assert len(loaded) == 1 and loaded[0].endswith("_det") == deterministic
     assert (loaded[0] == variant_name(KEYS[-1])) == deterministic
+
+
+def test_act_out_returns_the_activation(driver):
+    out = _shapes(_arrays(), generate_dbias=True, act_out=True)
+    assert isinstance(out, dglu_jax.DgluActResults)
+    assert (out.act_out_tensor.shape, out.act_out_tensor.dtype) == ((M, N, 1), jnp.bfloat16)
+    assert not hasattr(_shapes(_arrays(), generate_dbias=True), "act_out_tensor")
+
+
+def test_act_out_reaches_the_handler(plans_on_cpu):
+    a, c, vectors = _concrete()
+    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("generate_dbias", "act_out"))
+    out = run(a, c, b_tensor=jnp.zeros((L, N, K), jnp.bfloat16), generate_dbias=True, act_out=True, **vectors)
+    out.dprob_tensor.block_until_ready()
+    _, call = plans_on_cpu[-1]
+    assert call.attrs["act_out"] is True and "act_out" in call.attrs["results"].split(",")
+
+
+def test_round_dgrad_is_refused_where_the_variant_has_no_such_flag(driver):
+    with pytest.raises(ValueError, match="round_dgrad_to_input_dtype: True, but the selected variant"):
+        _shapes(_arrays(), round_dgrad_to_input_dtype=True)
+    with pytest.raises(ValueError, match="sf_fp8_dtype_override: got 'e5m3'; .*Rubin"):
+        _shapes(_arrays(), sf_fp8_dtype_override="e5m3")
 
 
 def test_deterministic_must_be_a_bool(driver):

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
-from dglu import api, call, driver, op  # noqa: E402
+from dglu import api, bound, call, driver, op  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
@@ -37,9 +37,10 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     write_artifacts(tmp_path, KEYS)
     stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     records: list[tuple] = []
-    monkeypatch.setattr(op, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
+    for module in (op, bound):
+        monkeypatch.setattr(module, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
-        op,
+        bound,
         "run_variant",
         lambda loaded, problem, stream, clear=(): records.append((loaded.variant.name, problem)),
     )
@@ -160,8 +161,8 @@ def test_a_repeated_call_reuses_its_checks_and_new_tensors_are_checked(runs, mon
     arguments = dense_call()
     api.grouped_gemm_dglu(**arguments)
     checked = []
-    original = op.describe_tensors
-    monkeypatch.setattr(op, "describe_tensors", lambda *a: checked.append(1) or original(*a))
+    original = bound.describe_tensors
+    monkeypatch.setattr(bound, "describe_tensors", lambda *a: checked.append(1) or original(*a))
     api.grouped_gemm_dglu(**arguments)
     assert checked == [] and len(runs) == 2
     with pytest.raises(ValueError, match=r"prob_tensor: shape \(512, 1, 1\)"):
@@ -230,21 +231,21 @@ def test_dlpack_arrays_are_used_without_copies(runs) -> None:
     assert problem.tensors["prob"].pointer == arguments["prob_tensor"].data_ptr()
 
 
-def test_the_wrapper_runs_one_cached_class_api_op_per_configuration(runs, monkeypatch) -> None:
-    """The wrapper's single call path: GroupedGemmDglu._run of an op selected once per
-    configuration, element types and device, then reused."""
+def test_the_wrapper_runs_one_cached_bound_op_per_configuration(runs, monkeypatch) -> None:
+    """The wrapper's single call path: BoundOp.run of an op selected once per
+    configuration, element types and device, then reused (no class-API object)."""
     ops, selections = [], []
-    original_run, original_select = api.GroupedGemmDglu._run, op.select
+    original_run, original_select = bound.BoundOp.run, bound.select
     monkeypatch.setattr(
-        api.GroupedGemmDglu, "_run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
+        bound.BoundOp, "run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
     )
-    monkeypatch.setattr(op, "select", lambda *a: selections.append(1) or original_select(*a))
+    monkeypatch.setattr(bound, "select", lambda *a: selections.append(1) or original_select(*a))
     api.grouped_gemm_dglu(**dense_call())
     api.grouped_gemm_dglu(**dense_call())
     api.grouped_gemm_dglu(**dense_call(use_dynamic_sched=True))
     first, again, dynamic = ops
-    assert isinstance(first, api.GroupedGemmDglu) and first is again and dynamic is not first
-    assert (first.variant_name, dynamic.variant_name) == (
+    assert isinstance(first, bound.BoundOp) and first is again and dynamic is not first
+    assert (first.variant.name, dynamic.variant.name) == (
         variant_name(KEYS[0]),
         variant_name(KEYS[1]),
     )

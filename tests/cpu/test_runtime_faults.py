@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, op, streams  # noqa: E402
+from dglu import api, bound, streams  # noqa: E402
 from dglu.errors import (  # noqa: E402
     DeviceMemoryError,
     KernelLaunchError,
@@ -112,7 +112,7 @@ def test_a_failed_compile_leaves_the_op_uncompiled_and_it_compiles_again(fake) -
     fake.fail("cuModuleLoadData", "CUDA_ERROR_NO_BINARY_FOR_GPU")
     with pytest.raises(KernelLoadError, match="CUDA_ERROR_NO_BINARY_FOR_GPU"):
         op.compile()
-    assert op._loaded is None
+    assert op._bound is None
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
 
 
@@ -219,7 +219,7 @@ OTHER_STREAM, GOOD_STREAM = 0x5000, 0x6000
 def test_a_stream_of_another_device_or_context_is_refused_before_anything(
     fake, monkeypatch: pytest.MonkeyPatch, context: int, device: int, match: str
 ) -> None:
-    monkeypatch.setattr(op, "resolve_stream", lambda stream, _: streams.resolve_stream(stream, 0))
+    monkeypatch.setattr(bound, "resolve_stream", lambda stream, _: streams.resolve_stream(stream, 0))
     fake.stream_contexts[OTHER_STREAM] = context
     fake.context_devices[context] = device
     t = inputs()

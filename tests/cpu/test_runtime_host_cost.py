@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, op, runner  # noqa: E402
+from dglu import api, bound, runner  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 
 M, N, K, L = 1024, 96, 256, 4
@@ -35,7 +35,7 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Counte
     write_artifacts(tmp_path, [variant_key()])
     fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     counts = {"driver": fake.counts, "other": Counter()}
-    for module, name in [(op, "describe_tensors"), (runner, "encode_tensor_map")]:
+    for module, name in [(bound, "describe_tensors"), (runner, "encode_tensor_map")]:
         original = getattr(module, name)
 
         def counting(*args, _original=original, _name=name):

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
-from dglu import api, op  # noqa: E402
+from dglu import api, bound  # noqa: E402
 from test_runtime_api_flow import K, L, M, N, runs  # noqa: E402, F401 (the fixture)
 
 BF16 = torch.bfloat16
@@ -309,7 +309,7 @@ def test_the_valid_call_runs(runs) -> None:
 
 @pytest.mark.parametrize("case", sorted(WRAPPER_VIOLATIONS))
 def test_wrapper_refuses(runs, monkeypatch, case: str) -> None:
-    monkeypatch.setattr(op, "resolve_stream", _stream_stand_in)
+    monkeypatch.setattr(bound, "resolve_stream", _stream_stand_in)
     violation = WRAPPER_VIOLATIONS[case]
     check_refused(violation, api.grouped_gemm_dglu, {**valid_call(), **violation.changes()})
     assert runs == []

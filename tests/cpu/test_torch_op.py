@@ -51,25 +51,20 @@ def inputs(seed: int = 0, experts: int = len(ENDS)) -> dict:
 
 def op_args(arguments: dict, **options) -> tuple:
     """The op's positional arguments (its schema order) for ``arguments`` and options."""
-    config = {**Activation().op_arguments(), "generate_dbias": False,
-              "use_dynamic_sched": False, **options}
-    return (
-        arguments["a_tensor"], arguments["c_tensor"], arguments["padded_offsets"],
-        arguments["alpha_tensor"], arguments["beta_tensor"], arguments["prob_tensor"],
-        arguments["dprob_tensor"], arguments.get("b_tensor"), arguments.get("b_ptrs"),
-        arguments.get("n"), arguments.get("b_dtype"), "k", config["act_func"],
-        config["geglu_alpha"], config["glu_clamp_max"], config["glu_clamp_min"],
-        config["linear_offset"], config["situ_beta1"], config["situ_beta2"],
-        config["generate_dbias"], config["use_dynamic_sched"], None, None,
-        config.get("d_dtype"), config.get("act_out", False),
-    )
+    from dglu.torch.op import _PARAMETERS, grouped_gemm_dglu as function
+
+    import inspect
+
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+    given = {**defaults, **Activation().op_arguments(), **arguments, **options}
+    return tuple(given[name] for name in _PARAMETERS)
 
 
 def test_schema_declares_dprob_mutated_and_returns_new_tensors() -> None:
     schema = torch.ops.dglu.grouped_gemm_dglu.default._schema
     mutated = [arg.name for arg in schema.arguments if arg.alias_info and arg.alias_info.is_write]
     assert mutated == ["dprob_tensor"]
-    assert [str(ret.type) for ret in schema.returns] == ["Tensor", "Tensor", "Tensor"]
+    assert [str(ret.type) for ret in schema.returns] == ["Tensor"] * 6
     assert all(ret.alias_info is None for ret in schema.returns)
 
 
@@ -204,3 +199,58 @@ def test_importing_dglu_does_not_import_dglu_torch() -> None:
         env={"PYTHONPATH": str(RUNTIME)},
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_fake_shapes_block_scaled() -> None:
+    """FP8 operands through the op: D_row and D_col (M, 2N, 1) FP8, SFD_row and SFD_col
+    E8M0 in the seed's permuted layout (tests/gpu/blockscaled_reference's, which the GPU
+    tests hold the kernels to), dbias bf16."""
+    import sys
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+    import blockscaled_reference as bs
+
+    e4m3, e8m0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
+    m, n, k, experts = 512, 96, 160, 3
+    with FakeTensorMode() as mode:
+        fake = {name: mode.from_tensor(t) for name, t in inputs().items() if name not in ("a_tensor", "b_tensor",
+                                                                                       "c_tensor")}
+        out = grouped_gemm_dglu(
+            mode.from_tensor(torch.zeros(m, k, 1).to(e4m3)),
+            mode.from_tensor(torch.zeros(m, 2 * n, 1, dtype=torch.bfloat16)),
+            mode.from_tensor(torch.zeros(bs.sf_shape(m, k)).to(e8m0)),
+            **{**fake, "prob_tensor": mode.from_tensor(torch.ones(m, 1, 1)),
+               "dprob_tensor": mode.from_tensor(torch.zeros(m, 1, 1))},
+            b_tensor=mode.from_tensor(torch.zeros(experts, n, k).to(e4m3).permute(1, 2, 0)),
+            sfb_tensor=mode.from_tensor(torch.zeros(bs.sf_shape(n, k, experts)).to(e8m0)),
+            norm_const_tensor=mode.from_tensor(torch.ones(1)),
+            d_dtype=e4m3, sf_vec_size=32, generate_dbias=True,
+        )
+    for d in (out.d_row_tensor, out.d_col_tensor):
+        assert (d.shape, d.stride(), d.dtype) == ((m, 2 * n, 1), (2 * n, 1, 1), e4m3)
+    assert (out.sfd_row_tensor.shape, out.sfd_row_tensor.stride()) == (bs.sf_shape(m, 2 * n), bs.sf_strides(m, 2 * n))
+    assert (out.sfd_col_tensor.shape, out.sfd_col_tensor.stride()) == (bs.sf_shape(2 * n, m), bs.sf_strides(2 * n, m))
+    assert out.sfd_row_tensor.dtype == out.sfd_col_tensor.dtype == e8m0
+    assert out.dbias_tensor.shape == (len(ENDS), 2 * n, 1) and out.amax_tensor is None
+
+
+def test_deterministic_and_round_dgrad_reach_the_wrapper(monkeypatch) -> None:
+    """The op hands every option to dglu.grouped_gemm_dglu by name (CUDA kernel = wrapper)."""
+    import dglu as package
+    from dglu.torch.op import grouped_gemm_dglu_op
+
+    seen = {}
+
+    def wrapper(**arguments):
+        seen.update(arguments)
+        return {"d_row_tensor": torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)}
+
+    monkeypatch.setattr(package, "grouped_gemm_dglu", wrapper)
+    from dglu.torch.op import _PARAMETERS
+
+    values = dict(zip(_PARAMETERS, op_args(inputs(), deterministic=True, round_dgrad_to_input_dtype=True)))
+    grouped_gemm_dglu_op._init_fn(**values)  # the op's CUDA implementation, called directly
+    assert seen["deterministic"] is True and seen["round_dgrad_to_input_dtype"] is True
+    assert set(seen) == set(_PARAMETERS)

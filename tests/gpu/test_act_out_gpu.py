@@ -58,3 +58,19 @@ def test_act_out_matches_the_reference_and_leaves_the_other_outputs_unchanged(co
     if config.dbias:
         dbias = plain["dbias_tensor"].float()
         torch.testing.assert_close(out["dbias_tensor"].float(), dbias, rtol=2 * BF16_EPS, atol=BF16_EPS * float(dbias.abs().max()))  # one bf16 step
+
+
+@pytest.mark.parametrize("config", CONFIGS[:2], ids=str)
+def test_a_caller_provided_activation_tensor_gets_the_same_bytes(config: Config) -> None:
+    """cuDNN FE 1.32.0's activation_tensor: the act_out variant fills the caller's (M, N, 1)
+    bf16 tensor (poisoned first) with what act_out=True's own output holds; rows past
+    valid_m stay as the caller left them."""
+    x = case_inputs(Case(config, SHAPE, SEED))
+    own = run_wrapper(config, x, initial_dprob(SHAPE.m, SEED), act_out=True)["act_out_tensor"]
+    given = torch.full((SHAPE.m, SHAPE.n, 1), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = run_wrapper(config, x, initial_dprob(SHAPE.m, SEED), activation_tensor=given)
+    torch.cuda.synchronize()
+    assert len(out) == 7  # the caller holds the activation
+    valid = SHAPE.ends[-1]
+    assert torch.equal(given[:valid].view(torch.uint8), own[:valid].view(torch.uint8))
+    assert given[valid:].isnan().all()

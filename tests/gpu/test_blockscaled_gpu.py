@@ -24,6 +24,7 @@ if not torch.cuda.is_available():
 
 import blockscaled_reference as bs  # noqa: E402
 import dglu  # noqa: E402
+import dglu.torch  # noqa: E402
 from blockscaled_checks import check_accumulated, check_quantized_d, zero_blocks  # noqa: E402
 from blockscaled_configs import DEFAULT, FAMILY, SHIPPED, MxConfig, installed_key_fields, key_fields  # noqa: E402
 from blockscaled_inputs import MxInputs, MxOutputs, layout_revealing_inputs, make_mx_inputs, poisoned_outputs  # noqa: E402
@@ -64,7 +65,7 @@ class MxCase:
     config: MxConfig
     shape: Shape
     seed: int
-    api: str = "class"  # or "wrapper"
+    api: str = "class"  # or "wrapper", or "torch_op" (the wrapper through the torch custom op)
     norm_const: float = 1.0
     discrete_col_sfd: bool = False
     single_group: bool = False  # use_single_group_runtime_offsets (then padded_offsets = [0])
@@ -155,7 +156,9 @@ def run_class(case: MxCase, x: MxInputs, out: MxOutputs, norm_const: torch.Tenso
 def run_wrapper(case: MxCase, x: MxInputs, dprob: torch.Tensor, norm_const: torch.Tensor) -> MxOutputs:
     """The wrapper's outputs, their shapes and dtypes checked."""
     r, shape, config = x.rest, case.shape, case.config
-    out = dglu.grouped_gemm_dglu(
+    # the eager wrapper, or the same call through torch.ops.dglu.grouped_gemm_dglu
+    function = dglu.torch.grouped_gemm_dglu if case.api == "torch_op" else dglu.grouped_gemm_dglu
+    out = function(
         x.a,
         x.c,
         x.sfa,
@@ -238,7 +241,7 @@ def test_every_shipped_variant(config: MxConfig, seed: int) -> None:
 
 
 @pytest.mark.parametrize("config", OPTION_CONFIGS, ids=str)
-@pytest.mark.parametrize("api", ["class", "wrapper"])
+@pytest.mark.parametrize("api", ["class", "wrapper", "torch_op"])
 @pytest.mark.parametrize("discrete_col_sfd", [False, True])
 @pytest.mark.parametrize("norm_const", NORM_CONSTS)
 def test_norm_const_and_column_sfd_layout(

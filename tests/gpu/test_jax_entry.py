@@ -127,6 +127,34 @@ def test_deterministic_jitted_calls_repeat_bit_for_bit(use_dynamic_sched):
             assert np.array_equal(want, got), f"{name} of call {repeat} differs from call 0's"
 
 
+def test_act_out_through_jax_matches_the_torch_wrapper_bit_for_bit():
+    """act_out=True through dglu.jax: the act_out variant's prob * GLU(C) (M, N, 1) bf16,
+    the bytes the torch wrapper's act_out_tensor holds for the same inputs (valid rows)."""
+    import dglu
+    from dglu.errors import VariantNotFoundError
+
+    x = make_inputs(SHAPE, "dswiglu", {}, seed=13)
+    arguments = dict(
+        padded_offsets=x.padded_offsets, alpha_tensor=x.alpha, beta_tensor=x.beta, prob_tensor=x.prob,
+        generate_dbias=True,
+    )
+    try:
+        torch_out = dglu.grouped_gemm_dglu(
+            x.a, x.c, dprob_tensor=initial_dprob(SHAPE.m, seed=13), b_tensor=x.b, act_out=True, **arguments
+        )
+    except VariantNotFoundError as exc:
+        pytest.skip(f"no act_out variant installed: {exc}")
+    out = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("generate_dbias", "act_out"))(
+        to_jax(x.a), to_jax(x.c), b_tensor=to_jax(x.b.permute(2, 0, 1)), act_out=True,
+        dprob_tensor=to_jax(initial_dprob(SHAPE.m, seed=13)),
+        **{k: to_jax(v) if isinstance(v, torch.Tensor) else v for k, v in arguments.items()},
+    )
+    assert isinstance(out, dglu_jax.DgluActResults) and out.act_out_tensor.shape == (SHAPE.m, SHAPE.n, 1)
+    valid = SHAPE.valid_m
+    want = torch_out["act_out_tensor"][:valid].cpu().view(torch.int16).numpy()
+    np.testing.assert_array_equal(np.asarray(out.act_out_tensor)[:valid].view(np.int16), want)
+
+
 _CAPTURED = textwrap.dedent(
     """
     import json

@@ -84,17 +84,21 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).norm() / want.norm())
 
 
+def op_args(arguments: dict, **options) -> tuple:
+    """The op's positional arguments, in its schema order."""
+    import inspect
+
+    from dglu.torch.op import _PARAMETERS, grouped_gemm_dglu as function
+
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+    given = {**defaults, **arguments, **options}
+    return tuple(given[name] for name in _PARAMETERS)
+
+
 def test_opcheck_on_cuda(seed: int) -> None:
-    arguments = inputs(seed)
     torch.library.opcheck(
         torch.ops.dglu.grouped_gemm_dglu.default,
-        (arguments["a_tensor"], arguments["c_tensor"], arguments["padded_offsets"],
-         arguments["alpha_tensor"], arguments["beta_tensor"], arguments["prob_tensor"],
-         arguments["dprob_tensor"], arguments["b_tensor"], None, None, None, "k",
-         *(OPTIONS[name] for name in ("act_func", "geglu_alpha", "glu_clamp_max",
-                                      "glu_clamp_min", "linear_offset", "situ_beta1",
-                                      "situ_beta2")),
-         True, False, None, None, None, False),
+        op_args(inputs(seed), **OPTIONS),
         test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"),
     )
 
@@ -156,3 +160,19 @@ def test_discrete_weights_match_dense_eager_and_compiled(seed: int) -> None:
     want = step(arguments)
     assert_same(step(discrete), want)
     assert_same(compiled(discrete), want)
+
+
+def test_deterministic_through_the_op_is_bitwise_reproducible(seed: int) -> None:
+    """deterministic=True through torch.ops.dglu: D, dprob and dbias bitwise equal across
+    runs and schedulers (the _det variants)."""
+    from dglu.errors import VariantNotFoundError
+
+    arguments = inputs(seed)
+    runs = []
+    for dynamic in (False, True, False):
+        try:
+            runs.append(step(arguments, {**OPTIONS, "deterministic": True, "use_dynamic_sched": dynamic}))
+        except VariantNotFoundError as exc:
+            pytest.skip(f"no deterministic variant installed: {exc}")
+    for got in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(got, runs[0]))

@@ -18,30 +18,96 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .element_types import FLOAT_TYPES, FP8_TYPES
+
+REQUIRED = object()  # a KeyField.default: the field has none (a key must give it)
+
+
+class KeyField(NamedTuple):
+    """One field of a variant key: everything that names or describes it.
+
+    ``option`` is ``dglu-build add``'s option for it (``--tile`` for tile_m and tile_n
+    together, the ``joint`` pair); ``style`` how the option takes it: "value" (``--arch
+    sm_90a``, repeatable), "joint" (``--tile 128x64``, the pair's first field gives it),
+    "params" (``--act-param NAME=VALUE``), "switch" (``--dbias/--no-dbias``) or "flag"
+    (``--deterministic``, written only when True). ``build_default`` is the option's
+    default, ``default`` the value a spec entry or manifest key leaving it out takes.
+    ``wrapper_source`` and ``class_source`` name the arguments that choose it (for the
+    no-variant message)."""
+
+    name: str
+    kind: type  # the JSON type
+    description: str
+    option: str
+    style: str
+    wrapper_source: str
+    class_source: str
+    build_default: Any = None
+    default: Any = REQUIRED
+    negated: str | None = None  # a switch's "off" option
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not REQUIRED
+
+
+# The fields, in the canonical order of a variant's key (docs/manifest.md, VARIANT "key").
+KEY_TABLE: tuple[KeyField, ...] = (
+    KeyField("arch", str, "Target architecture", "--arch", "value", "the tensors' device", "the tensors' device",
+             "sm_90a"),
+    KeyField("ab_dtype", str, "Dtype of A and B", "--ab-dtype", "value", "a_tensor", "sample_a", "bf16"),
+    KeyField("c_dtype", str, "Dtype of C", "--c-dtype", "value", "c_tensor", "sample_c", "bf16"),
+    KeyField("d_dtype", str, "Dtype of D", "--d-dtype", "value", "d_dtype", "sample_d_row", "bf16"),
+    KeyField("act_func", str, "Activation, e.g. dswiglu or dgeglu", "--act", "value", "act_func", "act_func"),
+    KeyField("act_params", dict, "An activation constant", "--act-param", "params", "act_func", "act_func"),
+    KeyField("dbias", bool, "Also compute the bias gradient", "--dbias", "switch", "generate_dbias",
+             "sample_dbias", False, negated="--no-dbias"),
+    KeyField("weight_mode", str, "Weight layout", "--weight-mode", "value", "b_tensor or b_ptrs",
+             "sample_b or num_experts", "dense"),
+    KeyField("b_major", str, "Major mode of B", "--b-major", "value", "b_major", "b_major", "k"),
+    KeyField("tile_m", int, "Tile", "--tile", "joint", "mma_tiler_mn", "mma_tiler_mn", 128),
+    KeyField("tile_n", int, "Tile", "--tile", "joint", "mma_tiler_mn", "mma_tiler_mn", 128),
+    KeyField("cluster_m", int, "Cluster", "--cluster", "joint", "cluster_shape_mn", "cluster_shape_mn", 1),
+    KeyField("cluster_n", int, "Cluster", "--cluster", "joint", "cluster_shape_mn", "cluster_shape_mn", 1),
+    KeyField("scheduler", str, "Tile scheduler", "--scheduler", "value", "use_dynamic_sched", "use_dynamic_sched",
+             "static"),
+    KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
+             "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast"),
+    KeyField("act_out", bool, "Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs)", "--act-out",
+             "flag", "act_out or activation_tensor", "act_out or sample_activation", False, False,
+             negated="--no-act-out"),
+    # 0: the kernels take any expert count L at run time (Hopper); n > 0: compiled for L = n
+    # (Blackwell, cuDNN FE's kernel), the variant's name ending in _e<n>
+    KeyField("experts", int, "Expert count compiled in: the Blackwell kernels take one L each; 0: any (Hopper)",
+             "--experts", "value", "padded_offsets", "sample_padded_offsets", 0, 0),
+)
+KEY_FIELD_TABLE: dict[str, KeyField] = {field.name: field for field in KEY_TABLE}
+
 # Field -> JSON type, in the canonical order of a variant's key.
-KEY_FIELDS: dict[str, type] = {
-    "arch": str,
-    "ab_dtype": str,
-    "c_dtype": str,
-    "d_dtype": str,
-    "act_func": str,
-    "act_params": dict,
-    "dbias": bool,
-    "weight_mode": str,
-    "b_major": str,
-    "tile_m": int,
-    "tile_n": int,
-    "cluster_m": int,
-    "cluster_n": int,
-    "scheduler": str,
-    "deterministic": bool,
-    "act_out": bool,
-    "experts": int,
-}
+KEY_FIELDS: dict[str, type] = {field.name: field.kind for field in KEY_TABLE}
 
 # Fields a spec entry or a manifest key may leave out, and the value they then take.
-# experts 0: the kernels take any expert count L at run time; n > 0: compiled for L = n.
-KEY_FIELD_DEFAULTS: dict[str, Any] = {"deterministic": False, "act_out": False, "experts": 0}
+KEY_FIELD_DEFAULTS: dict[str, Any] = {field.name: field.default for field in KEY_TABLE if field.has_default}
+
+
+def build_command(entry: Mapping[str, Any]) -> str:
+    """The ``dglu-build add`` command line that would build the variant ``entry``."""
+    parts = ["dglu-build add"]
+    for field in KEY_TABLE:
+        value = entry.get(field.name, field.default)
+        if field.style == "value":
+            if not (field.has_default and value == field.default):  # e.g. experts 0: any
+                parts.append(f"{field.option} {value}")
+        elif field.style == "params":
+            parts += [f"{field.option} {name}={number}" for name, number in dict(value).items()]
+        elif field.style == "switch":
+            parts.append(field.option if value else field.negated)
+        elif field.style == "flag" and value:
+            parts.append(field.option)
+        elif field.style == "joint" and field.name.endswith("_m"):
+            parts.append(f"{field.option} {value}x{entry[field.name.removesuffix('_m') + '_n']}")
+    return " ".join(parts)
+
 
 # Activation -> its compile-time constants and their defaults (the seed's).
 ACT_PARAM_DEFAULTS: dict[str, dict[str, float]] = {
@@ -83,8 +149,7 @@ JOINT_FIELDS: dict[str, tuple[str, ...]] = {
     "cluster_mn": ("cluster_m", "cluster_n"),
 }
 
-FLOAT_DTYPES = ("bf16", "fp16", "fp32")
-FP8_DTYPES = ("e4m3", "e5m2")
+FLOAT_DTYPES, FP8_DTYPES = FLOAT_TYPES, FP8_TYPES  # the element-type table's groups
 
 FAMILIES: dict[str, Family] = {
     family.name: family

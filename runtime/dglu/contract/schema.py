@@ -3,11 +3,13 @@ immutable records a reader fills (dglu.contract.reader reads, dglu.contract.writ
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .expressions import Expr
+from .keys import KEY_TABLE
 
 if TYPE_CHECKING:
     from .reader import VariantEntry
@@ -49,26 +51,19 @@ ORDERED_MAPS = ("arguments", "scalars")  # JSON objects whose order means someth
 
 
 
-class VariantKey(NamedTuple):
-    """The fields that identify a variant; act_params as sorted (name, value) pairs."""
+# The key's fields, generated from the KeyField table (the fields with a default last);
+# act_params as sorted (name, value) pairs.
+_VariantKeyFields = namedtuple(
+    "_VariantKeyFields",
+    [field.name for field in KEY_TABLE],
+    defaults=[field.default for field in KEY_TABLE if field.has_default],
+)
 
-    arch: str
-    ab_dtype: str
-    c_dtype: str
-    d_dtype: str
-    act_func: str
-    act_params: tuple[tuple[str, float], ...]
-    dbias: bool
-    weight_mode: str
-    b_major: str
-    tile_m: int
-    tile_n: int
-    cluster_m: int
-    cluster_n: int
-    scheduler: str
-    deterministic: bool = False
-    act_out: bool = False
-    experts: int = 0  # the expert count compiled in; 0: any (kernels that take L at run time)
+
+class VariantKey(_VariantKeyFields):
+    """The fields that identify a variant (dglu.contract.keys.KEY_TABLE)."""
+
+    __slots__ = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The key as the manifest writes it (act_params as a mapping)."""

@@ -18,6 +18,10 @@ Arguments follow the torch wrapper's seed names, as JAX arrays:
 
 ``deterministic=True`` selects the ``_det`` variants, as in the torch path: D, dprob and
 dbias bitwise reproducible from call to call (no order-dependent float atomics).
+``act_out=True`` selects the act_out variants and returns ``DgluActResults``, the same plus
+act_out_tensor (M, N, 1) bf16, prob * GLU(C). ``round_dgrad_to_input_dtype`` sets the kernel
+flag of that name (refused where the selected variant has none). Block-scaled (MXFP8)
+arguments are refused, saying so: JAX runs the BF16 contract only.
 
 Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
 d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
@@ -45,7 +49,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..call import ARGUMENT_NAMES, BLOCK_SCALED
+from ..arguments import refused_value
+from ..call import ARGUMENT_NAMES
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
 from ..errors import VariantNotFoundError
@@ -60,6 +65,10 @@ from .config import ARG_ROLES, CallConfig
 TARGET = "dglu_grouped_gemm_dglu"
 PLATFORM = "CUDA"
 TRACE_ARCH_SOURCE = "JAX's default device"
+BLOCK_SCALED_IN_JAX = (
+    "dglu.jax runs the BF16 contract only: block-scaled (MXFP8) calls are not offered through "
+    "JAX yet (the torch wrapper and torch.ops.dglu.grouped_gemm_dglu run them)"
+)
 
 
 class DgluResults(NamedTuple):
@@ -72,6 +81,19 @@ class DgluResults(NamedTuple):
     amax_tensor: Any
     sfd_row_tensor: Any
     sfd_col_tensor: Any
+
+
+class DgluActResults(NamedTuple):
+    """DgluResults plus act_out_tensor (M, N, 1) bf16, prob * GLU(C), for act_out=True."""
+
+    d_row_tensor: Any
+    d_col_tensor: Any
+    dprob_tensor: Any
+    dbias_tensor: Any
+    amax_tensor: Any
+    sfd_row_tensor: Any
+    sfd_col_tensor: Any
+    act_out_tensor: Any
 
 
 class CallLayout(NamedTuple):
@@ -155,17 +177,17 @@ def _custom_call(*operands: Any, config: CallConfig, layout: CallLayout) -> dict
 
 
 def grouped_gemm_dglu_jax(
-    a_tensor: Any,
-    c_tensor: Any,
+    a_tensor: Any = None,
+    c_tensor: Any = None,
     sfa_tensor: Any = None,
-    *,
-    padded_offsets: Any,
-    alpha_tensor: Any,
-    beta_tensor: Any,
-    prob_tensor: Any,
+    padded_offsets: Any = None,
+    alpha_tensor: Any = None,
+    beta_tensor: Any = None,
+    prob_tensor: Any = None,
     dprob_tensor: Any = None,
     b_tensor: Any = None,
     sfb_tensor: Any = None,
+    generate_dbias: bool = False,
     b_ptrs: Any = None,
     sfb_ptrs: Any = None,
     n: int | None = None,
@@ -178,24 +200,31 @@ def grouped_gemm_dglu_jax(
     mma_tiler_mn: tuple[int, int] | None = None,
     cluster_shape_mn: tuple[int, int] | None = None,
     sf_vec_size: int = 16,
+    sf_fp8_dtype_override: str | None = None,
     vector_f32: bool = False,
     m_aligned: int = 256,
     discrete_col_sfd: bool = False,
     act_func: str = "dswiglu",
+    linear_offset: float = 1.0,
     geglu_alpha: float = 1.702,
     glu_clamp_max: float = 7.0,
     glu_clamp_min: float = -7.0,
-    linear_offset: float = 1.0,
     situ_beta1: float = 4.0,
     situ_beta2: float = 25.0,
     epilogue_op: str | None = None,
-    generate_dbias: bool = False,
     use_dynamic_sched: bool = False,
+    use_single_group_runtime_offsets: bool = False,
+    round_dgrad_to_input_dtype: bool = False,
     deterministic: bool = False,
-) -> DgluResults:
-    """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring)."""
+    act_out: bool = False,
+) -> DgluResults | DgluActResults:
+    """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring); the wrapper's
+    parameters in its order (dglu.arguments), less current_stream and activation_tensor
+    (dglu.arguments.NOT_OFFERED says why)."""
+    if (why := refused_value("sf_fp8_dtype_override", sf_fp8_dtype_override)) is not None:
+        raise ValueError(why)
     check_absent(
-        BLOCK_SCALED,
+        BLOCK_SCALED_IN_JAX,
         NotImplementedError,
         sfa_tensor=sfa_tensor,
         sfb_tensor=sfb_tensor,
@@ -203,6 +232,9 @@ def grouped_gemm_dglu_jax(
         norm_const_tensor=norm_const_tensor,
     )
     config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()))
+    for name in ("a_tensor", "c_tensor", "padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor"):
+        if locals()[name] is None:
+            raise ValueError(f"{name}: required with every call, got None")
     weights = b_ptrs if b_ptrs is not None else b_tensor
     operands = (
         a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
@@ -215,18 +247,20 @@ def grouped_gemm_dglu_jax(
         if x is not None
     }
     variant, problem = describe_call(
-        config, arrays, default_device_arch(), TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob")
+        config, arrays, default_device_arch(), TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob", "act_out")
     )
     layout = call_layout(variant, problem, dprob_tensor is not None)
     _register_gpu_target()
     made = _custom_call(*operands, config=config, layout=layout)
-    return DgluResults(made["d_row"], None, made["dprob"], made.get("dbias"), None, None, None)
+    results = (made["d_row"], None, made["dprob"], made.get("dbias"), None, None, None)
+    return DgluActResults(*results, made["act_out"]) if act_out else DgluResults(*results)
 
 
 grouped_gemm_dglu_jax_sm90 = grouped_gemm_dglu_jax
 grouped_gemm_dglu_jax_sm100 = grouped_gemm_dglu_jax
 
 __all__ = [
+    "DgluActResults",
     "DgluResults",
     "grouped_gemm_dglu_jax",
     "grouped_gemm_dglu_jax_sm90",

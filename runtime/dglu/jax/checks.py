@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from ..call import WRAPPER_SOURCES, expert_count, select_installed
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
-from ..options import check_m_aligned, check_options, output_dtype_name
+from ..options import check_flags, check_m_aligned, check_options, output_dtype_name
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
 from ..weights import DISCRETE, check_b_major, weight_mode, wrapper_discrete
@@ -29,7 +29,8 @@ OPTION_NAMES = (
     "mma_tiler_mn", "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned",
     "discrete_col_sfd", "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min",
     "linear_offset", "situ_beta1", "situ_beta2", "b_major", "epilogue_op",
-    "use_dynamic_sched", "cd_major", "deterministic",
+    "use_dynamic_sched", "cd_major", "deterministic", "act_out",
+    "use_single_group_runtime_offsets", "round_dgrad_to_input_dtype",
 )  # fmt: skip
 C_DTYPES = "torch.bfloat16, torch.float16, torch.float32"
 
@@ -78,7 +79,8 @@ def describe_call(
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
     variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape))
     check_m_aligned(config.options, variant)
-    problem = describe_tensors(variant, arrays, config.given_scalars(), later)
+    check_flags(config.options, variant)
+    problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
     return DescribedCall(variant, problem)
 
 

@@ -53,6 +53,8 @@ class CallConfig(NamedTuple):
             "scheduler": options.scheduler,
             "m_aligned": np.int64(options.m_aligned),
             "deterministic": options.deterministic,
+            "act_out": options.act_out,
+            "round_dgrad_to_input_dtype": options.round_dgrad,
             "results": NAME_SEPARATOR.join(results),
             "workspaces": NAME_SEPARATOR.join(workspaces),
             **{ACT_PREFIX + name: np.float64(value) for name, value in options.act_params},
@@ -92,6 +94,9 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         scheduler=attrs["scheduler"],
         m_aligned=attrs["m_aligned"],
         deterministic=attrs["deterministic"],
+        # absent from calls exported by a dglu before these options: their defaults
+        act_out=attrs.get("act_out", False),
+        round_dgrad=attrs.get("round_dgrad_to_input_dtype", False),
     )
     discrete = (
         DiscreteWeights(n=attrs["n"], n_from="n", dtype=attrs["b_dtype"])

@@ -113,13 +113,18 @@ def use_reference_on_cpu() -> None:
     from .op import grouped_gemm_dglu_op
 
     @grouped_gemm_dglu_op.register_kernel("cpu")
-    def _cpu(a_tensor, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
-             dprob_tensor, b_tensor, b_ptrs, n, b_dtype, b_major, act_func, geglu_alpha,
-             glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
-             generate_dbias, use_dynamic_sched, mma_tiler_mn, cluster_shape_mn, d_dtype,
+    def _cpu(a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor,
+             prob_tensor, dprob_tensor, b_tensor, sfb_tensor, generate_dbias, b_ptrs, sfb_ptrs,
+             n, b_dtype, b_major, norm_const_tensor, acc_dtype, d_dtype, cd_major, mma_tiler_mn,
+             cluster_shape_mn, sf_vec_size, sf_fp8_dtype_override, vector_f32, m_aligned,
+             discrete_col_sfd, act_func, linear_offset, geglu_alpha, glu_clamp_max,
+             glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
+             use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic,
              act_out):
         if b_tensor is None:
             raise NotImplementedError("b_ptrs: the CPU reference needs dense b_tensor")
+        if sfa_tensor is not None or norm_const_tensor is not None:
+            raise NotImplementedError("sfa_tensor: the CPU reference runs the BF16 contract only")
         activation = Activation(act_func, geglu_alpha, glu_clamp_max, glu_clamp_min,
                                 linear_offset, situ_beta1, situ_beta2)
         d, dprob, dbias = grouped_gemm_dglu_reference(
@@ -135,6 +140,6 @@ def use_reference_on_cpu() -> None:
         if act_out:
             act = act_out_reference(c_tensor, padded_offsets, beta_tensor, prob_tensor, activation,
                                     torch.float32).to(torch.bfloat16).unsqueeze(-1)
-        return d_row, dbias, act
+        return d_row, absent(), dbias, absent(), absent(), act
 
     _registered = True

@@ -1,0 +1,90 @@
+"""A bound op: a selected variant, loaded on its device, with the checked configuration that
+chose it. The class API holds one after compile(); the wrapper keeps one per request. Both
+run a call the same way: bind the call's tensors (checked against the variant, cached by
+their signature), allocate the wrapper's outputs, execute."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+from .cache import BoundedCache, tensors_key
+from .call import (
+    CALL_CACHE_CAPACITY,
+    OpConfig,
+    PreparedCall,
+    allocate_outputs,
+    check_offsets,
+    named_tensors,
+    offsets_check_enabled,
+    select,
+)
+from .contract.schema import Variant
+from .runner import LoadedVariant, load_variant, run_variant
+from .streams import on_stream, resolve_stream
+from .validation import describe_tensors, element_types
+
+
+class BoundOp:
+    """A variant loaded on one device for one checked configuration."""
+
+    def __init__(self, config: OpConfig, variant: Variant, loaded: LoadedVariant) -> None:
+        self.config = config
+        self.variant = variant
+        self.loaded = loaded
+        self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
+
+    @classmethod
+    def select(
+        cls, config: OpConfig, tensors: dict[str, tuple[str, Any]], sources: dict[str, str]
+    ) -> BoundOp:
+        """The op of the installed variant serving ``config`` and the tensors' element
+        types and device (dglu.call.select), loaded on that device."""
+        variant = select(config, tensors, sources)
+        return cls(config, variant, load_variant(variant, tensors["a"][1].device.index))
+
+    def run(
+        self,
+        roles: tuple[str, ...],
+        tensors: tuple[Any, ...],
+        current_stream: Any,
+        outputs: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """Bind ``tensors`` (of ``roles``; checked once per call signature), allocate the
+        ``outputs`` the variant takes (zeroing the accumulated ones on the stream), launch.
+        Returns the outputs allocated."""
+        key = tensors_key(tensors)
+        call = self._calls.get((roles, outputs, key)) if key is not None else None
+        if call is None:
+            make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
+            call = make() if key is None else self._calls.get_or_make((roles, outputs, key), make)
+        device = self.loaded.device
+        stream = resolve_stream(current_stream, device)
+        if offsets_check_enabled() and not self.config.options.single_group:
+            check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
+                          self.variant.m_aligned)
+        if not call.outputs:
+            run_variant(self.loaded, call.problem, stream)
+            return {}
+        # None resolved to torch's current stream: torch allocates on it already
+        with on_stream(stream, device) if current_stream is not None else nullcontext():
+            made = allocate_outputs(call.outputs, device)
+        run_variant(self.loaded, call.with_outputs(made), stream, call.cleared)
+        return made
+
+    def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
+        """Check the call's tensors against the variant and device."""
+        variant = self.variant
+        outputs = tuple(role for role in outputs if role in variant.arguments)
+        named = named_tensors(False, **tensors)
+        element_types(named)
+        problem = describe_tensors(
+            variant, named, self.config.given_scalars(), outputs, self.config.options.flags()
+        )
+        device = problem.tensors["a"].device
+        if device != self.loaded.device:
+            raise ValueError(
+                f"a_tensor: on cuda:{device}, but the op was compiled for "
+                f"cuda:{self.loaded.device} (its samples' device)"
+            )
+        return PreparedCall(problem, variant, outputs)
