@@ -164,7 +164,8 @@ def test_cubin_reader_agrees_with_cuobjdump(artifacts):
         text = subprocess.run([_cuobjdump(), "-elf", str(path)], check=True, capture_output=True, text=True).stdout
         info = read_cubin(path.read_bytes())
         for symbol, kernel in info.kernels.items():
-            section = text.split(f"\n.nv.info.{symbol}\n", 1)[1].split("\n\n", 1)[0]
+            # the kernel's records: up to the next section's header (a line starting with ".")
+            section = re.split(r"\n(?=\.)", text.split(f"\n.nv.info.{symbol}\n", 1)[1], maxsplit=1)[0]
             params = re.findall(r"Ordinal : (0x[0-9a-f]+)\s+Offset\s+: (0x[0-9a-f]+)\s+Size\s+: (0x[0-9a-f]+)", section)
             assert sorted((int(o, 16), int(off, 16), int(s, 16)) for o, off, s in params) == [
                 (p.ordinal, p.offset, p.size) for p in kernel.params
@@ -172,6 +173,9 @@ def test_cubin_reader_agrees_with_cuobjdump(artifacts):
             reqntid = re.search(r"EIATTR_REQNTID\n\s+Format:\s+\w+\n\s+Value:\s+(\S+) (\S+) (\S+)", section)
             assert tuple(int(v, 16) for v in reqntid.groups()) == kernel.reqntid
             assert f"sm={info.sm}" in text
+        header = re.search(r"ABI=(\d+), sm=\d+a?, toolkit=([\d.]+)", text)  # CUDA 13's cuobjdump names both
+        if header:
+            assert (int(header[1]), header[2]) == (info.abi_version, info.toolkit)
 
 
 def test_cubin_reader_rejects_what_is_not_a_cubin():
@@ -319,7 +323,8 @@ def compile_claiming_a_name(key, symbol_prefix):
 def compile_for_sm100(key, symbol_prefix):
     result = compile_variant(key, symbol_prefix)
     cubin = bytearray(result.cubin)
-    flags_offset = 48  # e_flags of the ELF64 header; its low byte is the SM
+    # e_flags of the ELF64 header: its low byte is the SM in ELF ABI 7, its second from ABI 8
+    flags_offset = 48 + (cubin[8] >= 8)
     cubin[flags_offset] = 100
     return dataclasses.replace(result, cubin=bytes(cubin))
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dglu.contract.element_types import FLOAT_TYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import KernelFamily, package_sources
@@ -20,7 +21,7 @@ from . import interface, upstream
 from .config import Config
 
 NAME = "sm100_bf16"
-OUTPUT_DTYPES = ("bf16", "fp16", "fp32")  # cuDNN FE's BF16 path: C and D each
+OUTPUT_DTYPES = FLOAT_TYPES  # cuDNN FE's BF16 path: C and D each bf16, fp16 or fp32
 
 
 class Sm100Bf16Family(KernelFamily):

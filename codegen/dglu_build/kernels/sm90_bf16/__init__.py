@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dglu.contract.element_types import FLOAT_TYPES as FLOAT_DTYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import KERNELS_DIR, KernelFamily, package_sources
@@ -17,7 +18,6 @@ from . import interface
 from .config import Config
 
 NAME = "sm90_bf16"
-FLOAT_DTYPES = ("bf16", "fp16", "fp32")
 
 
 class Sm90Bf16Family(KernelFamily):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import KernelFamily, package_sources
@@ -20,7 +21,6 @@ from . import interface
 from .config import Config
 
 NAME = "sm90_mxfp8"
-FP8_DTYPES = ("e4m3", "e5m2")
 
 
 class Sm90Mxfp8Family(KernelFamily):
