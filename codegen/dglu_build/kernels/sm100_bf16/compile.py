@@ -17,13 +17,12 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.memory
 from cutlass.cute.nvgpu import OperandMajorMode
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor, make_ptr
 
 from ..declaration import manifest_kernel, symbol_of
 from . import NAME, interface, upstream
-from .config import M_ALIGNED, SMEM_ARCH, Config
+from .config import M_ALIGNED, Config
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
 N_DIVISIBILITY = 32  # cuDNN FE's N % 32
@@ -129,11 +128,6 @@ def compile_cubin(config: Config, symbol_prefix: str, static_nk: tuple[int, int]
     if not isinstance(cubin, bytes):
         raise RuntimeError(f"CuTe DSL produced no cubin for {config}")
     return cubin, int(kernel.shared_storage.size_in_bytes())
-
-
-def smem_capacity() -> int:
-    """The shared memory per block the kernel sizes its pipeline for (the DSL's figure)."""
-    return cutlass.memory.get_smem_capacity_in_bytes(SMEM_ARCH)
 
 
 def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:

@@ -11,8 +11,6 @@ import importlib.metadata
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 VERSION = "1.32.0"
-KERNEL_MODULE = "cudnn.gemm.cutedsl.grouped.dglu.moe_grouped_gemm_dglu_dbias"
-KERNEL_CLASS = "MoEGroupedGemmDgluDbiasBf16Kernel"
 # the kernel's module and what it imports: the grouped-GEMM package's modules (kernels,
 # scheduler, helpers) and the DSL compatibility shims; every Python file under these
 KERNEL_SOURCES = ("cudnn/gemm/cutedsl/grouped/", "cudnn/_cutlass_compat", "cudnn/_cutlass_helpers/")
