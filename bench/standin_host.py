@@ -4,7 +4,9 @@ calls (shared/notes/host_path/fakecuda.c; build it with
 ``cc -O2 -shared -fPIC -o libcuda.so.1 fakecuda.c`` and put its folder on LD_LIBRARY_PATH).
 
 Only what needs a GPU is replaced: the tensors are CPU tensors (device 0 stands for their
-device), torch's current stream is a fixed handle and the device check passes; manifest
+device), torch's current stream is the legacy default stream (handle 0, torch's default;
+``--side-stream``: another handle), torch's current device is the tensors' (unless
+``--context-not-current``) and the device check passes; manifest
 reading, selection, validation, planning, TMA encoding (the stand-in's), parameter packing,
 workspaces and every driver call run as shipped. Figures: thread CPU time per call, the
 minimum over repeats, and the driver calls per call (the stand-in's counters).
@@ -27,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-STREAM = 0x7  # the stand-in for torch's current stream: a raw handle of the primary context
+DEFAULT_STREAM, SIDE_STREAM = 0, 0x7  # torch's current stream: the legacy default, or another
 PROBLEM = {"n": 64, "k": 64, "expert_rows": (256, 256)}  # bench.tiny_problem.TINY
 
 
@@ -46,7 +48,7 @@ class FakeCuda:
         return Counter({n: self.lib.fakecuda_count(i) for i, n in enumerate(self.names)})
 
 
-def install() -> None:
+def install(stream: int = DEFAULT_STREAM, torch_on_device: bool = True) -> None:
     """Replace the GPU-only parts of the call path (see the module docstring)."""
     from dglu import call, driver, op, runner, validation
 
@@ -58,7 +60,9 @@ def install() -> None:
     for module in (driver, call, runner):
         module.device_info = info
     validation._check_devices = lambda args: None
-    op.resolve_stream = lambda stream, device: STREAM
+    op.resolve_stream = lambda current_stream, device: stream
+    if torch_on_device:  # torch's current device is the tensors' (None on the CPU)
+        driver.torch_current_device = lambda: None
     op.on_stream = call.on_stream = lambda stream, device: contextlib.nullcontext()
 
 
@@ -102,12 +106,12 @@ def driver_calls(fake: FakeCuda, call: Callable[[], Any], calls: int = 100) -> d
     return {name: count / calls for name, count in sorted(made.items())}
 
 
-def steady(calls: int, repeats: int) -> dict[str, Any]:
+def steady(calls: int, repeats: int, stream: int, torch_on_device: bool) -> dict[str, Any]:
     """execute, the wrapper and a plan miss (the wrapper's outputs at new addresses)."""
     import dglu
 
     fake = FakeCuda()
-    install()
+    install(stream, torch_on_device)
     t = tensors()
     d_row = torch_zeros_like_d(t)
     dbias = torch_zeros_dbias(t)
@@ -195,12 +199,17 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--context-not-current", action="store_true",
-                        help="no context current on the thread (torch not initialised)")
+                        help="no context current on the thread, torch on no device")
+    parser.add_argument("--side-stream", action="store_true", help="run on a stream other than torch's default")
     args = parser.parse_args()
     os.environ["DGLU_CUBIN_PATH"] = args.artifacts
     os.environ["XDG_CACHE_HOME"] = "/nonexistent-dglu-standin"
     os.environ["FAKECUDA_CTX_CURRENT"] = "0" if args.context_not_current else "1"
-    result = first_call() if args.first_call else steady(args.calls, args.repeats)
+    stream = SIDE_STREAM if args.side_stream else DEFAULT_STREAM
+    if args.first_call:
+        result = first_call()
+    else:
+        result = steady(args.calls, args.repeats, stream, not args.context_not_current)
     json.dump(result, sys.stdout, indent=1)
     print()
 

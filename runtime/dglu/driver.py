@@ -5,11 +5,19 @@ process; device facts cached per device; the device's primary context (the one t
 uses) made current for a block of calls, the caller's context restored after;
 cuModuleLoadData once per (context, cubin sha256); cuModuleGetFunction plus the dynamic
 shared memory attribute once per loaded function.
+
+The primary context is asked for (cuCtxGetCurrent) only until this thread has seen it
+current while torch's current device was the call's: from then on, while torch's current
+device stays that device (torch switches contexts only by switching devices), it is taken
+as current without a driver call. Code that makes another context of the same device
+current through the driver API, behind torch's back, is not noticed: the driver then
+refuses dglu's launches (their functions belong to the primary context).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -114,20 +122,42 @@ def primary_context(ordinal: int) -> Any:
     return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
 
 
+NO_DEVICE = -1  # torch_current_device's answer until torch has initialised CUDA
+
+
+def torch_current_device() -> int:
+    """torch's current CUDA device on this thread (NO_DEVICE until torch initialised CUDA)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return NO_DEVICE
+    return torch._C._cuda_getDevice()
+
+
+_seen = threading.local()  # .device: this thread saw that device's primary context current
+
+
 class device_context:  # noqa: N801 (used like a function: ``with device_context(0):``)
     """The device's primary context, current inside the block; the previous one after it.
+    No driver call while torch's current device is one whose primary context this thread
+    has seen current (see the module docstring).
 
     A class rather than a generator: it runs on every call's fast path.
     """
 
     def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
         self.context = primary_context(ordinal)
         self.pushed = False
 
     def __enter__(self) -> Any:
+        torch_device = torch_current_device()
+        if torch_device == self.ordinal == getattr(_seen, "device", NO_DEVICE):
+            return self.context
         if int(checked("cuCtxGetCurrent")) != int(self.context):
             checked("cuCtxPushCurrent", self.context)
             self.pushed = True
+        elif torch_device == self.ordinal:
+            _seen.device = torch_device
         return self.context
 
     def __exit__(self, *exc: object) -> None:

@@ -120,14 +120,16 @@ def _plan(
     grids: tuple[Grid, ...],
     workspaces: Mapping[str, workspace_pool.Workspace],
     clear: tuple[str, ...],
+    given_workspaces: bool = False,
 ) -> CallPlan:
     """The call's clears and every kernel's launch (none when ``grids`` is empty): TMA
-    descriptors encoded, parameters packed."""
+    descriptors encoded, parameters packed. ``given_workspaces``: memory dglu did not
+    allocate (XLA's), so its ``zero: by_consumer`` workspaces are cleared too."""
     scalars = problem.scalars
     clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear]
     if not grids:
         return CallPlan(tuple(clears), ())
-    clears += workspace_pool.zeroed_ranges(workspaces, scalars)
+    clears += workspace_pool.zeroed_ranges(workspaces, scalars, given_workspaces)
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -174,27 +176,30 @@ def run_variant(
 
     The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
     stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
-    checks that its stream's pool still holds them (and is not capturing a graph), then
-    only enqueues its memsets and launches. A capturing stream with workspaces to provide
-    gets graph-owned ones, and its plan is not kept (a replay never calls back).
+    checks that its stream's pool still holds them (and is not capturing a graph: asked
+    only of a stream that can capture), then only enqueues its memsets and launches. A
+    capturing stream with workspaces to provide gets graph-owned ones, and its plan is not
+    kept (a replay never calls back). A call that fails while enqueuing makes the pool
+    forget its ``zero: by_consumer`` workspaces, which a kernel may have left dirty.
     """
     memo = problem.launch_cache
     key = (loaded.identity, stream, clear)
     pool = workspace_pool.stream_pool(loaded.device, stream)
     with pool.lock, device_context(loaded.device):
         ready = memo.get(key)
-        if ready is not None and workspace_pool.still_pooled(pool, ready.pooled):
+        if ready is None or not workspace_pool.still_pooled(pool, ready.pooled):
+            grids = memo.get(loaded.identity)
+            if grids is None:
+                grids = memo[loaded.identity] = _launch_grids(loaded, problem)
+            if grids and loaded.variant.workspaces and pool.capturing():
+                _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
+                return
+            ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
+        try:
             _enqueue(loaded, ready.plan, pool.cu_stream)
-            return
-        grids = memo.get(loaded.identity)
-        if grids is None:
-            grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-        rules = loaded.variant.workspaces if grids else {}
-        if rules and workspace_pool.is_capturing(pool.cu_stream):
-            _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
-            return
-        ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
-        _enqueue(loaded, ready.plan, pool.cu_stream)
+        except KernelLaunchError:
+            workspace_pool.forget_consumed(pool)
+            raise
 
 
 def _run_captured(

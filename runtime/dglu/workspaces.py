@@ -12,7 +12,15 @@ workspace dglu keeps alive would be one. Driver memory stays outside torch's cac
 allocator (torch.cuda.memory_allocated does not count it); release_all frees it.
 Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
 stream before its first kernel: calls on one stream run in order, and calls on different
-streams never share a workspace.
+streams never share a workspace. Workspaces marked ``zero: by_consumer`` are cleared once,
+when allocated: the kernel that reads them zeroes what it read (the dbias finisher), so a
+call leaves them zero for the next one. A call that fails after its first kernel was
+enqueued may leave them dirty; its stream's pool then forgets them (``forget_consumed``)
+and the next call allocates and clears new ones.
+
+A pool knows when its stream cannot be capturing a CUDA graph: the legacy default stream
+(handle 0 or CU_STREAM_LEGACY), torch's default current stream, can never be captured, so
+only the calls on other streams ask the driver (cuStreamIsCapturing).
 
 A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is
 allocated (cuMemAllocAsync) inside the graph before the call's clears, and freed
@@ -53,6 +61,11 @@ class Workspace(NamedTuple):
     elements: int
 
 
+# Stream handles that cudaStreamBeginCapture refuses: the legacy default stream (0) and
+# CU_STREAM_LEGACY (1). The per-thread default stream (2) can be captured.
+UNCAPTURABLE_STREAMS = (0, 1)
+
+
 class StreamWorkspaces:
     """The workspaces of one (device, stream); the lock keeps a call's memsets and launches
     together on the stream when several threads share it."""
@@ -63,7 +76,12 @@ class StreamWorkspaces:
         self.lock = threading.Lock()
         self.stream = stream
         self.cu_stream = driver.CUstream(stream)
+        self.may_capture = stream not in UNCAPTURABLE_STREAMS
         self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
+
+    def capturing(self) -> bool:
+        """True while the stream is capturing a CUDA graph (asked only of a stream that can)."""
+        return self.may_capture and is_capturing(self.cu_stream)
 
 
 _pools: dict[tuple[int, int], StreamWorkspaces] = {}
@@ -103,11 +121,11 @@ def _allocate(
             raise
         raise _no_room(name, rule, elements, device, exc) from exc
     workspace = Workspace(name, rule, pointer, elements)
-    if os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
-        clear(pointer, max(size, WORD_BYTES), stream)
     try:
+        if rule.zero == "by_consumer" or os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
+            clear(pointer, max(size, WORD_BYTES), stream)
         return _aligned(workspace)
-    except RuntimeError:
+    except (RuntimeError, CudaDriverError):
         checked("cuMemFreeAsync", pointer, stream)
         raise
 
@@ -143,7 +161,7 @@ def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], 
     an earlier call's workspaces serve again. Hold ``pool.lock``."""
     if not pooled:
         return True
-    if is_capturing(pool.cu_stream):
+    if pool.capturing():
         return False
     held = pool.workspaces
     return all(held.get(slot) is workspace for slot, workspace in pooled)
@@ -200,15 +218,30 @@ def free_graph_workspaces(workspaces: Mapping[str, Workspace], stream: Any) -> N
 
 
 def zeroed_ranges(
-    workspaces: Mapping[str, Workspace], scalars: Mapping[str, int]
+    workspaces: Mapping[str, Workspace], scalars: Mapping[str, int], given: bool = False
 ) -> list[tuple[int, int]]:
-    """(pointer, bytes) of the part a problem uses of each ``zero: each_call`` workspace:
-    what a call clears before its kernels."""
+    """(pointer, bytes) of the part a problem uses of each ``zero: each_call`` workspace,
+    and with ``given`` (memory dglu did not allocate and clear: XLA's) of each ``zero:
+    by_consumer`` one too: what a call clears before its kernels."""
+    kinds = ("each_call", "by_consumer") if given else ("each_call",)
     return [
         (w.pointer, w.rule.count.value(scalars) * ELEMENT_TYPES[w.rule.dtype].size)
         for w in workspaces.values()
-        if w.rule.zero == "each_call"
+        if w.rule.zero in kinds
     ]
+
+
+def forget_consumed(pool: StreamWorkspaces) -> None:
+    """Drop the pool's ``zero: by_consumer`` workspaces (freed on its stream), which a failed
+    call may have left dirty: the next call allocates and clears new ones. Hold
+    ``pool.lock`` and be in the device's context."""
+    for slot, workspace in list(pool.workspaces.items()):
+        if workspace.rule.zero == "by_consumer":
+            del pool.workspaces[slot]
+            try:
+                checked("cuMemFreeAsync", workspace.pointer, pool.cu_stream)
+            except CudaDriverError:
+                pass  # a broken context: the call's own error says what to do
 
 
 def clear(pointer: int, size: int, stream: Any) -> None:

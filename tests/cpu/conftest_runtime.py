@@ -213,7 +213,7 @@ def workspaces(key: dict[str, Any]) -> dict[str, Any]:
     """The workspaces the variant's kernels use."""
     rules = {}
     if key["dbias"]:
-        rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
+        rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
     if key["weight_mode"] == "discrete":
         rules["b_desc_ws"] = {"dtype": "i64", "count": "16*l", "align": 128, "zero": "never"}
     if key["scheduler"] == "dynamic":
