@@ -299,3 +299,12 @@ DEFAULT_KEYS = [
     variant_key(act_func="dgeglu", dbias=False),
     variant_key(act_func="dswiglu", dbias=True, tile_n=256),
 ]
+
+
+def write_index(directory: Path) -> Path:
+    """Write the manifest index of ``directory/manifest.json`` as dglu-build does."""
+    from dglu.contract.index import INDEX_FILE, index_text
+
+    path = directory / INDEX_FILE
+    path.write_text(index_text((directory / "manifest.json").read_text()))
+    return path
