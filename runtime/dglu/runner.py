@@ -4,6 +4,10 @@ Loaded variants are cached per (variant, device). A call's launches (grids, laun
 configurations, packed parameters with their TMA descriptors) are kept with its Problem,
 which the API caches per call signature (dglu.cache), per loaded variant, stream and
 workspace addresses; so a repeated call only clears its workspaces and enqueues its kernels.
+A call whose plan is not kept (new tensor addresses: the wrapper's fresh outputs) starts from
+the last plan made for the loaded variant, stream and cleared tensors when its scalars, grids
+and workspaces are the same: only the parameters of the tensors that moved are packed (and
+their TMA descriptors encoded) anew.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from .errors import CudaDriverError, KernelLaunchError, KernelLoadError
 from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
-from .params import KernelArguments, pack_params
+from .params import KernelArguments, pack_param, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
 from .validation import derived_views
@@ -43,6 +47,19 @@ class LoadedVariant:
     def identity(self) -> tuple[str, str, int]:
         """(variant name, cubin sha256, device): a cheap cache key for this loaded variant."""
         return (self.variant.name, self.variant.sha256, self.device)
+
+    @functools.cached_property
+    def last_plans(self) -> dict[tuple[int, tuple[str, ...]], LastPlan]:
+        """The last plan made per (stream, cleared tensors): where a new one starts from."""
+        return {}
+
+    @functools.cached_property
+    def tensor_params(self) -> tuple[tuple[tuple[int, str], ...], ...]:
+        """Per kernel, (index, tensor) of each parameter that comes from a tensor."""
+        return tuple(
+            tuple((i, p.tensor) for i, p in enumerate(kernel.params) if p.tensor is not None)
+            for kernel in self.variant.kernels
+        )
 
 
 def load_variant(variant: Variant, device: int) -> LoadedVariant:
@@ -107,10 +124,19 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
 
 class CallPlan(NamedTuple):
     """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
-    size), then the kernel launches."""
+    size), then the kernel launches; and the tensor views the launches were made for."""
 
     clears: tuple[tuple[int, int], ...]
     launches: tuple[Launch, ...]
+    views: Mapping[str, TensorView] = {}
+
+
+class LastPlan(NamedTuple):
+    """A plan with the scalars and grids it was made for (see the module docstring)."""
+
+    scalars: Mapping[str, int]
+    grids: tuple[Grid, ...]
+    plan: CallPlan
 
 
 def _plan(
@@ -121,15 +147,22 @@ def _plan(
     workspaces: Mapping[str, workspace_pool.Workspace],
     clear: tuple[str, ...],
     given_workspaces: bool = False,
+    start: CallPlan | None = None,
 ) -> CallPlan:
     """The call's clears and every kernel's launch (none when ``grids`` is empty): TMA
     descriptors encoded, parameters packed. ``given_workspaces``: memory dglu did not
-    allocate (XLA's), so its ``zero: by_consumer`` workspaces are cleared too."""
+    allocate (XLA's), so its ``zero: by_consumer`` workspaces are cleared too. ``start``:
+    a plan for the same scalars, grids and stream, whose launches are reused but for the
+    parameters of the tensors whose views differ, when its workspaces are these."""
     scalars = problem.scalars
     clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear]
     if not grids:
         return CallPlan(tuple(clears), ())
     clears += workspace_pool.zeroed_ranges(workspaces, scalars, given_workspaces)
+    if start is not None and all(
+        start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
+    ):
+        return _replanned(loaded, problem, start, tuple(clears))
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -138,17 +171,38 @@ def _plan(
     views.update(derived_views(loaded.variant, workspace_views, scalars))
     pointers = {name: view.pointer for name, view in views.items()}
     launches = []
-    for kernel, function, grid in zip(
-        loaded.variant.kernels, loaded.functions, grids, strict=True
-    ):
-        tensor_maps = {
-            p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
-            for p in kernel.params
-            if p.kind == "tensormap"
-        }
+    for kernel, function, grid in zip(loaded.variant.kernels, loaded.functions, grids, strict=True):
+        tensor_maps = _tensor_maps(loaded, kernel.params, views)
         arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
         launches.append(prepare_launch(function, kernel, grid, stream, arguments))
-    return CallPlan(tuple(clears), tuple(launches))
+    return CallPlan(tuple(clears), tuple(launches), views)
+
+
+def _replanned(
+    loaded: LoadedVariant, problem: Problem, start: CallPlan, clears: tuple[tuple[int, int], ...]
+) -> CallPlan:
+    """``start``'s launches with the parameters of the problem's tensors whose views moved
+    packed anew (its workspaces, and so the views derived from them, are the same)."""
+    moved = {name: view for name, view in problem.tensors.items() if start.views.get(name) != view}
+    pointers = {name: view.pointer for name, view in moved.items()}
+    launches = []
+    for index, (kernel, launch) in enumerate(zip(loaded.variant.kernels, start.launches, strict=True)):
+        changed = [i for i, tensor in loaded.tensor_params[index] if tensor in moved]
+        if changed:
+            tensor_maps = _tensor_maps(loaded, [kernel.params[i] for i in changed], moved)
+            packed = {i: pack_param(kernel, i, problem.scalars, pointers, tensor_maps) for i in changed}
+            launch = launch._replace(arguments=launch.arguments.replaced(packed))
+        launches.append(launch)
+    return CallPlan(clears, tuple(launches), {**start.views, **moved})
+
+
+def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorView]) -> dict[str, bytes]:
+    """The TMA descriptors of the ``tensormap`` parameters among ``params``."""
+    return {
+        p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
+        for p in params
+        if p.kind == "tensormap"
+    }
 
 
 class ReadyCall(NamedTuple):
@@ -285,7 +339,14 @@ def _ready_call(
     key = ("plan", loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
     plan = memo.get(key)
     if plan is None:
-        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
+        last = loaded.last_plans.get((stream, clear))
+        start = None
+        if last is not None and last.grids == grids and (
+            last.scalars is problem.scalars or last.scalars == problem.scalars
+        ):
+            start = last.plan
+        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
+        loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, plan)
     pooled = tuple((workspace_pool.pool_slot(n, w.rule), w) for n, w in workspaces.items())
     return ReadyCall(plan, pooled)
 

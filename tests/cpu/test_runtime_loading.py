@@ -511,3 +511,24 @@ def test_new_workspaces_are_zeroed_once_only_when_asked(recorder, rules, monkeyp
     ]  # the pooled tile_counter was allocated before: reused, not zeroed
     workspaces.acquire(rules, SCALARS, 0, pool)
     assert recorder.counts["cuMemsetD32Async"] == 2
+
+
+def test_a_plan_for_new_output_addresses_repacks_only_what_moved(launches, variants) -> None:
+    """A new problem of the same scalars (the wrapper's fresh D_row and dbias) starts from
+    the last plan: no descriptor of an unmoved tensor is encoded again and only the moved
+    tensors' parameters change; its launches equal those of a plan made from nothing."""
+    loaded = runner.load_variant(variants[0], 0)
+    first = problem_of(m=1380, with_dbias=True)
+    runner.run_variant(loaded, first, STREAM, ("dbias",))
+    moved = {**first.tensors, "d_row": first.tensors["d_row"]._replace(pointer=0x7000),
+             "dbias": first.tensors["dbias"]._replace(pointer=0x8000)}
+    runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
+    main, finish = launches[2:]
+    assert main["encoded"] == finish["encoded"] == []  # A's and B's descriptors serve again
+    assert main["zeroed"][-1] == (0x8000, L * 2 * N * 2)  # the new dbias
+    changed = {name for name in main["params"] if main["params"][name] != launches[0]["params"][name]}
+    assert changed == {"d_row"} and main["params"]["d_row"] == pointer(0x7000)
+    assert finish["params"]["dbias"] == pointer(0x8000)
+    loaded.last_plans.clear()  # the same call planned from nothing
+    runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
+    assert [launch["params"] for launch in launches[4:]] == [main["params"], finish["params"]]
