@@ -179,18 +179,20 @@ def first_call() -> dict[str, Any]:
                 full.append(1e3 * (time.perf_counter() - started.pop()))
 
     gc.callbacks.append(watch)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.thread_time()
     import dglu
 
     install()
-    imported = time.perf_counter()
+    imported, imported_cpu = time.perf_counter(), time.thread_time()
     dglu.grouped_gemm_dglu_wrapper_sm90(**t, act_func="dswiglu", generate_dbias=True)
-    done = time.perf_counter()
+    done, done_cpu = time.perf_counter(), time.thread_time()
     gc.callbacks.remove(watch)
     return {
         "dglu_import_ms": 1e3 * (imported - start),
         "first_call_ms": 1e3 * (done - imported),
         "beyond_torch_ms": 1e3 * (done - start),
+        "dglu_import_cpu_ms": 1e3 * (imported_cpu - start_cpu),
+        "first_call_cpu_ms": 1e3 * (done_cpu - imported_cpu),
         "full_collections_ms": full,
         "driver_calls": dict(sorted((+fake.counts()).items())),
     }

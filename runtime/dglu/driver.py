@@ -46,13 +46,13 @@ def _error_name_and_text(driver: Any, error: Any) -> tuple[str, str]:
 def checked(function_name: str, *args: Any) -> Any:
     """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
     driver = cuda_driver()
-    error, *values = getattr(driver, function_name)(*args)
-    if error:  # CUDA_SUCCESS is 0
-        name, text = _error_name_and_text(driver, error)
+    result = getattr(driver, function_name)(*args)
+    if result[0]:  # CUDA_SUCCESS is 0
+        name, text = _error_name_and_text(driver, result[0])
         raise CudaDriverError(f"{function_name} failed: {name} ({text})", name)
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+    if len(result) < 3:
+        return result[1] if len(result) == 2 else None
+    return result[1:]
 
 
 @functools.cache
@@ -125,12 +125,17 @@ def primary_context(ordinal: int) -> Any:
 NO_DEVICE = -1  # torch_current_device's answer until torch has initialised CUDA
 
 
+_torch_get_device: list[Callable[[], int]] = []  # torch's, once torch has initialised CUDA
+
+
 def torch_current_device() -> int:
     """torch's current CUDA device on this thread (NO_DEVICE until torch initialised CUDA)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return NO_DEVICE
-    return torch._C._cuda_getDevice()
+    if not _torch_get_device:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return NO_DEVICE
+        _torch_get_device.append(torch._C._cuda_getDevice)
+    return _torch_get_device[0]()
 
 
 _seen = threading.local()  # .device: this thread saw that device's primary context current
@@ -143,6 +148,8 @@ class device_context:  # noqa: N801 (used like a function: ``with device_context
 
     A class rather than a generator: it runs on every call's fast path.
     """
+
+    __slots__ = ("ordinal", "context", "pushed")
 
     def __init__(self, ordinal: int) -> None:
         self.ordinal = ordinal

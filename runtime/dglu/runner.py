@@ -206,11 +206,12 @@ def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorV
 
 
 class ReadyCall(NamedTuple):
-    """A call's plan and the pooled workspaces its addresses come from ((slot, workspace)
-    pairs): valid while the stream's pool still holds exactly those."""
+    """A call's plan and the pooled workspaces its addresses come from (and the pool's
+    slots of them): valid while the stream's pool still holds exactly those."""
 
     plan: CallPlan
-    pooled: tuple[tuple[tuple[str, str, int], workspace_pool.Workspace], ...]
+    slots: tuple[tuple[str, str, int], ...]
+    pooled: tuple[workspace_pool.Workspace, ...]
 
 
 def run_variant(
@@ -241,7 +242,7 @@ def run_variant(
     pool = workspace_pool.stream_pool(loaded.device, stream)
     with pool.lock, device_context(loaded.device):
         ready = memo.get(key)
-        if ready is None or not workspace_pool.still_pooled(pool, ready.pooled):
+        if ready is None or not workspace_pool.still_pooled(pool, ready.slots, ready.pooled):
             grids = memo.get(loaded.identity)
             if grids is None:
                 grids = memo[loaded.identity] = _launch_grids(loaded, problem)
@@ -347,8 +348,8 @@ def _ready_call(
             start = last.plan
         plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
         loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, plan)
-    pooled = tuple((workspace_pool.pool_slot(n, w.rule), w) for n, w in workspaces.items())
-    return ReadyCall(plan, pooled)
+    slots = tuple(workspace_pool.pool_slot(n, w.rule) for n, w in workspaces.items())
+    return ReadyCall(plan, slots, tuple(workspaces.values()))
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

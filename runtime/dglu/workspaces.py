@@ -155,16 +155,17 @@ def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
     return (name, rule.dtype, rule.align)
 
 
-def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], ...]) -> bool:
-    """True when every (slot, workspace) of ``pooled`` is still what ``pool`` holds there
-    and ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces):
-    an earlier call's workspaces serve again. Hold ``pool.lock``."""
-    if not pooled:
+def still_pooled(
+    pool: StreamWorkspaces, slots: tuple[tuple[str, str, int], ...], pooled: tuple[Workspace, ...]
+) -> bool:
+    """True when the workspaces ``pooled`` are still what ``pool`` holds in ``slots`` and
+    ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces): an
+    earlier call's workspaces serve again. Hold ``pool.lock``."""
+    if not slots:
         return True
     if pool.capturing():
         return False
-    held = pool.workspaces
-    return all(held.get(slot) is workspace for slot, workspace in pooled)
+    return tuple(map(pool.workspaces.get, slots)) == pooled
 
 
 def acquire(
