@@ -132,11 +132,21 @@ class CallPlan(NamedTuple):
 
 
 class LastPlan(NamedTuple):
-    """A plan with the scalars and grids it was made for (see the module docstring)."""
+    """A plan with the scalars, grids and tensor names it was made for (see the module
+    docstring)."""
 
     scalars: Mapping[str, int]
     grids: tuple[Grid, ...]
+    tensors: frozenset[str]
     plan: CallPlan
+
+    def serves(self, problem: Problem, grids: tuple[Grid, ...]) -> bool:
+        """True when a plan for ``problem`` (of ``grids``) may start from this one."""
+        return (
+            self.grids == grids
+            and (self.scalars is problem.scalars or self.scalars == problem.scalars)
+            and self.tensors == problem.tensors.keys()
+        )
 
 
 def _plan(
@@ -341,13 +351,9 @@ def _ready_call(
     plan = memo.get(key)
     if plan is None:
         last = loaded.last_plans.get((stream, clear))
-        start = None
-        if last is not None and last.grids == grids and (
-            last.scalars is problem.scalars or last.scalars == problem.scalars
-        ):
-            start = last.plan
+        start = last.plan if last is not None and last.serves(problem, grids) else None
         plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
-        loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, plan)
+        loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, frozenset(problem.tensors), plan)
     slots = tuple(workspace_pool.pool_slot(n, w.rule) for n, w in workspaces.items())
     return ReadyCall(plan, slots, tuple(workspaces.values()))
 

@@ -20,7 +20,9 @@ and the next call allocates and clears new ones.
 
 A pool knows when its stream cannot be capturing a CUDA graph: the legacy default stream
 (handle 0 or CU_STREAM_LEGACY), torch's default current stream, can never be captured, so
-only the calls on other streams ask the driver (cuStreamIsCapturing).
+only the calls on other streams ask the driver (cuStreamIsCapturing). With cuda-bindings
+told to use per-thread default streams (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM), handle
+0 is the calling thread's per-thread stream, which can be captured: it is asked then.
 
 A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is
 allocated (cuMemAllocAsync) inside the graph before the call's clears, and freed
@@ -64,6 +66,14 @@ class Workspace(NamedTuple):
 # Stream handles that cudaStreamBeginCapture refuses: the legacy default stream (0) and
 # CU_STREAM_LEGACY (1). The per-thread default stream (2) can be captured.
 UNCAPTURABLE_STREAMS = (0, 1)
+PER_THREAD_DEFAULT_ENV = "CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM"  # cuda-bindings: 0 is per-thread
+
+
+def uncapturable(stream: int) -> bool:
+    """True for a stream handle that never captures a CUDA graph (see the module docstring)."""
+    if stream == 0 and os.environ.get(PER_THREAD_DEFAULT_ENV, "0") not in ("", "0"):
+        return False
+    return stream in UNCAPTURABLE_STREAMS
 
 
 class StreamWorkspaces:
@@ -76,7 +86,7 @@ class StreamWorkspaces:
         self.lock = threading.Lock()
         self.stream = stream
         self.cu_stream = driver.CUstream(stream)
-        self.may_capture = stream not in UNCAPTURABLE_STREAMS
+        self.may_capture = not uncapturable(stream)
         self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
 
     def capturing(self) -> bool:

@@ -153,7 +153,7 @@ def _pool_init(self: workspaces.StreamWorkspaces, stream: int) -> None:
     self.lock = threading.Lock()
     self.stream = stream
     self.cu_stream = stream
-    self.may_capture = stream not in workspaces.UNCAPTURABLE_STREAMS
+    self.may_capture = not workspaces.uncapturable(stream)
     self.workspaces = {}
 
 

@@ -125,3 +125,12 @@ def test_the_dynamic_scheduler_adds_only_its_counter_memset(tmp_path: Path, monk
 def test_a_first_call_validates_and_encodes(counted) -> None:
     api.grouped_gemm_dglu(**inputs(), generate_dbias=True)
     assert counted["other"] == Counter({"describe_tensors": 1, "encode_tensor_map": 2})
+
+
+def test_with_per_thread_default_streams_the_default_stream_is_asked_whether_it_captures(
+    counted, monkeypatch
+) -> None:
+    monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "1")
+    torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
+    driver_calls, _ = calls_of_a_repeat(counted, class_op(inputs()))
+    assert driver_calls == LAUNCHES + CAPTURE_QUERY
