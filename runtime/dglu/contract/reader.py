@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -205,10 +206,17 @@ def _memoised(read: Callable[..., T]) -> Callable[..., T]:
     return cached
 
 
+_REQUIRED_KEY_FIELDS = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
+
+
 def _read_key(entry: _Entry) -> VariantKey:
-    required = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
-    entry.only(required, tuple(KEY_FIELD_DEFAULTS))
-    fields = {name: entry.take(name, kind, KEY_FIELD_DEFAULTS.get(name, ...)) for name, kind in KEY_FIELDS.items()}
+    entry.only(_REQUIRED_KEY_FIELDS, tuple(KEY_FIELD_DEFAULTS))
+    data = entry.data
+    fields = {  # a value of the wrong type gets take's message (read for every variant: fast)
+        name: (data[name] if _is_json_type(data[name], kind) else entry.take(name, kind))
+        if name in data else KEY_FIELD_DEFAULTS[name]
+        for name, kind in KEY_FIELDS.items()
+    }
     bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
     if bad:
         raise entry.fail("act_params", f"must map names to numbers, got {bad!r}")
@@ -629,8 +637,8 @@ def _check_schema_version(version: Any, given: bool, path: Path) -> None:
 
 
 def _names_once(variants: tuple[Any, ...], path: Path) -> None:
-    names = [v.name for v in variants]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    counts = Counter(v.name for v in variants)
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise ManifestError(f"{path}: variant names listed more than once: {duplicates}")
 
