@@ -55,7 +55,8 @@ def test_a_stale_index_is_not_used_and_a_warning_says_how_to_rewrite_it(indexed)
     del manifest["variants"][0]  # the manifest changed behind the index's back
     write_manifest(indexed, manifest)
     with pytest.warns(index.StaleIndexWarning, match=r"manifest-index.json describes another manifest.json .*"
-                      r"it is not used, the whole manifest is read instead; rewrite it with `dglu-build merge"):
+                      r"it is not used, the whole manifest is read instead; rebuild the directory \(`dglu-build "
+                      r"compile KERNEL_SPECS.yaml -o DIR` writes the index anew\), or delete the index"):
         lazy = reader.read_manifest(indexed, lazy=True)
     assert [v.name for v in lazy.variants] == [v["name"] for v in manifest["variants"]]
 
@@ -79,7 +80,7 @@ def test_a_record_that_differs_from_its_entry_is_refused_when_the_variant_is_use
     entry = reader.read_manifest(indexed, lazy=True).variants[1]
     assert entry.size == 12345
     with pytest.raises(ManifestError, match=r"variants\[1\] \('\w+'\): fields \['size'\] differ from .*"
-                       r"manifest-index.json's record of the variant; rewrite it"):
+                       r"manifest-index.json's record of the variant; rebuild the directory"):
         entry.variant()
 
 

@@ -31,8 +31,8 @@ INDEX_FORMAT = 1
 # What each record copies from its manifest entry (reader.IDENTITY_FIELDS); "span" is added.
 RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
 REWRITE_HINT = (
-    "rewrite it with `dglu-build merge DIR -o NEW_DIR` or rebuild the directory "
-    "(`dglu-build compile KERNEL_SPECS.yaml -o DIR`)"
+    "rebuild the directory (`dglu-build compile KERNEL_SPECS.yaml -o DIR` writes the index "
+    "anew), or delete the index (the whole manifest is then parsed)"
 )
 
 
