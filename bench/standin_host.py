@@ -49,6 +49,7 @@ class FakeCuda:
         self.names = [self.lib.fakecuda_name(i).decode() for i in range(self.lib.fakecuda_n())]
 
     def counts(self) -> Counter[str]:
+        """Calls so far, by entry point."""
         return Counter({n: self.lib.fakecuda_count(i) for i, n in enumerate(self.names)})
 
 
@@ -71,6 +72,7 @@ def install(stream: int = DEFAULT_STREAM, torch_on_device: bool = True) -> None:
 
 
 def tensors() -> dict[str, Any]:
+    """The wrapper's tensors for PROBLEM (random values, CPU)."""
     import torch
 
     generator = torch.Generator().manual_seed(0)
@@ -103,6 +105,7 @@ def per_call(call: Callable[[], Any], calls: int, repeats: int) -> float:
 
 
 def driver_calls(fake: FakeCuda, call: Callable[[], Any], calls: int = 100) -> dict[str, float]:
+    """Driver calls per call of ``call``, by name (the stand-in's counters)."""
     before = fake.counts()
     for _ in range(calls):
         call()
@@ -117,8 +120,7 @@ def steady(calls: int, repeats: int, stream: int, torch_on_device: bool) -> dict
     fake = FakeCuda()
     install(stream, torch_on_device)
     t = tensors()
-    d_row = torch_zeros_like_d(t)
-    dbias = torch_zeros_dbias(t)
+    d_row, dbias = execute_outputs(t)
     op = dglu.GroupedGemmDglu(
         sample_a=t["a_tensor"], sample_c=t["c_tensor"], sample_d_row=d_row,
         sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha_tensor"],
@@ -146,17 +148,13 @@ def steady(calls: int, repeats: int, stream: int, torch_on_device: bool) -> dict
     return figures
 
 
-def torch_zeros_like_d(t: dict[str, Any]) -> Any:
-    import torch
-
-    return torch.zeros(t["c_tensor"].shape, dtype=torch.bfloat16)
-
-
-def torch_zeros_dbias(t: dict[str, Any]) -> Any:
+def execute_outputs(t: dict[str, Any]) -> tuple[Any, Any]:
+    """The D_row (M, 2N, 1) and dbias (L, 2N, 1) that execute writes into, for ``t``."""
     import torch
 
     l, n2 = t["b_tensor"].shape[2], t["c_tensor"].shape[1]
-    return torch.zeros(l, n2, 1, dtype=torch.bfloat16)
+    return (torch.zeros(t["c_tensor"].shape, dtype=torch.bfloat16),
+            torch.zeros(l, n2, 1, dtype=torch.bfloat16))
 
 
 def first_call() -> dict[str, Any]:
