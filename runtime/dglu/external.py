@@ -4,8 +4,9 @@ memory.
 
 ``plan_call`` makes the call's plan once (grids, TMA descriptors, packed parameters, the
 byte ranges to zero: the given accumulated outputs and the ``zero: each_call`` and
-``zero: by_consumer`` workspaces, XLA's memory holding anything); ``enqueue`` then only issues its memsets and launches on the stream, which is
-all a call captured in a CUDA graph may do. The torch path's pooled workspaces
+``zero: by_consumer`` workspaces, XLA's memory holding anything); ``enqueue`` then only
+issues its memsets and launches on the stream, which is all a call captured in a CUDA
+graph may do. The torch path's pooled workspaces
 (dglu.workspaces' stream pools) are not used.
 """
 

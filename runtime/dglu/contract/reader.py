@@ -5,8 +5,9 @@ dglu.contract.schema, type-checking every field and refusing unknown ones; each 
 the file, the variant entry and the field. ``read_manifest(directory, lazy=True)`` (the
 runtime's) checks each variant's identity fields at once and the rest when the variant is
 used (VariantEntry); with a manifest index that matches the manifest (dglu.contract.index)
-it parses only the index and, when a variant is used, that variant's entry. Entries that repeat (a family's variants share their tensor rules and
-kernel params) are read once per context and shared (``_memoised``).
+it parses only the index and, when a variant is used, that variant's entry. Entries that
+repeat (a family's variants share their tensor rules and kernel params) are read once per
+context and shared (``_memoised``).
 """
 
 from __future__ import annotations
