@@ -105,8 +105,9 @@ def workspaces(config: Config) -> dict[str, dict]:
         if config.dbias:
             found["dbias_parts"] = {"dtype": "fp32", "count": "m_slabs*n2", "align": 16, "zero": "never"}
     elif config.dbias:
-        # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish
-        found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
+        # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish, which zeroes
+        # what it read (zeroed once when allocated)
+        found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
     if config.discrete_weights:
         # one TMA descriptor per expert, written by b_descriptors
         found["b_desc_ws"] = {"dtype": "i64", "count": f"{TENSORMAP_BYTES // 8}*l", "align": TENSORMAP_BYTES,
