@@ -222,7 +222,7 @@ def _add_field_options(command):
 )
 @click.option(
     "--act-out/--no-act-out", default=False, show_default=True,
-    help="Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs).",
+    help="Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs).",
 )
 @_add_field_options
 @click.option("--tile", "tiles", type=_MxN(), multiple=True, default=["128x128"], show_default=True, help="Tile (repeatable).")

@@ -1,9 +1,12 @@
 """The GPU suite's oracle on the CPU: its reference, inputs and tolerances (tests/gpu).
 
-An fp32 emulation of the kernel's arithmetic (the formulas of codegen/dglu_build/kernels/hopper_dglu.py,
-a perturbed sigmoid standing in for its approximate exp and reciprocal, D rounded to its
-dtype, dbias summed from the stored D) must pass every check for every shipped variant,
-and each seeded bug must fail one: tolerances neither too tight nor too loose.
+An fp32 emulation of the kernel's arithmetic (the formulas of
+codegen/dglu_build/kernels/blocks/activations.py on X = beta * C, a perturbed sigmoid
+standing in for its approximate exp and reciprocal, D rounded to its dtype, dbias summed
+from the stored D) must pass every check for every shipped variant, and each seeded bug
+must fail one: tolerances neither too tight nor too loose. A kernel that reads C where the
+contract says X = beta * C (as dglu's dGeGLU and dSiTU-GLU did before) fails for every
+activation.
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ def _sigmoid(z: torch.Tensor) -> torch.Tensor:
 
 
 def _activation(config: Config, gate, x, beta, bug: str | None):
-    """(d_gate, d_input, dprob) factors in fp32, as the kernel's activation_grads."""
+    """(d_gate, d_input, dprob) factors in fp32 of X = beta * C (C's gate and input halves
+    ``gate`` and ``x``), as the kernel's activations."""
     p = config.act_params
+    if bug != "no-beta":
+        gate, x = gate * beta, x * beta
     if config.act_func == "dswiglu":
-        if bug != "no-beta":
-            gate, x = gate * beta, x * beta
         s = _sigmoid(gate)
         act = gate * s
         return x * s * (1.0 + gate * (1.0 - s)), act, act * x
@@ -59,8 +63,6 @@ def _activation(config: Config, gate, x, beta, bug: str | None):
         act = gc * s
         d_gate = (xc + offset) * s * (1.0 + a * gc * (1.0 - s)) * gate_mask
         return d_gate, act * ((x >= low) & (x <= high)), act * (xc + offset)
-    if bug == "situ-beta":
-        gate, x = gate * beta, x * beta
     b1, b2 = p["situ_beta1"], p["situ_beta2"]
     s = _sigmoid(gate)
     tg, tu = torch.tanh(gate * (1.0 / b1)), torch.tanh(x * (1.0 / b2))
@@ -135,6 +137,7 @@ def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm
 
 
 UNEVEN = Shape(n=96, k=200, expert_rows=(256, 0, 256), extra_rows=37)
+GEGLU_BOUNDS = {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0}
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=str)
@@ -156,10 +159,8 @@ def test_large_k_with_exact_data_is_checked_exactly() -> None:
 
 
 BUGS = {
-    "no-beta": Config("dswiglu", BF16, BF16, False, WIDE),
     "swapped": Config("dsituglu", BF16, BF16, False, WIDE),
     "exclusive-clamp": Config("dgeglu_dsv4", BF16, BF16, False, WIDE),
-    "situ-beta": Config("dsituglu", FP32, FP32, False, WIDE),
     "previous-alpha": Config("dgeglu", FP16, FP16, False, WIDE),
     "alpha-once": Config("dswiglu", FP32, BF16, False, NARROW),
     "dprob-times-prob": Config("dgeglu", BF16, FP32, False, NARROW),
@@ -172,6 +173,33 @@ BUGS = {
 def test_seeded_bugs_fail_a_check(bug: str) -> None:
     with pytest.raises(AssertionError, match="elements outside tolerance"):
         check_emulated(BUGS[bug], UNEVEN, 11, bug=bug)
+
+
+@pytest.mark.parametrize("d_dtype", [BF16, FP32], ids=["bf16-D", "fp32-D"])
+@pytest.mark.parametrize("activation", ["dswiglu", "dgeglu", "dgeglu_dsv4", "dsituglu"])
+def test_a_kernel_that_ignores_beta_fails_for_every_activation(activation: str, d_dtype) -> None:
+    """The checks tell X = beta * C from C (the old dGeGLU and dSiTU-GLU) on D, with the
+    loosest D tolerance (bf16) as well; the emulation with beta passes the same checks."""
+    config = Config(activation, BF16, d_dtype, False, WIDE if d_dtype == BF16 else NARROW)
+    check_emulated(config, UNEVEN, 13)
+    with pytest.raises(AssertionError, match=r"^d_row: \d+ of \d+ elements outside tolerance"):
+        check_emulated(config, UNEVEN, 13, bug="no-beta")
+
+
+def test_inputs_put_x_on_the_clamp_bounds_and_beta_far_from_one() -> None:
+    """Every third expert's beta is 1/2 or 2, so X = beta * C meets dGeGLU's bounds exactly;
+    the others' betas are far from 1 and X lands next to the bounds."""
+    shape = Shape(n=64, k=64, expert_rows=(256, 256, 256, 256, 256, 256))
+    x = make_inputs(shape, "dgeglu", GEGLU_BOUNDS, 3, device="cpu")
+    assert x.beta[2].item() == 0.5 and x.beta[5].item() == 2.0
+    assert all(abs(b - 1) >= 0.3 for b in x.beta.tolist())
+    ends = shape.ends
+    for g, (start, end) in enumerate(zip([0, *ends], ends)):
+        xs = (x.c[start:end].float() * x.beta[g]).reshape(-1)
+        for bound in (7.0, -7.0):
+            near = (xs - bound).abs() <= abs(bound) * 2.0**-7
+            assert int(near.sum()) > 10, (g, bound)
+            assert bool((xs == bound).any()) == (g % 3 == 2), (g, bound)
 
 
 def test_exact_accumulation_is_recognised() -> None:

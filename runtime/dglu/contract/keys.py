@@ -7,7 +7,7 @@ kernel family (an architecture and operand path) allows a set of values per fiel
 ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
 ``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
-prob * GLU(C)) ``_aout``; their defaults (False) add nothing.
+prob * GLU(X), X = beta * C) ``_aout``; their defaults (False) add nothing.
 """
 
 from __future__ import annotations

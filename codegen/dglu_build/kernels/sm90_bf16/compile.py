@@ -43,7 +43,7 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "tile_counter": (i32, 4),
         "dprob_parts": (f32, 16),  # deterministic mode's partial sums
         "dbias_parts": (f32, 16),
-        "act_out": (cutlass.BFloat16, 16),  # act_out variants' prob * GLU(C)
+        "act_out": (cutlass.BFloat16, 16),  # act_out variants' prob * GLU(X)
     }
 
 

@@ -69,7 +69,7 @@ def arguments(config: Config) -> dict[str, dict]:
         "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
         **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate", TMA_ALIGN_BYTES)}
            if config.dbias else {}),
-        # prob * GLU(C), the MLP's second-GEMM input that dW2 needs; rows past valid_m unwritten
+        # prob * GLU(X), the MLP's second-GEMM input that dW2 needs; rows past valid_m unwritten
         **({"act_out": _argument(["m", "n", 1], ["n", 1, "m*n"], "bf16", "out", TMA_ALIGN_BYTES, rank_drop=True)}
            if config.act_out else {}),
     }

@@ -11,9 +11,10 @@ cores compute the next:
   over through a staging buffer in shared memory and go on to the next tile;
 - warpgroups 3 and 4 (the epilogue) run the dGLU epilogue from the staging buffer,
   32 gate/input column pairs (a "group": 64 columns of C and D) at a time:
-  R = alpha_g^2 * acc, the pair of C from shared memory, the pair of D
-  written in place, row sums into dprob and column sums into an fp32 dbias
-  workspace;
+  R = alpha_g^2 * acc, the pair of C from shared memory (times
+  beta_g: X = beta_g C, but for the block-scaled contract's dGeGLU), the
+  pair of D written in place, row sums into dprob and column sums into an
+  fp32 dbias workspace;
 - warp 1 (the block mover) streams each group's C block into a small ring
   of slots by TMA and stores the D block the epilogue wrote over it (both
   marked evict-first in L2, which keeps A and B's reused tiles).
@@ -74,7 +75,7 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from ..blocks.activations import ACTIVATIONS, BLOCK_SCALED_ACTIVATIONS
+from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
@@ -127,8 +128,8 @@ class Sm90Bf16Kernel:
     def __init__(self, config: Config):
         self.config = config
         self.tile_m, self.tile_n = config.tile_m, config.tile_n
-        table = BLOCK_SCALED_ACTIVATIONS if config.block_scaled_activations else ACTIVATIONS
-        self.activation = table[config.act_func]
+        self.activation = ACTIVATIONS[config.act_func]
+        self.c_scaled_by_beta = scales_c_by_beta(config.act_func, config.block_scaled_contract)
         self.act_params = dict(config.act_params)
         self.with_dbias = config.dbias
         self.discrete_weights = config.discrete_weights
@@ -616,7 +617,10 @@ class Sm90Bf16Kernel:
         Deterministic mode: ``dprob_ptr`` and ``dbias_ws_ptr`` are dprob_parts [n_tiles, m]
         and dbias_parts [m_slabs, 2n] (the module docstring), written by plain stores.
 
-        act_out variants also store prob * GLU(C) (the dprob term times the row's prob) in
+        X, the activation's input, is C times the expert's beta (c_scaled_by_beta) or C as
+        stored.
+
+        act_out variants also store prob * GLU(X) (the dprob term times the row's prob) in
         bf16 into act_out (m, n) at ``act_out_ptr``: on each row the warp's 32 lanes write
         32 adjacent columns (64 contiguous bytes per store instruction).
         """
@@ -667,8 +671,10 @@ class Sm90Bf16Kernel:
                     input_at = self.ring_offset(self.slots.c, slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)
                     gate = ring_c[gate_at].to(cutlass.Float32)
                     x = ring_c[input_at].to(cutlass.Float32)
+                    if cutlass.const_expr(self.c_scaled_by_beta):
+                        gate, x = gate * beta, x * beta
                     grad = staged[(first_row + k + rows_8) * self.tile_n + self.staged_column(k, pair)] * scale
-                    d_gate, d_input, d_prob = self.activation(gate, x, beta, self.act_params)
+                    d_gate, d_input, d_prob = self.activation(gate, x, self.act_params)
                     prob = cute.arch.shuffle_sync(my_prob, r)  # prob of row r
                     scaled = grad * prob
                     d_gate_out, d_input_out = self.store_d_pair(
