@@ -68,12 +68,14 @@ class OpOptions(NamedTuple):
     single_group: bool = False  # block-scaled: one expert whose rows come from A's shape
     vector_f32: bool = False  # block-scaled: accepted, no effect on Hopper
     epilogue_op: str | None = None  # block-scaled: validated, applied by no dGLU kernel
+    round_dgrad: bool = False  # BF16: R rounded to A's dtype before the epilogue
 
     def flags(self) -> dict[str, int]:
         """The values of the kernel flags (docs/manifest.md ``flags``) these options set."""
         return {
             "discrete_col_sfd": int(self.discrete_col_sfd),
             "use_single_group_runtime_offsets": int(self.single_group),
+            "round_dgrad_to_input_dtype": int(self.round_dgrad),
         }
 
 

@@ -132,3 +132,18 @@ def test_rows_of_each_expert_use_that_experts_weights_and_alpha() -> None:
     )
     assert close(expected.d[0, 0].item(), 1.5)
     assert close(expected.d[1, 0].item(), 1.125)
+
+
+def test_round_dgrad_rounds_r_to_the_nearest_bf16_ties_to_even() -> None:
+    # round_dgrad_to_input_dtype: R is rounded to bf16 (8 significant bits: steps of 2^-7 on
+    # [1, 2)) before the epilogue. K = 1, A = 1, alpha = 1: R_j = B[j].
+    # B = 1 + 3 * 2^-9 (3/4 of a step) -> 1 + 2^-7;  B = 1 + 2^-8 (half a step, a tie) -> 1
+    # (even);  B = 1 + 3 * 2^-8 (a tie above an odd step) -> 1 + 2^-6.
+    # dswiglu with beta = 2, C = (0, 1.5): f_gate = 3/2; p = 1/2: D_gate = 0.75 R.
+    b = [1 + 3 * 2.0**-9] * 8 + [1 + 2.0**-8] * 8 + [1 + 3 * 2.0**-8] * 16
+    a, b64, c, alpha, beta, prob = one_row(32, b, 0.0, 1.5, alpha=1.0, beta=2.0, prob=0.5)
+    plain = dglu_backward(a, b64, c, [1], alpha, beta, prob, "dswiglu", {})
+    rounded = dglu_backward(a, b64, c, [1], alpha, beta, prob, "dswiglu", {}, round_dgrad=True)
+    for j, (r, want) in enumerate([(b[0], 1 + 2.0**-7), (b[8], 1.0), (b[16], 1 + 2.0**-6)]):
+        assert plain.d[0, 8 * j].item() == 0.75 * r
+        assert rounded.d[0, 8 * j].item() == 0.75 * want

@@ -6,7 +6,8 @@ standing in for its approximate exp and reciprocal, D rounded to its dtype, dbia
 from the stored D) must pass every check for every shipped variant, and each seeded bug
 must fail one: tolerances neither too tight nor too loose. A kernel that reads C where the
 contract says X = beta * C (as dglu's dGeGLU and dSiTU-GLU did before) fails for every
-activation.
+activation; with round_dgrad_to_input_dtype, a kernel that rounds R to bf16 passes the
+rounding reference, and the checks tell rounded from unrounded R in either direction.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def _activation(config: Config, gate, x, beta, bug: str | None):
     return t_input * dt_gate, t_gate * (1.0 - tu * tu), t_gate * t_input
 
 
-def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
+def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None, round_dgrad=False) -> None:
     """The op in fp32 on the CPU, writing into d_row, dprob and dbias like the kernel.
 
     ``config`` gives act_func, act_params and d_dtype; the sizes come from the tensors.
+    ``round_dgrad``: R rounded to bf16 before the epilogue (round_dgrad_to_input_dtype).
     """
     m, k, n = x.a.shape[0], x.a.shape[1], x.b.shape[0]
     a, c = x.a.reshape(m, k).float(), x.c.reshape(m, 2 * n).float()
@@ -88,6 +90,8 @@ def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
             b[:, -64:] = 0
         alpha = x.alpha[g - 1 if bug == "previous-alpha" else g]
         r = (a[rows] @ b.T) * (alpha if bug == "alpha-once" else alpha * alpha)
+        if round_dgrad:
+            r = r.bfloat16().float()
         gate, inp = split_columns(c[rows])
         d_gate, d_input, d_prob = _activation(config, gate, inp, x.beta[g], bug)
         p = x.prob.reshape(-1, 1)[rows]
@@ -103,8 +107,11 @@ def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
         start = end
 
 
-def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm=False) -> None:
-    """Emulate the op on fresh inputs and run the GPU suite's checks on its outputs."""
+def check_emulated(
+    config: Config, shape: Shape, seed: int, bug=None, exact_gemm=False, round_dgrad=False, reference_rounds=None
+) -> None:
+    """Emulate the op on fresh inputs and run the GPU suite's checks on its outputs, against
+    the reference with R rounded to bf16 as ``reference_rounds`` says (None: as the op)."""
     x = make_inputs(
         shape,
         config.act_func,
@@ -119,9 +126,10 @@ def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm
     dbias_before = initial_dbias(shape.l, shape.n, seed, device="cpu") if config.dbias else None
     dprob = dprob_before.clone()
     dbias = dbias_before.clone() if config.dbias else None
-    emulate(config, x, d_row, dprob, dbias, bug)
+    emulate(config, x, d_row, dprob, dbias, bug, round_dgrad)
     expected = dglu_backward(
-        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params
+        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params,
+        round_dgrad=round_dgrad if reference_rounds is None else reference_rounds,
     )
     context = f"{config} {shape} seed {seed}"
     check_d(d_row, expected, context)
@@ -184,6 +192,34 @@ def test_a_kernel_that_ignores_beta_fails_for_every_activation(activation: str, 
     check_emulated(config, UNEVEN, 13)
     with pytest.raises(AssertionError, match=r"^d_row: \d+ of \d+ elements outside tolerance"):
         check_emulated(config, UNEVEN, 13, bug="no-beta")
+
+
+ROUNDED = [
+    Config("dswiglu", BF16, BF16, True, WIDE),
+    Config("dgeglu", BF16, BF16, False, WIDE),
+    Config("dgeglu_dsv4", BF16, BF16, True, WIDE),
+    Config("dsituglu", BF16, BF16, True, WIDE),
+    Config("dswiglu", BF16, FP32, True, NARROW),
+    Config("dgeglu", FP16, FP32, False, NARROW),
+]
+
+
+@pytest.mark.parametrize("config", ROUNDED, ids=str)
+def test_rounded_r_passes_and_the_checks_tell_it_from_unrounded(config: Config) -> None:
+    """round_dgrad_to_input_dtype: R rounded to bf16 (at most half a bf16 step, 2^-9
+    relative) is found on D where D is fp32 (on D or dprob where D is 16-bit)."""
+    first = "d_row" if config.d_dtype == FP32 else "(d_row|dprob)"
+    check_emulated(config, UNEVEN, 17, exact_gemm=True, round_dgrad=True)
+    for kernel_rounds in (True, False):
+        with pytest.raises(AssertionError, match=rf"^{first}: \d+ of \d+ elements outside tolerance"):
+            check_emulated(config, UNEVEN, 17, exact_gemm=True, round_dgrad=kernel_rounds,
+                           reference_rounds=not kernel_rounds)
+
+
+def test_the_rounding_reference_needs_exact_gemm_sums() -> None:
+    x = make_inputs(UNEVEN, "dswiglu", {}, 3, device="cpu")
+    with pytest.raises(ValueError, match="^round_dgrad: the reference rounds the kernels' fp32 R"):
+        dglu_backward(x.a, x.b, x.c, UNEVEN.ends, x.alpha, x.beta, x.prob, "dswiglu", {}, round_dgrad=True)
 
 
 def test_inputs_put_x_on_the_clamp_bounds_and_beta_far_from_one() -> None:
@@ -270,7 +306,7 @@ class EmulatedDglu:
             else None
         )
         dprob = arguments["dprob_tensor"]
-        emulate(_activation_of(arguments, d_row.dtype), x, d_row, dprob, dbias, self.bug)
+        emulate(_activation_of(arguments, d_row.dtype), x, d_row, dprob, dbias, self.bug, self._rounds(arguments))
         return {"d_row_tensor": d_row, "dprob_tensor": dprob, "dbias_tensor": dbias}
 
     def GroupedGemmDgluSm90(self, **samples):  # noqa: N802 (the class it stands in for)
@@ -287,9 +323,13 @@ class EmulatedDglu:
                 d_row, dbias = arguments["d_row_tensor"], arguments["dbias_tensor"]
                 activation = _activation_of(samples, d_row.dtype)
                 x = fake._inputs_of(arguments)
-                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, fake.bug)
+                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, fake.bug, fake._rounds(samples))
 
         return Op()
+
+    def _rounds(self, options) -> bool:
+        """round_dgrad_to_input_dtype, unless the seeded bug ignores it."""
+        return options.get("round_dgrad_to_input_dtype", False) and self.bug != "ignores-rounding"
 
     def _inputs_of(self, arguments) -> Inputs:
         """The call's tensors; B is b_tensor, or the matrices b_ptrs points at."""
@@ -357,6 +397,19 @@ def test_the_harness_fails_a_seeded_bug(emulated_harness, api: str) -> None:
     fake.bug = "swapped"
     case = harness.Case(Config("dswiglu", BF16, FP16, True, WIDE), UNEVEN, 3, api=api)
     with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API"):
+        harness.run_case(case)
+
+
+@pytest.mark.parametrize("api", ["class", "wrapper"])
+def test_the_harness_asks_for_rounded_r_and_checks_it(emulated_harness, api: str) -> None:
+    """A case with round_dgrad passes round_dgrad_to_input_dtype=True and checks against the
+    rounding reference: an op that ignores the option fails."""
+    harness, fake = emulated_harness
+    case = harness.Case(Config("dgeglu", BF16, FP32, True, NARROW), UNEVEN, 5, api=api, exact_gemm=True,
+                        round_dgrad=True)
+    harness.run_case(case)
+    fake.bug = "ignores-rounding"
+    with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API.*R rounded to bf16"):
         harness.run_case(case)
 
 

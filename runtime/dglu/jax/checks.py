@@ -78,7 +78,7 @@ def describe_call(
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
     variant = _select(config, types, arch, arch_source)
     check_m_aligned(config.options, variant)
-    problem = describe_tensors(variant, arrays, config.given_scalars(), later)
+    problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
     return DescribedCall(variant, problem)
 
 

@@ -161,7 +161,7 @@ class Config(OperandConfig):
     deterministic: bool = False
     act_out: bool = False  # the epilogue also writes prob * GLU(X) (m, n) in bf16
     # the block-scaled contract's epilogue (the MXFP8 family's main kernel): dGeGLU reads C
-    # as stored
+    # as stored, and no round_dgrad_to_input_dtype flag (the BF16 contract's option)
     block_scaled_contract: bool = False
 
     @classmethod
