@@ -126,7 +126,7 @@ WRAPPER_SETTINGS = (
     "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
     "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
     "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
-    "block_scaled", "dense_b_major",
+    "round_dgrad_to_input_dtype", "block_scaled", "dense_b_major",
 )
 
 
@@ -208,6 +208,7 @@ def grouped_gemm_dglu(
     deterministic: bool = False,
     act_out: bool = False,
     use_single_group_runtime_offsets: bool = False,
+    round_dgrad_to_input_dtype: bool = False,
 ) -> TupleDict:
     """Grouped GEMM + dGLU backward on the tensors' device; allocates the outputs.
 
@@ -224,6 +225,8 @@ def grouped_gemm_dglu(
     deterministic=True (cuDNN FE's newer option) runs the variant whose D, dprob and dbias
     are bitwise identical from run to run and across schedulers: per-tile partial sums
     reduced in a fixed order instead of float atomics (about 1-3% slower on the H200).
+    round_dgrad_to_input_dtype=True (cuDNN FE 1.32.0's option) rounds R = alpha^2 A B^T to
+    A's dtype (bf16) before the epilogue; FP8 operands refuse it.
 
     Block-scaled (MXFP8) operands: A and B both torch.float8_e4m3fn or both float8_e5m2
     (dense B K- or N-major by its strides; discrete b_ptrs with sfb_ptrs and
@@ -290,6 +293,7 @@ def grouped_gemm_dglu(
             deterministic,
             act_out,
             use_single_group_runtime_offsets,
+            round_dgrad_to_input_dtype,
             block_scaled,
             dense_major,
         ),

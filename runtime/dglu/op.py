@@ -117,6 +117,7 @@ class GroupedGemmDglu:
         deterministic: bool = False,
         act_out: bool = False,
         use_single_group_runtime_offsets: bool = False,
+        round_dgrad_to_input_dtype: bool = False,
     ) -> None:
         block_scaled_samples = {
             "d_col": sample_d_col,
@@ -172,6 +173,7 @@ class GroupedGemmDglu:
             "deterministic": deterministic,
             "act_out": act_out,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
+            "round_dgrad_to_input_dtype": round_dgrad_to_input_dtype,
         }
         self._reset()
 

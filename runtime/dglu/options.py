@@ -9,6 +9,8 @@ effect: Hopper has no packed-f32 math) and epilogue_op in EPILOGUE_OPS (validate
 of the op's configuration, applied by none of NVIDIA's dGLU kernels, so by none of ours). use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
 the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
 act_out=True picks the variants that also write prob * GLU(C) (act_out_tensor);
+round_dgrad_to_input_dtype (a kernel flag of the BF16 variants; the block-scaled backend
+refuses it, as cuDNN FE does) rounds R = alpha^2 A B^T to A's dtype before the epilogue;
 cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
 selected variant's. A tile, cluster or
@@ -142,6 +144,7 @@ def check_options(
     deterministic: Any = False,
     act_out: Any = False,
     use_single_group_runtime_offsets: Any = False,
+    round_dgrad_to_input_dtype: Any = False,
     block_scaled: bool = False,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they
@@ -173,6 +176,8 @@ def check_options(
         raise ValueError(f"deterministic: expected a bool, got {deterministic!r}")
     if not isinstance(act_out, bool):
         raise ValueError(f"act_out: expected a bool, got {act_out!r}")
+    if not isinstance(round_dgrad_to_input_dtype, bool):
+        raise ValueError(f"round_dgrad_to_input_dtype: expected a bool, got {round_dgrad_to_input_dtype!r}")
     constants = {name: given[name] for name in ALL_ACT_PARAMS}
     return OpOptions(
         act_func=act_func,
@@ -189,6 +194,7 @@ def check_options(
         single_group=bool(use_single_group_runtime_offsets),
         vector_f32=bool(vector_f32),
         epilogue_op=epilogue_op,
+        round_dgrad=round_dgrad_to_input_dtype,
     )
 
 
@@ -203,6 +209,11 @@ def _check_block_scaled_options(given: Mapping[str, Any]) -> None:
     for name in ("discrete_col_sfd", "use_single_group_runtime_offsets", "vector_f32"):
         if not isinstance(given[name], bool):
             raise ValueError(f"{name}: expected a bool, got {given[name]!r}")
+    if given["round_dgrad_to_input_dtype"] is not False:
+        raise ValueError(
+            "round_dgrad_to_input_dtype: must be False with FP8 operands (the BF16 kernels' option; "
+            f"cuDNN FE's block-scaled kernels have none either), got {given['round_dgrad_to_input_dtype']!r}"
+        )
     if given["epilogue_op"] not in EPILOGUE_OPS:
         raise ValueError(f"epilogue_op: expected one of {list(EPILOGUE_OPS)}, got {given['epilogue_op']!r}")
 

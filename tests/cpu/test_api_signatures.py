@@ -32,7 +32,7 @@ WRAPPER = [
     *[(n, K, d) for n, d in CONFIG],
     ("epilogue_op", K, None), ("generate_dbias", K, False), ("use_dynamic_sched", K, False),
     ("current_stream", K, None), ("deterministic", K, False), ("act_out", K, False),
-    ("use_single_group_runtime_offsets", K, False),
+    ("use_single_group_runtime_offsets", K, False), ("round_dgrad_to_input_dtype", K, False),
 ]
 CONSTRUCTOR = [
     ("self", P, REQUIRED), ("sample_a", P, REQUIRED), ("sample_c", P, REQUIRED),
@@ -44,6 +44,7 @@ CONSTRUCTOR = [
     *[(n, K, d) for n, d in CONFIG],
     ("b_major", K, "k"), ("epilogue_op", K, None), ("use_dynamic_sched", K, False),
     ("deterministic", K, False), ("act_out", K, False), ("use_single_group_runtime_offsets", K, False),
+    ("round_dgrad_to_input_dtype", K, False),
 ]
 EXECUTE = [
     ("self", P, REQUIRED), ("a_tensor", P, REQUIRED), ("c_tensor", P, REQUIRED),

@@ -1,6 +1,7 @@
 """round_dgrad_to_input_dtype (cuDNN FE 1.32.0's option) on the CPU: a runtime flag of the
 BF16 family's main kernel (declared once, in the manifest's ``flags``), absent from the
-block-scaled composition. The rounding itself: test_golden_values.py (the reference),
+block-scaled composition; the options' checks and refusal; the value each API call hands
+the kernels. The rounding itself: test_golden_values.py (the reference),
 test_runtime_gpu_reference.py (the GPU checks tell rounded from unrounded R), and (slow)
 test_runtime_real_artifacts.py (the compiled kernels' parameter)."""
 
@@ -16,7 +17,7 @@ from dglu_build.kernels.sm90_bf16.config import Config
 from dglu_build.kernels.sm90_mxfp8 import interface as mx_interface
 from dglu_build.kernels.sm90_mxfp8.config import Config as MxConfig
 
-from test_deterministic_mode import BASE
+from test_deterministic_mode import BASE, _options
 
 FLAG = "round_dgrad_to_input_dtype"
 BF16_KEYS = {
@@ -56,3 +57,69 @@ def test_the_block_scaled_composition_has_no_such_flag() -> None:
     assert FLAG not in mx_interface.entry(config)["flags"]
     main = next(k for k in mx_interface.kernels(config) if k.role == "main")
     assert main.params[-1] == Int32("l")
+
+
+def test_options_take_it_as_a_bool_and_set_the_flag() -> None:
+    assert _options().flags()[FLAG] == 0
+    assert _options(round_dgrad_to_input_dtype=True).flags()[FLAG] == 1
+    with pytest.raises(ValueError, match=r"^round_dgrad_to_input_dtype: expected a bool, got 1$"):
+        _options(round_dgrad_to_input_dtype=1)
+
+
+def test_fp8_operands_refuse_it() -> None:
+    block_scaled = {"sf_vec_size": 32, "block_scaled": True}
+    assert _options(**block_scaled).round_dgrad is False
+    with pytest.raises(ValueError, match=r"^round_dgrad_to_input_dtype: must be False with FP8 operands"):
+        _options(**block_scaled, round_dgrad_to_input_dtype=True)
+
+
+# --- what the API hands the kernels ------------------------------------------------------
+
+torch = pytest.importorskip("torch", reason="the API calls need torch tensors")
+
+import stand_ins  # noqa: E402
+from conftest_runtime import variant_key, write_artifacts  # noqa: E402
+from dglu import api, op  # noqa: E402
+from dglu.manifest import read_manifest  # noqa: E402
+from dglu.runner import LoadedVariant  # noqa: E402
+from test_runtime_api_flow import K, L, M, N, tensors  # noqa: E402
+
+
+@pytest.fixture
+def flags_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The flag's value in each run_variant call, over a variant that declares it."""
+    write_artifacts(tmp_path, [variant_key()], flags=[FLAG])
+    stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+    values: list[int] = []
+    monkeypatch.setattr(op, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
+    monkeypatch.setattr(
+        op, "run_variant", lambda loaded, problem, stream, clear=(): values.append(problem.scalars[FLAG])
+    )
+    return values
+
+
+def test_the_wrapper_hands_the_kernels_the_flag_of_each_call(flags_run) -> None:
+    """Calls alternating on the same tensors: the fast path keeps each setting's own value."""
+    arguments = {**tensors(), "b_tensor": torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0),
+                 "generate_dbias": True}
+    for rounded in (True, False, True, False):
+        api.grouped_gemm_dglu_wrapper_sm90(**arguments, round_dgrad_to_input_dtype=rounded)
+    api.grouped_gemm_dglu_wrapper_sm90(**arguments)
+    assert flags_run == [1, 0, 1, 0, 0]
+
+
+@pytest.mark.parametrize("rounded", [True, False])
+def test_the_class_api_hands_the_kernels_its_constructors_flag(flags_run, rounded: bool) -> None:
+    t = tensors()
+    b = torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0)
+    d_row = torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)
+    dbias = torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16)
+    built = api.GroupedGemmDgluSm90(
+        sample_a=t["a_tensor"], sample_c=t["c_tensor"], sample_d_row=d_row, sample_b=b,
+        sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha_tensor"], sample_beta=t["beta_tensor"],
+        sample_prob=t["prob_tensor"], sample_dprob=t["dprob_tensor"], sample_dbias=dbias,
+        round_dgrad_to_input_dtype=rounded,
+    )
+    assert built.check_support()
+    built.execute(**t, d_row_tensor=d_row, dbias_tensor=dbias, b_tensor=b)
+    assert flags_run == [int(rounded)]
