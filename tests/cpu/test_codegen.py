@@ -86,8 +86,10 @@ def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts
 
 def test_each_entry_holds_the_builds_the_stores_and_the_kernel_familys_fields(artifacts):
     for variant in artifacts.manifest["variants"]:
-        assert set(variant) == {*BUILD_FIELDS, *STORED_FIELDS, *COMPILED_FIELDS}
+        # flags: optional in a manifest; the BF16 family declares its runtime flag
+        assert set(variant) == {*BUILD_FIELDS, *STORED_FIELDS, *COMPILED_FIELDS, "flags"}
         assert variant["family"] == "sm90_bf16"
+        assert variant["flags"] == ["round_dgrad_to_input_dtype"]
 
 
 def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
