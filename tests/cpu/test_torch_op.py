@@ -257,3 +257,34 @@ def test_deterministic_and_round_dgrad_reach_the_wrapper(monkeypatch) -> None:
     grouped_gemm_dglu_op._init_fn(**values)  # the op's CUDA implementation, called directly
     assert seen["deterministic"] is True and seen["round_dgrad_to_input_dtype"] is True
     assert set(seen) == set(_PARAMETERS)
+
+
+def test_the_python_entry_hands_the_op_every_parameter_in_its_order(monkeypatch) -> None:
+    """grouped_gemm_dglu passes each of its parameters to torch.ops.dglu.grouped_gemm_dglu
+    at its own position in _PARAMETERS (each given a distinct value here)."""
+    import inspect
+
+    from dglu.torch import op as op_module
+
+    signature = inspect.signature(grouped_gemm_dglu)
+    given = {}
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if isinstance(parameter.default, float):
+            given[name] = float(index)
+        elif name in ("mma_tiler_mn", "cluster_shape_mn"):
+            given[name] = (index, index)
+        else:
+            given[name] = f"value {index}"
+    seen = []
+
+    class Ops:
+        @staticmethod
+        def grouped_gemm_dglu(*values):
+            seen.extend(values)
+            raise StopIteration
+
+    monkeypatch.setattr(op_module.torch, "ops", type("TorchOps", (), {"dglu": Ops}))
+    with pytest.raises(StopIteration):
+        grouped_gemm_dglu(**given)
+    expected = [list(given[n]) if isinstance(given[n], tuple) else given[n] for n in op_module._PARAMETERS]
+    assert seen == expected
