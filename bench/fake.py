@@ -70,6 +70,8 @@ def fake_host(rng: random.Random) -> dict[str, Any]:
         "steady_state": {
             "execute": per_call(rng.uniform(8, 30)),
             "wrapper": per_call(rng.uniform(15, 60)),
+            "execute_driver_calls": {"cuLaunchKernelEx": 2.0},
+            "wrapper_driver_calls": {"cuLaunchKernelEx": 2.0, "cuMemsetD32Async": 1.0},
         },
         "graph_replay": {"ok": True, "trials": []},
     }

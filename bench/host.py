@@ -7,6 +7,7 @@ the steady state in this process on a tiny problem, where the launch path domina
 from __future__ import annotations
 
 import cProfile
+import importlib
 import io
 import json
 import os
@@ -15,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -36,6 +38,9 @@ WARMUP_CALLS = 50
 PROFILE_CALLS = 500
 PROFILE_LINES = 25
 GRAPH_TOLERANCE = 1e-2  # dprob, dbias: atomics add in a different order on each run
+# dglu's modules that call the driver through dglu.driver.checked (each binds it by name)
+DRIVER_CALLERS = ("dglu.driver", "dglu.launch", "dglu.workspaces", "dglu.streams")
+DRIVER_COUNT_CALLS = 100
 
 
 def _fresh_process(args: list[str]) -> str:
@@ -93,6 +98,32 @@ def _per_call(call: Callable[[], Any], calls: int) -> dict[str, float]:
     }
 
 
+def driver_calls(call: Callable[[], Any], calls: int = DRIVER_COUNT_CALLS) -> dict[str, float]:
+    """Driver calls per call of ``call`` (warm), by name: every call dglu makes goes through
+    dglu.driver.checked, counted here in each module that binds it."""
+    import torch
+
+    counts: Counter[str] = Counter()
+    originals = {}
+    for name in DRIVER_CALLERS:
+        module = importlib.import_module(name)
+        original = originals[module] = module.checked
+
+        def counting(function_name: str, *args: Any, _original: Callable = original) -> Any:
+            counts[function_name] += 1
+            return _original(function_name, *args)
+
+        module.checked = counting
+    try:
+        for _ in range(calls):
+            call()
+    finally:
+        for module, original in originals.items():
+            module.checked = original
+    torch.cuda.synchronize()
+    return {name: count / calls for name, count in sorted(counts.items())}
+
+
 def _profile(call: Callable[[], Any]) -> str:
     """cProfile's top functions by cumulative time over PROFILE_CALLS calls."""
     profiler = cProfile.Profile()
@@ -106,8 +137,9 @@ def _profile(call: Callable[[], Any]) -> str:
 
 
 def steady_state(device: Any, calls: int, budget_ms: float, profile_path: Path) -> dict[str, Any]:
-    """Per-call host cost of the wrapper and of the class API's execute on TINY, and the
-    tiny call's device time; writes a cProfile of execute to ``profile_path``."""
+    """Per-call host cost of the wrapper and of the class API's execute on TINY (time and
+    driver calls), and the tiny call's device time; writes a cProfile of execute to
+    ``profile_path``."""
     import dglu
     import torch
 
@@ -122,6 +154,8 @@ def steady_state(device: Any, calls: int, budget_ms: float, profile_path: Path) 
         "calls": calls,
         "wrapper": _per_call(wrapper, calls),
         "execute": _per_call(execute, calls),
+        "wrapper_driver_calls": driver_calls(wrapper),
+        "execute_driver_calls": driver_calls(execute),
         "device_us": 1e3 * time_calls([execute], budget_ms).median_ms,
         "profile": profile_path.name,
     }

@@ -146,6 +146,9 @@ def _host_summary(host: dict[str, Any]) -> str:
     first_call = _figure(lookup(host, "first_call", "beyond_torch_ms"), "{:.0f} ms")
     jit = lookup(host, "jit_compile_reference", "median_total_s")
     per_call = _figure(lookup(host, "steady_state", "execute", "cpu_us"), "{:.1f} us/call")
+    driver_calls = lookup(host, "steady_state", "execute_driver_calls")
+    if driver_calls is not None:
+        per_call += f" ({sum(driver_calls.values()):g} driver calls)"
     graph = {True: "ok", False: "WRONG", None: "n/a"}[lookup(host, "graph_replay", "ok")]
     jit_text = "" if jit is None else f" (JIT: {jit:.1f} s)"
     return f"first call {first_call}{jit_text}, execute {per_call}, graph {graph}"

@@ -18,6 +18,7 @@ SCHEMA_VERSION = 1
 FIRST_CALL_TARGET_MS = 30.0  # dglu import + first call, past torch's import
 EXECUTE_TARGET_US = 15.0  # host CPU per call of the class API's execute
 WRAPPER_TARGET_US = 25.0  # host CPU per call of the wrapper
+EXECUTE_DRIVER_CALLS_TARGET = 3  # driver calls per steady execute
 
 # ratio name -> (numerator candidate, denominator candidate)
 RATIOS = {
@@ -125,6 +126,10 @@ def lookup(record: dict[str, Any] | None, *keys: str) -> Any:
     return record
 
 
+def _total(counts: dict[str, float] | None) -> float | None:
+    return None if counts is None else sum(counts.values())
+
+
 def host_targets(host: dict[str, Any]) -> list[Target]:
     """The issue's host-side targets, on what ``host`` holds."""
     return [
@@ -144,6 +149,12 @@ def host_targets(host: dict[str, Any]) -> list[Target]:
             "wrapper: host CPU us per call",
             lookup(host, "steady_state", "wrapper", "cpu_us"),
             WRAPPER_TARGET_US,
+            True,
+        ),
+        Target(
+            "execute: driver calls per call",
+            _total(lookup(host, "steady_state", "execute_driver_calls")),
+            EXECUTE_DRIVER_CALLS_TARGET,
             True,
         ),
         Target("CUDA graph replays correctly", lookup(host, "graph_replay", "ok"), None),

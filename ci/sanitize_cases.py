@@ -8,7 +8,9 @@ tile, weight mode, b_major, scheduler, cluster), every C/D dtype pair and every
 weight mode with each b_major appears in one of
 them; block-scaled (MXFP8) variants are covered apart, by activation, dtypes, dbias,
 weights and scheduler, each call checked by tests/gpu/test_blockscaled_gpu.py's case
-runner; ``--all`` takes every variant. Each call goes through the GPU suite's harness
+runner; ``--all`` takes every variant; ``--round-dgrad`` runs the BF16 calls with
+round_dgrad_to_input_dtype=True (exact GEMM data: the rounding path of the MMA warpgroups,
+which read offsets and alpha). Each call goes through the GPU suite's harness
 (tests/gpu/harness.py), so it is also checked element by element; the process exits
 non-zero when a check fails. The class API is used: its D_row is NaN-filled by torch
 before the call, so initcheck judges what the kernels read (A, B, C, offsets, scales, the
@@ -150,12 +152,13 @@ def run_block_scaled_case(variant: dict, api: str) -> None:
     print(f"sanitize case ok: {variant['name']} ({case.describe()})", flush=True)
 
 
-def run_cases(variants: Iterable[dict], api: str) -> None:
+def run_cases(variants: Iterable[dict], api: str, round_dgrad: bool = False) -> None:
     for variant in variants:
         if is_block_scaled(variant):
             run_block_scaled_case(variant, api)
             continue
-        case = Case(config=config_for(variant), shape=SMALL, seed=SEED, api=api)
+        case = Case(config=config_for(variant), shape=SMALL, seed=SEED, api=api, exact_gemm=round_dgrad,
+                    round_dgrad=round_dgrad and not variant["key"]["act_out"])
         if variant["key"]["act_out"]:
             run_act_out_case(case)
         else:
@@ -243,6 +246,8 @@ def main() -> None:
     run = commands.add_parser("run", help="one small checked call per kernel class")
     for sub in (listing, run):
         sub.add_argument("--all", action="store_true", help="every installed variant, not a cover")
+        sub.add_argument("--round-dgrad", action="store_true",
+                         help="BF16 calls with round_dgrad_to_input_dtype=True (act_out ones without)")
     run.add_argument("--api", choices=("class", "wrapper"), default="class")
     probing = commands.add_parser("probe", help="one initcheck probe")
     probing.add_argument(
@@ -258,7 +263,7 @@ def main() -> None:
         for variant in chosen:
             print(variant["name"])
     else:
-        run_cases(chosen, args.api)
+        run_cases(chosen, args.api, args.round_dgrad)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Layout (docs/manifest.md is the reader's view; readers need only the first two)::
 
     DIR/manifest.json                      lists every variant of the directory
+    DIR/manifest-index.json                its variants' identity fields and where each entry lies
     DIR/<name>.<sha256[:16]>.cubin         one per variant, named by its content
     DIR/.dglu-build/lock                   the fcntl lock every writer holds
     DIR/.dglu-build/records/<name>.json    per variant: its manifest entry and build key
@@ -11,7 +12,9 @@ Writers hold the lock for their whole run; every file is written atomically
 (temp file + rename). A cubin is never rewritten in place (its name changes
 with its content), the manifest is replaced only once every cubin it lists is
 in place, and cubins are deleted only once no manifest or record refers to
-them. So a reader always sees a manifest whose cubins exist and match, and a
+them. The index is removed before the manifest is replaced and written after it, so
+a reader sees the new manifest with its own index, or with none (the runtime then
+parses the whole manifest). So a reader always sees a manifest whose cubins exist and match, and a
 writer killed at any point leaves a valid directory plus temp files, which the
 next writer removes. Names are checked before they become file names.
 """
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dglu_build.atomic_write import TEMP_SUFFIX, write_atomic
+from dglu.contract.index import INDEX_FILE, index_text
 from dglu.contract.schema import MANIFEST_FILE as MANIFEST_NAME, SCHEMA_VERSION
 from dglu.contract.writer import manifest_text
 
@@ -166,14 +170,17 @@ class ArtifactStore:
         return record
 
     def write_manifest(self, records: list[Record]) -> dict[str, Any] | None:
-        """Make ``records`` (sorted by name) the directory's manifest, then drop unreferenced cubins.
+        """Make ``records`` (sorted by name) the directory's manifest and its index, then drop
+        unreferenced cubins.
 
         With no records the manifest is removed: a directory without one holds no variants.
         """
         manifest = None
+        (self.directory / INDEX_FILE).unlink(missing_ok=True)
         if records:
             text = manifest_text([record.entry for record in sorted(records, key=lambda record: record.name)])
             write_atomic(self.directory / MANIFEST_NAME, text.encode())
+            write_atomic(self.directory / INDEX_FILE, index_text(text).encode())
             manifest = json.loads(text)
         else:
             (self.directory / MANIFEST_NAME).unlink(missing_ok=True)

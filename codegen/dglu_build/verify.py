@@ -5,8 +5,10 @@ directory that verifies is never refused at run time. Then every variant's
 cubin is re-hashed against the manifest's sha256 and size, and the
 manifest's launch description (kernels, parameters, TMA rules) and
 ``min_driver`` are checked against what ptxas wrote into that cubin
-(dglu_build.abi_check). All problems are collected, one per variant at most
-(plus the reader's), so one run names them all.
+(dglu_build.abi_check). The manifest index, when there is one, must be the
+one the manifest's text makes (dglu.contract.index). All problems are
+collected, one per variant at most (plus the reader's and the index's), so one
+run names them all.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from pathlib import Path
 
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
 from dglu_build.artifact_store import StoreError, check_entry, read_manifest_file
+from dglu.contract.index import INDEX_FILE, REWRITE_HINT, index_text
 from dglu.contract.reader import read_manifest
+from dglu.contract.schema import MANIFEST_FILE
 
 
 @dataclass
@@ -37,6 +41,9 @@ def verify_directory(directory: Path) -> Verification:
         read_manifest(directory)
     except (ValueError, OSError) as err:
         verification.problems.append(f"the dglu runtime refuses the manifest: {err}")
+    index_problem = _index_problem(directory)
+    if index_problem:
+        verification.problems.append(index_problem)
     for index, entry in enumerate(manifest["variants"]):
         where = f"variants[{index}]"
         try:
@@ -50,6 +57,22 @@ def verify_directory(directory: Path) -> Verification:
         else:
             verification.checked.append(entry["name"])
     return verification
+
+
+def _index_problem(directory: Path) -> str | None:
+    """What is wrong with the directory's manifest index (none: the runtime parses the
+    whole manifest), or None."""
+    path = directory / INDEX_FILE
+    if not path.is_file():
+        return None
+    try:
+        expected = index_text((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
+        found = path.read_text(encoding="utf-8")
+    except (OSError, ValueError) as err:
+        return f"{path}: cannot be checked against {MANIFEST_FILE} ({err})"
+    if found != expected:
+        return f"{path}: does not match {MANIFEST_FILE} (the runtime ignores it); {REWRITE_HINT}"
+    return None
 
 
 def _check_variant(directory: Path, entry: dict, where: str) -> None:

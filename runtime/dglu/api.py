@@ -213,11 +213,11 @@ def grouped_gemm_dglu(
     d_col_tensor None, dprob_tensor (the caller's, accumulated), dbias_tensor ((L, 2N, 1)
     bf16 or None), amax_tensor, sfd_row_tensor and sfd_col_tensor None. Rows of D_row past
     valid_m (owned by no expert) are left uninitialised. act_out=True (not in the seed) runs
-    the variant that also writes prob * GLU(C), the MLP's activation that dW2 needs, and adds
+    the variant that also writes prob * GLU(X), the MLP's activation that dW2 needs, and adds
     it as an eighth, trailing entry act_out_tensor ((M, N, 1) bf16; rows past valid_m
     uninitialised); without it the TupleDict keeps the seed's seven entries.
     activation_tensor (cuDNN FE 1.32.0's name): a caller-provided (M, N, 1) bf16 tensor the
-    same act_out variant fills with prob * GLU(C) instead of a new one (returned as
+    same act_out variant fills with prob * GLU(X) instead of a new one (returned as
     act_out_tensor with act_out=True). deterministic=True runs the variant whose D, dprob
     and dbias are bitwise identical from run to run and across schedulers: per-tile partial
     sums reduced in a fixed order instead of float atomics (about 1-3% slower on the H200);

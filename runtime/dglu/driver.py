@@ -5,11 +5,19 @@ process; device facts cached per device; the device's primary context (the one t
 uses) made current for a block of calls, the caller's context restored after;
 cuModuleLoadData once per (context, cubin sha256); cuModuleGetFunction plus the dynamic
 shared memory attribute once per loaded function.
+
+The primary context is asked for (cuCtxGetCurrent) only until this thread has seen it
+current while torch's current device was the call's: from then on, while torch's current
+device stays that device (torch switches contexts only by switching devices), it is taken
+as current without a driver call. Code that makes another context of the same device
+current through the driver API, behind torch's back, is not noticed: the driver then
+refuses dglu's launches (their functions belong to the primary context).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -38,13 +46,13 @@ def _error_name_and_text(driver: Any, error: Any) -> tuple[str, str]:
 def checked(function_name: str, *args: Any) -> Any:
     """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
     driver = cuda_driver()
-    error, *values = getattr(driver, function_name)(*args)
-    if error:  # CUDA_SUCCESS is 0
-        name, text = _error_name_and_text(driver, error)
+    result = getattr(driver, function_name)(*args)
+    if result[0]:  # CUDA_SUCCESS is 0
+        name, text = _error_name_and_text(driver, result[0])
         raise CudaDriverError(f"{function_name} failed: {name} ({text})", name)
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
+    if len(result) < 3:
+        return result[1] if len(result) == 2 else None
+    return result[1:]
 
 
 @functools.cache
@@ -114,20 +122,49 @@ def primary_context(ordinal: int) -> Any:
     return checked("cuDevicePrimaryCtxRetain", checked("cuDeviceGet", ordinal))
 
 
+NO_DEVICE = -1  # torch_current_device's answer until torch has initialised CUDA
+
+
+_torch_get_device: list[Callable[[], int]] = []  # torch's, once torch has initialised CUDA
+
+
+def torch_current_device() -> int:
+    """torch's current CUDA device on this thread (NO_DEVICE until torch initialised CUDA)."""
+    if not _torch_get_device:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_initialized():
+            return NO_DEVICE
+        _torch_get_device.append(torch._C._cuda_getDevice)
+    return _torch_get_device[0]()
+
+
+_seen = threading.local()  # .device: this thread saw that device's primary context current
+
+
 class device_context:  # noqa: N801 (used like a function: ``with device_context(0):``)
     """The device's primary context, current inside the block; the previous one after it.
+    No driver call while torch's current device is one whose primary context this thread
+    has seen current (see the module docstring).
 
     A class rather than a generator: it runs on every call's fast path.
     """
 
+    __slots__ = ("ordinal", "context", "pushed")
+
     def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
         self.context = primary_context(ordinal)
         self.pushed = False
 
     def __enter__(self) -> Any:
+        torch_device = torch_current_device()
+        if torch_device == self.ordinal == getattr(_seen, "device", NO_DEVICE):
+            return self.context
         if int(checked("cuCtxGetCurrent")) != int(self.context):
             checked("cuCtxPushCurrent", self.context)
             self.pushed = True
+        elif torch_device == self.ordinal:
+            _seen.device = torch_device
         return self.context
 
     def __exit__(self, *exc: object) -> None:

@@ -3,9 +3,10 @@ workspace is a given address, so nothing here allocates, synchronises or reads d
 memory.
 
 ``plan_call`` makes the call's plan once (grids, TMA descriptors, packed parameters, the
-byte ranges to zero: the given accumulated outputs and the ``zero: each_call``
-workspaces); ``enqueue`` then only issues its memsets and launches on the stream, which is
-all a call captured in a CUDA graph may do. The torch path's pooled workspaces
+byte ranges to zero: the given accumulated outputs and the ``zero: each_call`` and
+``zero: by_consumer`` workspaces, XLA's memory holding anything); ``enqueue`` then only
+issues its memsets and launches on the stream, which is all a call captured in a CUDA
+graph may do. The torch path's pooled workspaces
 (dglu.workspaces' stream pools) are not used.
 """
 
@@ -70,7 +71,8 @@ def plan_call(
     """The plan of one call on ``stream``: ``clear_roles`` (tensors of ``problem``) and the
     zeroed workspaces cleared, then every kernel launched (nothing when a grid is empty)."""
     grids = _launch_grids(loaded, problem)
-    return _plan(loaded, problem, stream, grids, workspaces if grids else {}, clear_roles)
+    return _plan(loaded, problem, stream, grids, workspaces if grids else {}, clear_roles,
+                 given_workspaces=True)
 
 
 def enqueue(plan: CallPlan, device: int, cu_stream: object) -> None:

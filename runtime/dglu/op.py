@@ -123,7 +123,7 @@ class GroupedGemmDglu:
         sample_a, sample_c, sample_d_row and the samples of padded_offsets, alpha, beta,
         prob and dprob are required (check_support() refuses None by name).
         sample_activation (cuDNN FE's name) or act_out=True builds the op whose kernel also
-        writes prob * GLU(C): execute() then takes activation_tensor (or act_out_tensor)."""
+        writes prob * GLU(X): execute() then takes activation_tensor (or act_out_tensor)."""
         block_scaled_samples = {
             "d_col": sample_d_col,
             "sfa": sample_sfa,
@@ -291,7 +291,7 @@ class GroupedGemmDglu:
         """Run the op into ``d_row_tensor``; dprob (and dbias) accumulate (compiles if needed).
         Parameters in cuDNN FE 1.32.0's order, then act_out_tensor (dglu's name of
         activation_tensor: pass one of them). An op built with act_out=True (or
-        sample_activation) also writes prob * GLU(C) into it ((M, N, 1) bf16, required
+        sample_activation) also writes prob * GLU(X) into it ((M, N, 1) bf16, required
         then; refused otherwise). A block-scaled op writes d_row_tensor, d_col_tensor,
         sfd_row_tensor and sfd_col_tensor (all required). ``workspace`` is refused: dglu
         provides each variant's workspaces itself."""

@@ -8,7 +8,7 @@ discrete_col_sfd and use_single_group_runtime_offsets (kernel flags), vector_f32
 effect: Hopper has no packed-f32 math) and epilogue_op in EPILOGUE_OPS (validated and part
 of the op's configuration, applied by none of NVIDIA's dGLU kernels, so by none of ours). use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
 the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
-act_out=True picks the variants that also write prob * GLU(C) (act_out_tensor);
+act_out=True picks the variants that also write prob * GLU(X) (act_out_tensor);
 cluster_shape_mn=None means the seed's default: (2, 1), a CTA pair, for a 256-row tile
 (Blackwell's 2-CTA instructions), else (1, 1), one CTA per cluster;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
@@ -70,7 +70,7 @@ class OpOptions(NamedTuple):
     scheduler: str  # "static" or "dynamic"
     m_aligned: int  # checked against the selected variant's
     deterministic: bool = False  # True: the variant without order-dependent float atomics
-    act_out: bool = False  # True: the variant that also writes prob * GLU(C)
+    act_out: bool = False  # True: the variant that also writes prob * GLU(X)
     block_scaled: bool = False  # the MXFP8 backend (FP8 operands with E8M0 scales)
     discrete_col_sfd: bool = False  # block-scaled: SFD_col in the per-expert layout
     single_group: bool = False  # block-scaled: one expert whose rows come from A's shape
@@ -216,6 +216,11 @@ def _check_block_scaled_options(given: Mapping[str, Any]) -> None:
     for name in ("discrete_col_sfd", "use_single_group_runtime_offsets", "vector_f32"):
         if not isinstance(given[name], bool):
             raise ValueError(f"{name}: expected a bool, got {given[name]!r}")
+    if given["round_dgrad_to_input_dtype"] is not False:
+        raise ValueError(
+            "round_dgrad_to_input_dtype: must be False with FP8 operands (the BF16 kernels' option; "
+            f"cuDNN FE's block-scaled kernels have none either), got {given['round_dgrad_to_input_dtype']!r}"
+        )
     if given["epilogue_op"] not in EPILOGUE_OPS:
         raise ValueError(f"epilogue_op: expected one of {list(EPILOGUE_OPS)}, got {given['epilogue_op']!r}")
 

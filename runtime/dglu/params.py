@@ -5,9 +5,10 @@ size: ``tensormap``: the 128-byte CUtensorMap; ``i32_tuple``: consecutive int32 
 ``pointer``: a 64-bit device address (NULL for an optional one the variant does not list);
 ``i32`` / ``i64`` / ``f32``: one scalar; ``f32_const``: the number the manifest gives;
 ``zeros``: ``size`` zero bytes; ``pointer_i32s``: an address, then int32 scalars, zero-padded
-to ``size`` (a DSL tensor's pointer and dynamic extents). Scalars are EXPRESSIONs
-evaluated on the call's scalars. The buffers and the ``void**`` array that cuLaunchKernelEx reads live
-in KernelArguments.
+to ``size`` (a DSL tensor's pointer and dynamic extents). Scalars are EXPRESSIONs evaluated
+on the call's scalars. ``pack_param`` packs one of them (a plan for new tensor addresses
+repacks only the parameters of the tensors that moved). The parameters, in one buffer, and
+the ``void**`` array that cuLaunchKernelEx reads live in KernelArguments.
 """
 
 from __future__ import annotations
@@ -57,6 +58,24 @@ def _pack_one(
         ) from exc
 
 
+def pack_param(
+    kernel: KernelSpec,
+    index: int,
+    scalars: Mapping[str, float],
+    pointers: Mapping[str, int],
+    tensor_maps: Mapping[str, bytes],
+) -> bytes:
+    """Parameter ``index`` of ``kernel``, of its manifest size."""
+    param = kernel.params[index]
+    data = _pack_one(param, scalars, pointers, tensor_maps)
+    if len(data) != param.size:
+        raise ParamPackingError(
+            f"kernel {kernel.symbol}, params[{index}] '{param.name}' ({param.kind}): "
+            f"packed {len(data)} bytes but the manifest says size {param.size}"
+        )
+    return data
+
+
 def pack_params(
     kernel: KernelSpec,
     scalars: Mapping[str, float],
@@ -64,28 +83,44 @@ def pack_params(
     tensor_maps: Mapping[str, bytes],
 ) -> list[bytes]:
     """One byte string per parameter of ``kernel``, each of its manifest size."""
-    packed = []
-    for index, param in enumerate(kernel.params):
-        data = _pack_one(param, scalars, pointers, tensor_maps)
-        if len(data) != param.size:
-            raise ParamPackingError(
-                f"kernel {kernel.symbol}, params[{index}] '{param.name}' ({param.kind}): "
-                f"packed {len(data)} bytes but the manifest says size {param.size}"
-            )
-        packed.append(data)
-    return packed
+    return [
+        pack_param(kernel, index, scalars, pointers, tensor_maps) for index in range(len(kernel.params))
+    ]
+
+
+SLOT_BYTES = 16  # each parameter starts at a multiple of this in the arguments' buffer
 
 
 class KernelArguments:
-    """Per-parameter ctypes buffers and the void** array pointing at them."""
+    """The packed parameters in one ctypes buffer (each at a SLOT_BYTES boundary) and the
+    void** array pointing at each of them."""
 
     def __init__(self, packed: Sequence[bytes]) -> None:
-        self.buffers = [ctypes.create_string_buffer(data, len(data)) for data in packed]
-        self.pointer_array = (ctypes.c_void_p * len(packed))(
-            *(ctypes.addressof(buffer) for buffer in self.buffers)
-        )
+        slots = [data.ljust(-(-len(data) // SLOT_BYTES) * SLOT_BYTES, b"\0") for data in packed]
+        offsets, offset = [], 0
+        for slot in slots:
+            offsets.append(offset)
+            offset += len(slot)
+        self._place(b"".join(slots), tuple(offsets), tuple(len(data) for data in packed))
+
+    def _place(self, blob: bytes, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> None:
+        self.blob, self.offsets, self.sizes = blob, offsets, sizes
+        self.buffer = ctypes.create_string_buffer(blob, len(blob))
+        base = ctypes.addressof(self.buffer)
+        self.pointer_array = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
+        self.address = ctypes.addressof(self.pointer_array)  # cuLaunchKernelEx's kernelParams
+
+    def replaced(self, changes: Mapping[int, bytes]) -> KernelArguments:
+        """These arguments with parameter ``i`` replaced by ``changes[i]`` (of its size:
+        pack_param's)."""
+        blob = bytearray(self.blob)
+        for index, data in changes.items():
+            blob[self.offsets[index]:self.offsets[index] + len(data)] = data
+        new = KernelArguments.__new__(KernelArguments)
+        new._place(bytes(blob), self.offsets, self.sizes)
+        return new
 
     @property
-    def address(self) -> int:
-        """The address of the void** array, as cuLaunchKernelEx's kernelParams."""
-        return ctypes.addressof(self.pointer_array)
+    def buffers(self) -> list[bytes]:
+        """Each parameter's bytes, as the launch passes them."""
+        return [self.blob[o:o + n] for o, n in zip(self.offsets, self.sizes, strict=True)]

@@ -4,6 +4,10 @@ Loaded variants are cached per (variant, device). A call's launches (grids, laun
 configurations, packed parameters with their TMA descriptors) are kept with its Problem,
 which the API caches per call signature (dglu.cache), per loaded variant, stream and
 workspace addresses; so a repeated call only clears its workspaces and enqueues its kernels.
+A call whose plan is not kept (new tensor addresses: the wrapper's fresh outputs) starts from
+the last plan made for the loaded variant, stream and cleared tensors when its scalars, grids
+and workspaces are the same: only the parameters of the tensors that moved are packed (and
+their TMA descriptors encoded) anew.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
 from .occupancy import max_active_clusters
-from .params import KernelArguments, pack_params
+from .params import KernelArguments, pack_param, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
 from .validation import derived_views
@@ -45,6 +49,19 @@ class LoadedVariant:
     def identity(self) -> tuple[str, str, int]:
         """(variant name, cubin sha256, device): a cheap cache key for this loaded variant."""
         return (self.variant.name, self.variant.sha256, self.device)
+
+    @functools.cached_property
+    def last_plans(self) -> dict[tuple[int, tuple[str, ...]], LastPlan]:
+        """The last plan made per (stream, cleared tensors): where a new one starts from."""
+        return {}
+
+    @functools.cached_property
+    def tensor_params(self) -> tuple[tuple[tuple[int, str], ...], ...]:
+        """Per kernel, (index, tensor) of each parameter that comes from a tensor."""
+        return tuple(
+            tuple((i, p.tensor) for i, p in enumerate(kernel.params) if p.tensor is not None)
+            for kernel in self.variant.kernels
+        )
 
 
 def load_variant(variant: Variant, device: int) -> LoadedVariant:
@@ -113,10 +130,29 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
 
 class CallPlan(NamedTuple):
     """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
-    size), then the kernel launches."""
+    size), then the kernel launches; and the tensor views the launches were made for."""
 
     clears: tuple[tuple[int, int], ...]
     launches: tuple[Launch, ...]
+    views: Mapping[str, TensorView] = {}
+
+
+class LastPlan(NamedTuple):
+    """A plan with the scalars, grids and tensor names it was made for (see the module
+    docstring)."""
+
+    scalars: Mapping[str, int]
+    grids: tuple[Grid, ...]
+    tensors: frozenset[str]
+    plan: CallPlan
+
+    def serves(self, problem: Problem, grids: tuple[Grid, ...]) -> bool:
+        """True when a plan for ``problem`` (of ``grids``) may start from this one."""
+        return (
+            self.grids == grids
+            and (self.scalars is problem.scalars or self.scalars == problem.scalars)
+            and self.tensors == problem.tensors.keys()
+        )
 
 
 def _plan(
@@ -126,14 +162,23 @@ def _plan(
     grids: tuple[Grid, ...],
     workspaces: Mapping[str, workspace_pool.Workspace],
     clear: tuple[str, ...],
+    given_workspaces: bool = False,
+    start: CallPlan | None = None,
 ) -> CallPlan:
     """The call's clears and every kernel's launch (none when ``grids`` is empty): TMA
-    descriptors encoded, parameters packed."""
+    descriptors encoded, parameters packed. ``given_workspaces``: memory dglu did not
+    allocate (XLA's), so its ``zero: by_consumer`` workspaces are cleared too. ``start``:
+    a plan for the same scalars, grids and stream, whose launches are reused but for the
+    parameters of the tensors whose views differ, when its workspaces are these."""
     scalars = problem.scalars
     clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear]
     if not grids:
         return CallPlan(tuple(clears), ())
-    clears += workspace_pool.zeroed_ranges(workspaces, scalars)
+    clears += workspace_pool.zeroed_ranges(workspaces, scalars, given_workspaces)
+    if start is not None and all(
+        start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
+    ):
+        return _replanned(loaded, problem, start, tuple(clears))
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -142,25 +187,47 @@ def _plan(
     views.update(derived_views(loaded.variant, workspace_views, scalars))
     pointers = {name: view.pointer for name, view in views.items()}
     launches = []
-    for kernel, function, grid in zip(
-        loaded.variant.kernels, loaded.functions, grids, strict=True
-    ):
-        tensor_maps = {
-            p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
-            for p in kernel.params
-            if p.kind == "tensormap"
-        }
+    for kernel, function, grid in zip(loaded.variant.kernels, loaded.functions, grids, strict=True):
+        tensor_maps = _tensor_maps(loaded, kernel.params, views)
         arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
         launches.append(prepare_launch(function, kernel, grid, stream, arguments))
-    return CallPlan(tuple(clears), tuple(launches))
+    return CallPlan(tuple(clears), tuple(launches), views)
+
+
+def _replanned(
+    loaded: LoadedVariant, problem: Problem, start: CallPlan, clears: tuple[tuple[int, int], ...]
+) -> CallPlan:
+    """``start``'s launches with the parameters of the problem's tensors whose views moved
+    packed anew (its workspaces, and so the views derived from them, are the same)."""
+    moved = {name: view for name, view in problem.tensors.items() if start.views.get(name) != view}
+    pointers = {name: view.pointer for name, view in moved.items()}
+    launches = []
+    for index, (kernel, launch) in enumerate(zip(loaded.variant.kernels, start.launches, strict=True)):
+        changed = [i for i, tensor in loaded.tensor_params[index] if tensor in moved]
+        if changed:
+            tensor_maps = _tensor_maps(loaded, [kernel.params[i] for i in changed], moved)
+            packed = {i: pack_param(kernel, i, problem.scalars, pointers, tensor_maps) for i in changed}
+            launch = launch._replace(arguments=launch.arguments.replaced(packed))
+        launches.append(launch)
+    return CallPlan(clears, tuple(launches), {**start.views, **moved})
+
+
+def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorView]) -> dict[str, bytes]:
+    """The TMA descriptors of the ``tensormap`` parameters among ``params``."""
+    return {
+        p.tensor: encode_tensor_map(loaded.variant.tma[p.tensor], views[p.tensor])
+        for p in params
+        if p.kind == "tensormap"
+    }
 
 
 class ReadyCall(NamedTuple):
-    """A call's plan and the pooled workspaces its addresses come from ((slot, workspace)
-    pairs): valid while the stream's pool still holds exactly those."""
+    """A call's plan and the pooled workspaces its addresses come from (and the pool's
+    slots of them): valid while the stream's pool still holds exactly those."""
 
     plan: CallPlan
-    pooled: tuple[tuple[tuple[str, str, int], workspace_pool.Workspace], ...]
+    slots: tuple[tuple[str, str, int], ...]
+    pooled: tuple[workspace_pool.Workspace, ...]
 
 
 def run_variant(
@@ -180,27 +247,30 @@ def run_variant(
 
     The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
     stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
-    checks that its stream's pool still holds them (and is not capturing a graph), then
-    only enqueues its memsets and launches. A capturing stream with workspaces to provide
-    gets graph-owned ones, and its plan is not kept (a replay never calls back).
+    checks that its stream's pool still holds them (and is not capturing a graph: asked
+    only of a stream that can capture), then only enqueues its memsets and launches. A
+    capturing stream with workspaces to provide gets graph-owned ones, and its plan is not
+    kept (a replay never calls back). A call that fails while enqueuing makes the pool
+    forget its ``zero: by_consumer`` workspaces, which a kernel may have left dirty.
     """
     memo = problem.launch_cache
     key = (loaded.identity, stream, clear)
     pool = workspace_pool.stream_pool(loaded.device, stream)
     with pool.lock, device_context(loaded.device):
         ready = memo.get(key)
-        if ready is not None and workspace_pool.still_pooled(pool, ready.pooled):
+        if ready is None or not workspace_pool.still_pooled(pool, ready.slots, ready.pooled):
+            grids = memo.get(loaded.identity)
+            if grids is None:
+                grids = memo[loaded.identity] = _launch_grids(loaded, problem)
+            if grids and loaded.variant.workspaces and pool.capturing():
+                _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
+                return
+            ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
+        try:
             _enqueue(loaded, ready.plan, pool.cu_stream)
-            return
-        grids = memo.get(loaded.identity)
-        if grids is None:
-            grids = memo[loaded.identity] = _launch_grids(loaded, problem)
-        rules = loaded.variant.workspaces if grids else {}
-        if rules and workspace_pool.is_capturing(pool.cu_stream):
-            _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
-            return
-        ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
-        _enqueue(loaded, ready.plan, pool.cu_stream)
+        except KernelLaunchError:
+            workspace_pool.forget_consumed(pool)
+            raise
 
 
 def _run_captured(
@@ -286,9 +356,12 @@ def _ready_call(
     key = ("plan", loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
     plan = memo.get(key)
     if plan is None:
-        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear)
-    pooled = tuple((workspace_pool.pool_slot(n, w.rule), w) for n, w in workspaces.items())
-    return ReadyCall(plan, pooled)
+        last = loaded.last_plans.get((stream, clear))
+        start = last.plan if last is not None and last.serves(problem, grids) else None
+        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
+        loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, frozenset(problem.tensors), plan)
+    slots = tuple(workspace_pool.pool_slot(n, w.rule) for n, w in workspaces.items())
+    return ReadyCall(plan, slots, tuple(workspaces.values()))
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

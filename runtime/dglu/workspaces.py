@@ -12,7 +12,17 @@ workspace dglu keeps alive would be one. Driver memory stays outside torch's cac
 allocator (torch.cuda.memory_allocated does not count it); release_all frees it.
 Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
 stream before its first kernel: calls on one stream run in order, and calls on different
-streams never share a workspace.
+streams never share a workspace. Workspaces marked ``zero: by_consumer`` are cleared once,
+when allocated: the kernel that reads them zeroes what it read (the dbias finisher), so a
+call leaves them zero for the next one. A call that fails after its first kernel was
+enqueued may leave them dirty; its stream's pool then forgets them (``forget_consumed``)
+and the next call allocates and clears new ones.
+
+A pool knows when its stream cannot be capturing a CUDA graph: the legacy default stream
+(handle 0 or CU_STREAM_LEGACY), torch's default current stream, can never be captured, so
+only the calls on other streams ask the driver (cuStreamIsCapturing). With cuda-bindings
+told to use per-thread default streams (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM), handle
+0 is the calling thread's per-thread stream, which can be captured: it is asked then.
 
 A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is
 allocated (cuMemAllocAsync) inside the graph before the call's clears, and freed
@@ -53,6 +63,19 @@ class Workspace(NamedTuple):
     elements: int
 
 
+# Stream handles that cudaStreamBeginCapture refuses: the legacy default stream (0) and
+# CU_STREAM_LEGACY (1). The per-thread default stream (2) can be captured.
+UNCAPTURABLE_STREAMS = (0, 1)
+PER_THREAD_DEFAULT_ENV = "CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM"  # cuda-bindings: 0 is per-thread
+
+
+def uncapturable(stream: int) -> bool:
+    """True for a stream handle that never captures a CUDA graph (see the module docstring)."""
+    if stream == 0 and os.environ.get(PER_THREAD_DEFAULT_ENV, "0") not in ("", "0"):
+        return False
+    return stream in UNCAPTURABLE_STREAMS
+
+
 class StreamWorkspaces:
     """The workspaces of one (device, stream); the lock keeps a call's memsets and launches
     together on the stream when several threads share it."""
@@ -63,7 +86,12 @@ class StreamWorkspaces:
         self.lock = threading.Lock()
         self.stream = stream
         self.cu_stream = driver.CUstream(stream)
+        self.may_capture = not uncapturable(stream)
         self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
+
+    def capturing(self) -> bool:
+        """True while the stream is capturing a CUDA graph (asked only of a stream that can)."""
+        return self.may_capture and is_capturing(self.cu_stream)
 
 
 _pools: dict[tuple[int, int], StreamWorkspaces] = {}
@@ -103,11 +131,11 @@ def _allocate(
             raise
         raise _no_room(name, rule, elements, device, exc) from exc
     workspace = Workspace(name, rule, pointer, elements)
-    if os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
-        clear(pointer, max(size, WORD_BYTES), stream)
     try:
+        if rule.zero == "by_consumer" or os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
+            clear(pointer, max(size, WORD_BYTES), stream)
         return _aligned(workspace)
-    except RuntimeError:
+    except (RuntimeError, CudaDriverError):
         checked("cuMemFreeAsync", pointer, stream)
         raise
 
@@ -137,16 +165,17 @@ def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
     return (name, rule.dtype, rule.align)
 
 
-def still_pooled(pool: StreamWorkspaces, pooled: tuple[tuple[tuple, Workspace], ...]) -> bool:
-    """True when every (slot, workspace) of ``pooled`` is still what ``pool`` holds there
-    and ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces):
-    an earlier call's workspaces serve again. Hold ``pool.lock``."""
-    if not pooled:
+def still_pooled(
+    pool: StreamWorkspaces, slots: tuple[tuple[str, str, int], ...], pooled: tuple[Workspace, ...]
+) -> bool:
+    """True when the workspaces ``pooled`` are still what ``pool`` holds in ``slots`` and
+    ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces): an
+    earlier call's workspaces serve again. Hold ``pool.lock``."""
+    if not slots:
         return True
-    if is_capturing(pool.cu_stream):
+    if pool.capturing():
         return False
-    held = pool.workspaces
-    return all(held.get(slot) is workspace for slot, workspace in pooled)
+    return tuple(map(pool.workspaces.get, slots)) == pooled
 
 
 def acquire(
@@ -200,15 +229,30 @@ def free_graph_workspaces(workspaces: Mapping[str, Workspace], stream: Any) -> N
 
 
 def zeroed_ranges(
-    workspaces: Mapping[str, Workspace], scalars: Mapping[str, int]
+    workspaces: Mapping[str, Workspace], scalars: Mapping[str, int], given: bool = False
 ) -> list[tuple[int, int]]:
-    """(pointer, bytes) of the part a problem uses of each ``zero: each_call`` workspace:
-    what a call clears before its kernels."""
+    """(pointer, bytes) of the part a problem uses of each ``zero: each_call`` workspace,
+    and with ``given`` (memory dglu did not allocate and clear: XLA's) of each ``zero:
+    by_consumer`` one too: what a call clears before its kernels."""
+    kinds = ("each_call", "by_consumer") if given else ("each_call",)
     return [
         (w.pointer, w.rule.count.value(scalars) * ELEMENT_TYPES[w.rule.dtype].size)
         for w in workspaces.values()
-        if w.rule.zero == "each_call"
+        if w.rule.zero in kinds
     ]
+
+
+def forget_consumed(pool: StreamWorkspaces) -> None:
+    """Drop the pool's ``zero: by_consumer`` workspaces (freed on its stream), which a failed
+    call may have left dirty: the next call allocates and clears new ones. Hold
+    ``pool.lock`` and be in the device's context."""
+    for slot, workspace in list(pool.workspaces.items()):
+        if workspace.rule.zero == "by_consumer":
+            del pool.workspaces[slot]
+            try:
+                checked("cuMemFreeAsync", workspace.pointer, pool.cu_stream)
+            except CudaDriverError:
+                pass  # a broken context: the call's own error says what to do
 
 
 def clear(pointer: int, size: int, stream: Any) -> None:

@@ -213,7 +213,7 @@ def workspaces(key: dict[str, Any]) -> dict[str, Any]:
     """The workspaces the variant's kernels use."""
     rules = {}
     if key["dbias"]:
-        rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
+        rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
     if key["weight_mode"] == "discrete":
         rules["b_desc_ws"] = {"dtype": "i64", "count": "16*l", "align": 128, "zero": "never"}
     if key["scheduler"] == "dynamic":
@@ -299,3 +299,12 @@ DEFAULT_KEYS = [
     variant_key(act_func="dgeglu", dbias=False),
     variant_key(act_func="dswiglu", dbias=True, tile_n=256),
 ]
+
+
+def write_index(directory: Path) -> Path:
+    """Write the manifest index of ``directory/manifest.json`` as dglu-build does."""
+    from dglu.contract.index import INDEX_FILE, index_text
+
+    path = directory / INDEX_FILE
+    path.write_text(index_text((directory / "manifest.json").read_text()))
+    return path

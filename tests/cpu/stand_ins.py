@@ -6,7 +6,8 @@ calls that return one), records the calls in order, and fails a chosen call when
 it keeps a context stack (push, pop, current) and the context of each stream handle, and
 hands out cuMemAllocAsync addresses (``ALLOCATION_ALIGN``-aligned, one after the other:
 from WORKSPACE_ADDRESS for a stream that is not capturing, from GRAPH_ADDRESS while
-``capturing``), recording which are still allocated (``allocated``). ``install`` puts it,
+``capturing``; cuStreamIsCapturing answers by it too), recording which are still allocated
+(``allocated``). ``install`` puts it,
 an H200's facts and recording TMA encoding in place of the GPU parts, so the rest of the
 runtime runs its real code on CPU tensors.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,7 +82,7 @@ class StandInDriver:
             "cuDriverGetVersion": DRIVER_VERSION,
             "cuModuleLoadData": 0x1000 + self.counts[name],
             "cuModuleGetFunction": 0x2000 + self.counts[name],
-            "cuStreamIsCapturing": None,
+            "cuStreamIsCapturing": self._capture_status(),
         }
         if name == "cuStreamGetCtx":
             return self.stream_contexts.get(int(args[0]), PRIMARY_CONTEXT)
@@ -89,6 +91,10 @@ class StandInDriver:
         if name == "cuMemFreeAsync":
             del self.allocated[int(args[0])]
         return answers.get(name)
+
+    def _capture_status(self) -> object:
+        status = driver.cuda_driver().CUstreamCaptureStatus
+        return status.CU_STREAM_CAPTURE_STATUS_ACTIVE if self.capturing else status.CU_STREAM_CAPTURE_STATUS_NONE
 
     def _allocate(self, size: int, stream: object) -> int:
         address = self._next[self.capturing]
@@ -133,11 +139,10 @@ def install(
         (bound, "resolve_stream", lambda stream, device: STREAM),
         (bound, "on_stream", lambda stream, device: contextlib.nullcontext()),
         (call, "on_stream", lambda stream, device: contextlib.nullcontext()),
-        (workspaces, "is_capturing", lambda stream: fake.capturing),
-        (call, "is_capturing", lambda stream: fake.capturing),
         (runner, "encode_tensor_map", fake_tensor_map),
         (workspaces.StreamWorkspaces, "__init__", _pool_init),
         (workspaces, "_pools", {}),  # this test's pools, allocated by this stand-in
+        (driver, "_seen", threading.local()),  # no context seen current yet
     ]:
         monkeypatch.setattr(module, name, value)
     api.clear_caches()
@@ -145,11 +150,10 @@ def install(
 
 
 def _pool_init(self: workspaces.StreamWorkspaces, stream: int) -> None:
-    import threading
-
     self.lock = threading.Lock()
     self.stream = stream
     self.cu_stream = stream
+    self.may_capture = not workspaces.uncapturable(stream)
     self.workspaces = {}
 
 

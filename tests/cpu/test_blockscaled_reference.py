@@ -307,15 +307,19 @@ def test_blockscaled_op_is_the_bf16_reference_on_decoded_operands(act_func: str)
     b, _, sfb = _fp8_operand(n, k, 3, seed=7)
     gen = torch.Generator().manual_seed(8)
     c = torch.randn(512, 2 * n, 1, generator=gen).to(E4M3)
-    alpha, beta = torch.tensor([0.5, 2.0, -1.5]), torch.tensor([1.0, 3.0, 0.25])
+    alpha, beta = torch.tensor([0.5, 2.0, -1.5]), torch.tensor([0.375, 3.0, 0.25])
     prob = torch.rand(512, 1, 1, generator=gen)
     params = {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0, **PARAMS}
     got = bs.blockscaled_dglu_backward(a, sfa, b, sfb, c, ends, alpha, beta, prob, act_func, params)
-    c64 = c.reshape(512, -1).double()
-    if act_func == "dsituglu":  # the block-scaled dSiTU-GLU scales C by beta
-        c64[256:] *= 0.25
+    # X by hand (beta exact in fp32 products here), then the BF16 reference with beta 1: the
+    # block-scaled dGeGLU reads C as stored (the seed), the other activations beta * C
+    x64 = c.reshape(512, -1).double()
+    if act_func != "dgeglu":
+        x64[256:] *= 0.25  # expert 0 owns rows 0..255, expert 1 none, expert 2 rows 256..511
+        x64[:256] *= 0.375
     want = dglu_backward(
-        bs.dequantize_operand(a, sfa), bs.dequantize_operand(b, sfb), c64, ends, alpha, beta, prob, act_func, params
+        bs.dequantize_operand(a, sfa), bs.dequantize_operand(b, sfb), x64, ends, alpha, torch.ones(3), prob,
+        act_func, params,
     )
     assert torch.equal(got.d, want.d) and torch.equal(got.dprob, want.dprob)
 

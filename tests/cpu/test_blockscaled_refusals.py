@@ -258,6 +258,15 @@ BEFORE_SELECTION = {
         "check_support", change(sample_sfa=lambda: sf(M, K).view(E4M3)), "sample_sfa",
         ("float8_e4m3fn", "float8_e8m0fnu"),
     ),
+    # cuDNN FE 1.32.0: "round_dgrad_to_input_dtype is supported only by the BF16 kernel"
+    "round_dgrad_to_input_dtype with FP8 operands": Refusal(
+        "wrapper", change(round_dgrad_to_input_dtype=True), "round_dgrad_to_input_dtype",
+        ("FP8 operands", "True"),
+    ),
+    "class: round_dgrad_to_input_dtype with FP8 operands": Refusal(
+        "check_support", change(round_dgrad_to_input_dtype=True), "round_dgrad_to_input_dtype",
+        ("FP8 operands", "True"),
+    ),
 }
 WITH_VARIANT = {
     "dense e5m2 B with e4m3 A": Refusal(

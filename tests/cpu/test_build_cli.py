@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from dglu_build.artifact_store import STATE_DIR, open_store
 from dglu_build.cli import main
 from dglu_build.specs import load_specs
+from dglu.contract.index import INDEX_FILE, index_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SPECS = REPO_ROOT / "kernel_specs" / "smoke.yaml"
@@ -172,9 +173,14 @@ def test_shards_merge_into_the_same_bytes_as_one_build(smoke_dir, tmp_path):
 
 
 def _edit_json(path: Path, change) -> None:
+    """Edit a JSON file; a manifest's index is rewritten with it (as dglu-build would), so
+    what verify and merge then see is the edited entry itself."""
     data = json.loads(path.read_text())
     change(data)
     path.write_text(json.dumps(data))
+    index = path.parent / INDEX_FILE
+    if path.name == "manifest.json" and index.exists():
+        index.write_text(index_text(path.read_text()))
 
 
 def test_merge_refuses_a_different_build_of_the_same_variant(smoke_dir, tmp_path):

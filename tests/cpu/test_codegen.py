@@ -25,6 +25,7 @@ from dglu_build.cubin_info import CubinError, read_cubin
 from dglu_build.kernels import compile_variant
 from dglu_build.progress import LineProgress
 from dglu_build.specs import load_specs
+from dglu.contract.index import INDEX_FILE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE = load_specs(REPO_ROOT / "kernel_specs" / "smoke.yaml")
@@ -85,8 +86,10 @@ def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts
 
 def test_each_entry_holds_the_builds_the_stores_and_the_kernel_familys_fields(artifacts):
     for variant in artifacts.manifest["variants"]:
-        assert set(variant) == {*BUILD_FIELDS, *STORED_FIELDS, *COMPILED_FIELDS}
+        # flags: optional in a manifest; the BF16 family declares its runtime flag
+        assert set(variant) == {*BUILD_FIELDS, *STORED_FIELDS, *COMPILED_FIELDS, "flags"}
         assert variant["family"] == "sm90_bf16"
+        assert variant["flags"] == ["round_dgrad_to_input_dtype"]
 
 
 def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
@@ -94,7 +97,7 @@ def test_cubins_match_their_sha256_and_size_and_nothing_else_is_left(artifacts):
         data = artifacts.cubin(variant)
         assert hashlib.sha256(data).hexdigest() == variant["sha256"]
         assert len(data) == variant["size"]
-    expected = {"manifest.json", STATE_DIR} | {v["cubin"] for v in artifacts.manifest["variants"]}
+    expected = {"manifest.json", INDEX_FILE, STATE_DIR} | {v["cubin"] for v in artifacts.manifest["variants"]}
     assert {path.name for path in artifacts.out_dir.iterdir()} == expected
 
 

@@ -19,6 +19,7 @@ import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
 from dglu import api, bound, streams  # noqa: E402
 from dglu.errors import (  # noqa: E402
+    CudaDriverError,
     DeviceMemoryError,
     KernelLaunchError,
     KernelLoadError,
@@ -30,9 +31,12 @@ CUstream = pytest.importorskip("cuda.bindings.driver").CUstream
 
 M, N, K, L = 1024, 96, 256, 4
 MEMSET, LAUNCH = "cuMemsetD32Async", "cuLaunchKernelEx"
-# A good wrapper call enqueues: clear its new dbias, clear dbias_ws, main, dbias_finish.
-WRAPPER_ENQUEUES = [MEMSET, MEMSET, LAUNCH, LAUNCH]
-EXECUTE_ENQUEUES = [MEMSET, LAUNCH, LAUNCH]  # execute() accumulates into the caller's dbias
+# A good wrapper call enqueues: clear its new dbias, main, dbias_finish (which leaves
+# dbias_ws zero: it is cleared once, when allocated).
+WRAPPER_ENQUEUES = [MEMSET, LAUNCH, LAUNCH]
+EXECUTE_ENQUEUES = [LAUNCH, LAUNCH]  # execute() accumulates into the caller's dbias
+# A call that allocates dbias_ws (the stream's first, or one after a failed call) clears it.
+FIRST_WRAPPER_ENQUEUES, FIRST_EXECUTE_ENQUEUES = [MEMSET, *WRAPPER_ENQUEUES], [MEMSET, *EXECUTE_ENQUEUES]
 
 
 @pytest.fixture
@@ -102,7 +106,7 @@ def test_a_failed_cubin_load_names_the_variant_and_the_next_call_loads_it(
         rf"variant \S+: cannot load \S+\.cubin on cuda:\S+ \({failing} failed: {error}.*\); "
         rf"nothing was launched\. .*{remedy}",
     )
-    assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
     assert fake.counts["cuModuleLoadData"] == 1 + (failing == "cuModuleLoadData")
 
 
@@ -113,7 +117,7 @@ def test_a_failed_compile_leaves_the_op_uncompiled_and_it_compiles_again(fake) -
     with pytest.raises(KernelLoadError, match="CUDA_ERROR_NO_BINARY_FOR_GPU"):
         op.compile()
     assert op._bound is None
-    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
 
 
 def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
@@ -139,7 +143,7 @@ def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
         r"enqueued and no argument was written\. Free device memory",
     )
     assert fake.counts["cuMemAllocAsync"] == 0 and torch.equal(t["dprob_tensor"], inputs()["dprob_tensor"])
-    assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
 
 
 def test_no_room_for_a_workspace_enqueues_nothing_and_the_next_call_allocates_it(fake) -> None:
@@ -154,8 +158,8 @@ def test_no_room_for_a_workspace_enqueues_nothing_and_the_next_call_allocates_it
         rf"workspace dbias_ws: no room for {L * 2 * N} fp32 elements \({L * 2 * N * 4} bytes\) "
         r"on cuda:None \(cuMemAllocAsync failed: CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued",
     )
-    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
-    memset = fake.names(MEMSET)[-1]
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
+    memset = fake.names(MEMSET)[-1]  # the new workspace's one clear
     assert memset[:3] == (stand_ins.WORKSPACE_ADDRESS, 0, L * 2 * N)
 
 
@@ -173,11 +177,11 @@ def test_a_failed_first_launch_wrote_nothing_of_the_callers_and_the_next_call_ru
     ) as raised:
         op.execute(**t, **outputs)
     assert raised.value.error_name == "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
-    # only the workspace was cleared (dglu's memory); the launch failed
+    # only the new workspace was cleared (dglu's memory); the launch failed
     assert fake.enqueued()[before:] == [MEMSET, LAUNCH]
     assert fake.names(MEMSET)[-1][0] == stand_ins.WORKSPACE_ADDRESS
     assert fake.pushed == []
-    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
 
 
 def test_a_failed_later_launch_says_the_outputs_may_be_written(fake) -> None:
@@ -190,17 +194,30 @@ def test_a_failed_later_launch_says_the_outputs_may_be_written(fake) -> None:
     ):
         wrapper_call(t)
     assert fake.pushed == []
+    # main may have added into dbias_ws, which dbias_finish did not zero: it was freed, and
+    # the next call allocates and clears a new one
+    assert fake.allocated == {} and fake.counts["cuMemFreeAsync"] == 1
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
     assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
 
 
 def test_a_failed_clear_launches_nothing(fake) -> None:
     t = inputs()
-    fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE")
+    fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE", after=1)  # the new dbias_ws's clear passes
     before = len(fake.enqueued())
     with pytest.raises(KernelLaunchError, match=r"clearing \d+ bytes at 0x\w+ .*no kernel was launched"):
         wrapper_call(t)
-    assert fake.enqueued()[before:] == [MEMSET]
-    assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
+    assert fake.enqueued()[before:] == [MEMSET, MEMSET]
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
+
+
+def test_a_failed_clear_of_a_new_workspace_frees_it_and_launches_nothing(fake) -> None:
+    t = inputs()
+    fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE")
+    with pytest.raises(CudaDriverError, match="cuMemsetD32Async failed: CUDA_ERROR_INVALID_VALUE"):
+        wrapper_call(t)
+    assert fake.enqueued() == [MEMSET] and fake.allocated == {}
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
 
 
 OTHER_STREAM, GOOD_STREAM = 0x5000, 0x6000
@@ -254,7 +271,7 @@ def test_a_capturing_stream_gets_graph_owned_workspaces_freed_after_its_kernels(
     assert fake.counts["cuMemAllocAsync"] == 3  # the pooled one, one per capture
     fake.capturing = False
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
-    assert fake.names(MEMSET)[-1][0] == stand_ins.WORKSPACE_ADDRESS
+    assert fake.counts["cuMemAllocAsync"] == 3  # the pooled one serves again
 
 
 def test_a_failed_launch_while_capturing_still_frees_the_graph_workspaces(fake) -> None:

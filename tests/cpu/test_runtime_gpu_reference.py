@@ -1,9 +1,13 @@
 """The GPU suite's oracle on the CPU: its reference, inputs and tolerances (tests/gpu).
 
-An fp32 emulation of the kernel's arithmetic (the formulas of codegen/dglu_build/kernels/hopper_dglu.py,
-a perturbed sigmoid standing in for its approximate exp and reciprocal, D rounded to its
-dtype, dbias summed from the stored D) must pass every check for every shipped variant,
-and each seeded bug must fail one: tolerances neither too tight nor too loose.
+An fp32 emulation of the kernel's arithmetic (the formulas of
+codegen/dglu_build/kernels/blocks/activations.py on X = beta * C, a perturbed sigmoid
+standing in for its approximate exp and reciprocal, D rounded to its dtype, dbias summed
+from the stored D) must pass every check for every shipped variant, and each seeded bug
+must fail one: tolerances neither too tight nor too loose. A kernel that reads C where the
+contract says X = beta * C (as dglu's dGeGLU and dSiTU-GLU did before) fails for every
+activation; with round_dgrad_to_input_dtype, a kernel that rounds R to bf16 passes the
+rounding reference, and the checks tell rounded from unrounded R in either direction.
 """
 
 from __future__ import annotations
@@ -41,11 +45,12 @@ def _sigmoid(z: torch.Tensor) -> torch.Tensor:
 
 
 def _activation(config: Config, gate, x, beta, bug: str | None):
-    """(d_gate, d_input, dprob) factors in fp32, as the kernel's activation_grads."""
+    """(d_gate, d_input, dprob) factors in fp32 of X = beta * C (C's gate and input halves
+    ``gate`` and ``x``), as the kernel's activations."""
     p = config.act_params
+    if bug != "no-beta":
+        gate, x = gate * beta, x * beta
     if config.act_func == "dswiglu":
-        if bug != "no-beta":
-            gate, x = gate * beta, x * beta
         s = _sigmoid(gate)
         act = gate * s
         return x * s * (1.0 + gate * (1.0 - s)), act, act * x
@@ -59,8 +64,6 @@ def _activation(config: Config, gate, x, beta, bug: str | None):
         act = gc * s
         d_gate = (xc + offset) * s * (1.0 + a * gc * (1.0 - s)) * gate_mask
         return d_gate, act * ((x >= low) & (x <= high)), act * (xc + offset)
-    if bug == "situ-beta":
-        gate, x = gate * beta, x * beta
     b1, b2 = p["situ_beta1"], p["situ_beta2"]
     s = _sigmoid(gate)
     tg, tu = torch.tanh(gate * (1.0 / b1)), torch.tanh(x * (1.0 / b2))
@@ -69,10 +72,11 @@ def _activation(config: Config, gate, x, beta, bug: str | None):
     return t_input * dt_gate, t_gate * (1.0 - tu * tu), t_gate * t_input
 
 
-def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
+def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None, round_dgrad=False) -> None:
     """The op in fp32 on the CPU, writing into d_row, dprob and dbias like the kernel.
 
     ``config`` gives act_func, act_params and d_dtype; the sizes come from the tensors.
+    ``round_dgrad``: R rounded to bf16 before the epilogue (round_dgrad_to_input_dtype).
     """
     m, k, n = x.a.shape[0], x.a.shape[1], x.b.shape[0]
     a, c = x.a.reshape(m, k).float(), x.c.reshape(m, 2 * n).float()
@@ -86,6 +90,8 @@ def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
             b[:, -64:] = 0
         alpha = x.alpha[g - 1 if bug == "previous-alpha" else g]
         r = (a[rows] @ b.T) * (alpha if bug == "alpha-once" else alpha * alpha)
+        if round_dgrad:
+            r = r.bfloat16().float()
         gate, inp = split_columns(c[rows])
         d_gate, d_input, d_prob = _activation(config, gate, inp, x.beta[g], bug)
         p = x.prob.reshape(-1, 1)[rows]
@@ -101,8 +107,11 @@ def emulate(config, x: Inputs, d_row, dprob, dbias, bug=None) -> None:
         start = end
 
 
-def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm=False) -> None:
-    """Emulate the op on fresh inputs and run the GPU suite's checks on its outputs."""
+def check_emulated(
+    config: Config, shape: Shape, seed: int, bug=None, exact_gemm=False, round_dgrad=False, reference_rounds=None
+) -> None:
+    """Emulate the op on fresh inputs and run the GPU suite's checks on its outputs, against
+    the reference with R rounded to bf16 as ``reference_rounds`` says (None: as the op)."""
     x = make_inputs(
         shape,
         config.act_func,
@@ -117,9 +126,10 @@ def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm
     dbias_before = initial_dbias(shape.l, shape.n, seed, device="cpu") if config.dbias else None
     dprob = dprob_before.clone()
     dbias = dbias_before.clone() if config.dbias else None
-    emulate(config, x, d_row, dprob, dbias, bug)
+    emulate(config, x, d_row, dprob, dbias, bug, round_dgrad)
     expected = dglu_backward(
-        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params
+        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params,
+        round_dgrad=round_dgrad if reference_rounds is None else reference_rounds,
     )
     context = f"{config} {shape} seed {seed}"
     check_d(d_row, expected, context)
@@ -135,6 +145,7 @@ def check_emulated(config: Config, shape: Shape, seed: int, bug=None, exact_gemm
 
 
 UNEVEN = Shape(n=96, k=200, expert_rows=(256, 0, 256), extra_rows=37)
+GEGLU_BOUNDS = {"geglu_alpha": 1.702, "glu_clamp_max": 7.0, "glu_clamp_min": -7.0, "linear_offset": 1.0}
 
 
 @pytest.mark.parametrize("config", SHIPPED, ids=str)
@@ -156,10 +167,8 @@ def test_large_k_with_exact_data_is_checked_exactly() -> None:
 
 
 BUGS = {
-    "no-beta": Config("dswiglu", BF16, BF16, False, WIDE),
     "swapped": Config("dsituglu", BF16, BF16, False, WIDE),
     "exclusive-clamp": Config("dgeglu_dsv4", BF16, BF16, False, WIDE),
-    "situ-beta": Config("dsituglu", FP32, FP32, False, WIDE),
     "previous-alpha": Config("dgeglu", FP16, FP16, False, WIDE),
     "alpha-once": Config("dswiglu", FP32, BF16, False, NARROW),
     "dprob-times-prob": Config("dgeglu", BF16, FP32, False, NARROW),
@@ -172,6 +181,61 @@ BUGS = {
 def test_seeded_bugs_fail_a_check(bug: str) -> None:
     with pytest.raises(AssertionError, match="elements outside tolerance"):
         check_emulated(BUGS[bug], UNEVEN, 11, bug=bug)
+
+
+@pytest.mark.parametrize("d_dtype", [BF16, FP32], ids=["bf16-D", "fp32-D"])
+@pytest.mark.parametrize("activation", ["dswiglu", "dgeglu", "dgeglu_dsv4", "dsituglu"])
+def test_a_kernel_that_ignores_beta_fails_for_every_activation(activation: str, d_dtype) -> None:
+    """The checks tell X = beta * C from C (the old dGeGLU and dSiTU-GLU) on D, with the
+    loosest D tolerance (bf16) as well; the emulation with beta passes the same checks."""
+    config = Config(activation, BF16, d_dtype, False, WIDE if d_dtype == BF16 else NARROW)
+    check_emulated(config, UNEVEN, 13)
+    with pytest.raises(AssertionError, match=r"^d_row: \d+ of \d+ elements outside tolerance"):
+        check_emulated(config, UNEVEN, 13, bug="no-beta")
+
+
+ROUNDED = [
+    Config("dswiglu", BF16, BF16, True, WIDE),
+    Config("dgeglu", BF16, BF16, False, WIDE),
+    Config("dgeglu_dsv4", BF16, BF16, True, WIDE),
+    Config("dsituglu", BF16, BF16, True, WIDE),
+    Config("dswiglu", BF16, FP32, True, NARROW),
+    Config("dgeglu", FP16, FP32, False, NARROW),
+]
+
+
+@pytest.mark.parametrize("config", ROUNDED, ids=str)
+def test_rounded_r_passes_and_the_checks_tell_it_from_unrounded(config: Config) -> None:
+    """round_dgrad_to_input_dtype: R rounded to bf16 (at most half a bf16 step, 2^-9
+    relative) is found on D where D is fp32 (on D or dprob where D is 16-bit)."""
+    first = "d_row" if config.d_dtype == FP32 else "(d_row|dprob)"
+    check_emulated(config, UNEVEN, 17, exact_gemm=True, round_dgrad=True)
+    for kernel_rounds in (True, False):
+        with pytest.raises(AssertionError, match=rf"^{first}: \d+ of \d+ elements outside tolerance"):
+            check_emulated(config, UNEVEN, 17, exact_gemm=True, round_dgrad=kernel_rounds,
+                           reference_rounds=not kernel_rounds)
+
+
+def test_the_rounding_reference_needs_exact_gemm_sums() -> None:
+    x = make_inputs(UNEVEN, "dswiglu", {}, 3, device="cpu")
+    with pytest.raises(ValueError, match="^round_dgrad: the reference rounds the kernels' fp32 R"):
+        dglu_backward(x.a, x.b, x.c, UNEVEN.ends, x.alpha, x.beta, x.prob, "dswiglu", {}, round_dgrad=True)
+
+
+def test_inputs_put_x_on_the_clamp_bounds_and_beta_far_from_one() -> None:
+    """Every third expert's beta is 1/2 or 2, so X = beta * C meets dGeGLU's bounds exactly;
+    the others' betas are far from 1 and X lands next to the bounds."""
+    shape = Shape(n=64, k=64, expert_rows=(256, 256, 256, 256, 256, 256))
+    x = make_inputs(shape, "dgeglu", GEGLU_BOUNDS, 3, device="cpu")
+    assert x.beta[2].item() == 0.5 and x.beta[5].item() == 2.0
+    assert all(abs(b - 1) >= 0.3 for b in x.beta.tolist())
+    ends = shape.ends
+    for g, (start, end) in enumerate(zip([0, *ends], ends)):
+        xs = (x.c[start:end].float() * x.beta[g]).reshape(-1)
+        for bound in (7.0, -7.0):
+            near = (xs - bound).abs() <= abs(bound) * 2.0**-7
+            assert int(near.sum()) > 10, (g, bound)
+            assert bool((xs == bound).any()) == (g % 3 == 2), (g, bound)
 
 
 def test_exact_accumulation_is_recognised() -> None:
@@ -243,7 +307,7 @@ class EmulatedDglu:
             else None
         )
         dprob = arguments["dprob_tensor"]
-        emulate(_activation_of(arguments, d_row.dtype), x, d_row, dprob, dbias, self.bug)
+        emulate(_activation_of(arguments, d_row.dtype), x, d_row, dprob, dbias, self.bug, self._rounds(arguments))
         return {"d_row_tensor": d_row, "dprob_tensor": dprob, "dbias_tensor": dbias}
 
     def GroupedGemmDgluSm90(self, **samples):  # noqa: N802 (the class it stands in for)
@@ -260,9 +324,13 @@ class EmulatedDglu:
                 d_row, dbias = arguments["d_row_tensor"], arguments["dbias_tensor"]
                 activation = _activation_of(samples, d_row.dtype)
                 x = fake._inputs_of(arguments)
-                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, fake.bug)
+                emulate(activation, x, d_row, arguments["dprob_tensor"], dbias, fake.bug, fake._rounds(samples))
 
         return Op()
+
+    def _rounds(self, options) -> bool:
+        """round_dgrad_to_input_dtype, unless the seeded bug ignores it."""
+        return options.get("round_dgrad_to_input_dtype", False) and self.bug != "ignores-rounding"
 
     def _inputs_of(self, arguments) -> Inputs:
         """The call's tensors; B is b_tensor, or the matrices b_ptrs points at."""
@@ -330,6 +398,19 @@ def test_the_harness_fails_a_seeded_bug(emulated_harness, api: str) -> None:
     fake.bug = "swapped"
     case = harness.Case(Config("dswiglu", BF16, FP16, True, WIDE), UNEVEN, 3, api=api)
     with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API"):
+        harness.run_case(case)
+
+
+@pytest.mark.parametrize("api", ["class", "wrapper"])
+def test_the_harness_asks_for_rounded_r_and_checks_it(emulated_harness, api: str) -> None:
+    """A case with round_dgrad passes round_dgrad_to_input_dtype=True and checks against the
+    rounding reference: an op that ignores the option fails."""
+    harness, fake = emulated_harness
+    case = harness.Case(Config("dgeglu", BF16, FP32, True, NARROW), UNEVEN, 5, api=api, exact_gemm=True,
+                        round_dgrad=True)
+    harness.run_case(case)
+    fake.bug = "ignores-rounding"
+    with pytest.raises(AssertionError, match=f"^d_row: .* via the {api} API.*R rounded to bf16"):
         harness.run_case(case)
 
 

@@ -1,10 +1,12 @@
 """What a repeated call costs the host, counted instead of timed: on a cache hit, the
 wrapper and execute() validate nothing, encode no new TMA descriptor and make only the
-driver calls that enqueue work (the memsets of zeroed workspaces and outputs, and the
-launches).
+driver calls that enqueue work: the launches, and the memset of the wrapper's new dbias
+(dbias_ws is zeroed by dbias_finish, the kernel that reads it). The capture query and the
+context query are made only where the stream's or the context's state is not known.
 
-Stand-ins: tests/cpu/stand_ins.py (driver, device, workspaces), a hand-written manifest,
-CPU tensors; everything else is the real call path.
+Stand-ins: tests/cpu/stand_ins.py (the driver's answers, the device), a hand-written
+manifest, CPU tensors; everything else is the real call path, cuStreamIsCapturing and
+cuCtxGetCurrent included.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, bound, runner  # noqa: E402
+from dglu import api, bound, driver, runner  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 
 M, N, K, L = 1024, 96, 256, 4
-# A repeated dbias call: the dbias workspace memset and the two launches (main, finisher);
-# the wrapper also zeroes its new dbias.
-EXECUTE_DRIVER_CALLS = Counter({"cuCtxGetCurrent": 1, "cuCtxPushCurrent": 1, "cuCtxPopCurrent": 1,
-                                "cuMemsetD32Async": 1, "cuLaunchKernelEx": 2})
-WRAPPER_DRIVER_CALLS = EXECUTE_DRIVER_CALLS + Counter({"cuMemsetD32Async": 1})
+TORCH_DEFAULT_STREAM, SIDE_STREAM = 0, stand_ins.STREAM
+LAUNCHES = Counter({"cuLaunchKernelEx": 2})  # main, dbias_finish
+NEW_DBIAS = Counter({"cuMemsetD32Async": 1})  # the wrapper's new dbias is zeroed
+CAPTURE_QUERY = Counter({"cuStreamIsCapturing": 1})
+CONTEXT_SWITCH = Counter({"cuCtxGetCurrent": 1, "cuCtxPushCurrent": 1, "cuCtxPopCurrent": 1})
+TILE_COUNTER = Counter({"cuMemsetD32Async": 1})  # the dynamic scheduler's counter
 
 
 @pytest.fixture
@@ -48,6 +51,17 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Counte
     return counts
 
 
+def torch_state(monkeypatch: pytest.MonkeyPatch, stream: int, torch_on_device: bool) -> None:
+    """torch's current stream is ``stream``; with ``torch_on_device``, torch's current
+    device is the call's (the CPU tensors' None) and its primary context is current, as
+    after torch's own work on it; else no context is current and torch knows no device."""
+    monkeypatch.setattr(bound, "resolve_stream", lambda current_stream, device: stream)
+    if torch_on_device:
+        monkeypatch.setattr(driver, "torch_current_device", lambda: None)
+        fake = driver.checked  # the stand-in driver stand_ins.install put in place
+        fake.current = stand_ins.PRIMARY_CONTEXT
+
+
 def inputs() -> dict[str, torch.Tensor]:
     return stand_ins.dense_call_tensors(M, N, K, L)
 
@@ -60,31 +74,63 @@ def calls_of_a_repeat(counted: dict[str, Counter], call) -> tuple[Counter, Count
     return +counted["driver"], +counted["other"]
 
 
-def test_a_repeated_execute_only_enqueues(counted) -> None:
-    t = inputs()
+def class_op(t: dict[str, torch.Tensor], **options):
     d_row = torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)
     dbias = torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16)
-    op = api.GroupedGemmDglu(
+    built = api.GroupedGemmDglu(
         sample_a=t["a_tensor"], sample_c=t["c_tensor"], sample_d_row=d_row,
         sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha_tensor"],
         sample_beta=t["beta_tensor"], sample_prob=t["prob_tensor"],
-        sample_dprob=t["dprob_tensor"], sample_dbias=dbias, sample_b=t["b_tensor"],
+        sample_dprob=t["dprob_tensor"], sample_dbias=dbias, sample_b=t["b_tensor"], **options,
     )
-    op.compile()
-    driver, other = calls_of_a_repeat(
-        counted, lambda: op.execute(**t, d_row_tensor=d_row, dbias_tensor=dbias)
-    )
-    assert other == Counter() and driver == EXECUTE_DRIVER_CALLS, (driver, other)
+    built.compile()
+    return lambda: built.execute(**t, d_row_tensor=d_row, dbias_tensor=dbias)
 
 
-def test_a_repeated_wrapper_call_only_allocates_and_enqueues(counted) -> None:
+SCENARIOS = {  # (torch's current stream, torch on the call's device) -> extra driver calls
+    "torch-default-stream": (TORCH_DEFAULT_STREAM, True, Counter()),
+    "side-stream": (SIDE_STREAM, True, CAPTURE_QUERY),
+    "context-not-current": (TORCH_DEFAULT_STREAM, False, CONTEXT_SWITCH),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_repeated_execute_only_launches(counted, monkeypatch, scenario: str) -> None:
+    stream, on_device, extra = SCENARIOS[scenario]
+    torch_state(monkeypatch, stream, on_device)
+    driver_calls, other = calls_of_a_repeat(counted, class_op(inputs()))
+    assert other == Counter() and driver_calls == LAUNCHES + extra, (driver_calls, other)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_repeated_wrapper_call_only_allocates_and_enqueues(counted, monkeypatch, scenario: str) -> None:
+    stream, on_device, extra = SCENARIOS[scenario]
+    torch_state(monkeypatch, stream, on_device)
     t = inputs()
-    driver, other = calls_of_a_repeat(
-        counted, lambda: api.grouped_gemm_dglu(**t, generate_dbias=True)
-    )
-    assert other == Counter() and driver == WRAPPER_DRIVER_CALLS, (driver, other)
+    driver_calls, other = calls_of_a_repeat(counted, lambda: api.grouped_gemm_dglu(**t, generate_dbias=True))
+    assert other == Counter() and driver_calls == LAUNCHES + NEW_DBIAS + extra, (driver_calls, other)
+
+
+def test_the_dynamic_scheduler_adds_only_its_counter_memset(tmp_path: Path, monkeypatch) -> None:
+    write_artifacts(tmp_path, [variant_key(scheduler="dynamic")])
+    fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+    torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
+    execute = class_op(inputs(), use_dynamic_sched=True)
+    execute()
+    fake.counts.clear()
+    execute()
+    assert +fake.counts == LAUNCHES + TILE_COUNTER
 
 
 def test_a_first_call_validates_and_encodes(counted) -> None:
     api.grouped_gemm_dglu(**inputs(), generate_dbias=True)
     assert counted["other"] == Counter({"describe_tensors": 1, "encode_tensor_map": 2})
+
+
+def test_with_per_thread_default_streams_the_default_stream_is_asked_whether_it_captures(
+    counted, monkeypatch
+) -> None:
+    monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "1")
+    torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
+    driver_calls, _ = calls_of_a_repeat(counted, class_op(inputs()))
+    assert driver_calls == LAUNCHES + CAPTURE_QUERY

@@ -124,6 +124,9 @@ class FakePool:
         self.stream = self.cu_stream = stream
         self.workspaces: dict = {}  # the fake acquire pools nothing
 
+    def capturing(self) -> bool:
+        return False
+
 
 WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
 B_PTRS = 0xB008  # an int64 array at an 8-byte (not 16-byte) aligned address
@@ -224,7 +227,8 @@ def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
     assert main["stream"] == finish["stream"] == STREAM
     assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
     assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
-    assert main["allocated"] == main["zeroed"] == ["dbias_ws"]
+    # dbias_ws is zeroed by dbias_finish (and once when the pool allocates it): no clear
+    assert main["allocated"] == ["dbias_ws"] and main["zeroed"] == []
     assert main["params"]["dbias_ws"] == pointer(0x9000)
     assert main["params"]["b_desc_ws"] == main["params"]["tile_counter"] == bytes(8)
     assert [finish["params"]["dbias_ws"], finish["params"]["dbias"]] == [
@@ -253,15 +257,15 @@ def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, d
 
 
 def test_tensors_to_clear_are_zeroed_first_even_without_rows(launches, variants) -> None:
-    """The wrapper's new dbias (L * 2N bf16) is cleared before the workspaces and the
-    kernels, and also when M = 0 leaves nothing to launch."""
+    """The wrapper's new dbias (L * 2N bf16) is cleared before the kernels, and also when
+    M = 0 leaves nothing to launch (dbias_ws is zeroed by dbias_finish, never per call)."""
     loaded = runner.load_variant(variants[0], 0)
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
     dbias = (0xF000, L * 2 * N * 2)
-    assert len(launches) == 2 and launches[0]["zeroed"] == [dbias, "dbias_ws"]
+    assert len(launches) == 2 and launches[0]["zeroed"] == [dbias]
     runner.run_variant(loaded, problem_of(m=0, with_dbias=True), STREAM, ("dbias",))
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
-    assert len(launches) == 4 and launches[2]["zeroed"] == [dbias, "dbias_ws", dbias, dbias, "dbias_ws"]
+    assert len(launches) == 4 and launches[2]["zeroed"] == [dbias, dbias, dbias]
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
@@ -308,8 +312,8 @@ def test_a_two_cta_cluster_launches_whole_clusters(launches, tmp_path: Path, m, 
 
 
 def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
-    """The second identical call encodes nothing and packs nothing; it launches the same
-    prepared arguments and zeroes its workspace again."""
+    """The second identical call encodes nothing, packs nothing and clears nothing (its
+    dbias_ws is zeroed by dbias_finish); it launches the same prepared arguments."""
     loaded = runner.load_variant(variants[0], 0)
     problem = problem_of(m=1380, with_dbias=True)
     runner.run_variant(loaded, problem, STREAM)
@@ -317,7 +321,7 @@ def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
     first_main, first_finish, main, finish = launches
     assert main["encoded"] == [] and finish["encoded"] == []
     assert main["params"] == first_main["params"] and finish["params"] == first_finish["params"]
-    assert main["zeroed"] == ["dbias_ws", "dbias_ws"]
+    assert main["zeroed"] == []
     runner.run_variant(loaded, problem_of(m=2048, with_dbias=True), STREAM)
     assert launches[4]["encoded"] and launches[4]["grid"] == (16, 1, 1)
 
@@ -339,25 +343,28 @@ def test_pooled_workspaces_are_driver_allocations_on_the_pools_stream(recorder, 
     """b_desc_ws: L * 128 bytes; dbias_ws: L * 2N fp32; tile_counter: 16 bytes; allocated
     with cuMemAllocAsync on the pool's stream once, then reused by the next call; a grown
     workspace is allocated anew and the old one freed on the stream after it; release_all
-    frees every pooled one on its stream, in the device's context."""
+    frees every pooled one on its stream, in the device's context. dbias_ws (``zero:
+    by_consumer``) is cleared once, when allocated, on the pool's stream."""
     pool = workspaces.stream_pool(0, STREAM)
     made = workspaces.acquire(rules, SCALARS, 0, pool)
     assert recorder.names("cuMemAllocAsync") == [
         (L * 16 * 8, STREAM), (L * 2 * N * 4, STREAM), (16, STREAM)
     ]
+    assert recorder.names("cuMemsetD32Async") == [(made["dbias_ws"].pointer, 0, L * 2 * N, STREAM)]
     assert {n: w.elements for n, w in made.items()} == {
         "b_desc_ws": 16 * L, "dbias_ws": L * 2 * N, "tile_counter": 4
     }
     assert sorted(recorder.allocated) == sorted(w.pointer for w in made.values())
     assert all(w.pointer % w.rule.align == 0 for w in made.values())
     assert workspaces.acquire(rules, SCALARS, 0, pool) == made
-    assert recorder.counts["cuMemAllocAsync"] == 3
+    assert recorder.counts["cuMemAllocAsync"] == 3 and recorder.counts["cuMemsetD32Async"] == 1
 
     first = len(recorder.calls)
     bigger = workspaces.acquire({"dbias_ws": rules["dbias_ws"]}, {"l_n2": 4 * L * 2 * N}, 0, pool)
     grown = bigger["dbias_ws"]
     assert recorder.calls[first:] == [
         ("cuMemAllocAsync", (4 * L * 2 * N * 4, STREAM)),
+        ("cuMemsetD32Async", (grown.pointer, 0, 4 * L * 2 * N, STREAM)),
         ("cuMemFreeAsync", (made["dbias_ws"].pointer, STREAM)),
     ]
     assert grown.elements == 4 * L * 2 * N and grown.pointer != made["dbias_ws"].pointer
@@ -413,7 +420,9 @@ def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
     monkeypatch: pytest.MonkeyPatch, rules
 ) -> None:
     """While capturing: one cuMemAllocAsync per workspace on the stream (bytes of its
-    count), freed by free_graph_workspaces on the same stream; no pool is involved."""
+    count), dbias_ws (``by_consumer``) cleared after its allocation (inside the graph, so
+    on every replay), freed by free_graph_workspaces on the same stream; no pool is
+    involved."""
     calls = []
     addresses = iter([0x1000, 0x2000, 0x3000])
 
@@ -431,18 +440,22 @@ def test_graph_workspaces_are_driver_allocations_on_the_stream_and_not_pooled(
     assert calls == [
         ("cuMemAllocAsync", (16 * L * 8, STREAM)),
         ("cuMemAllocAsync", (L * 2 * N * 4, STREAM)),
+        ("cuMemsetD32Async", (0x2000, 0, L * 2 * N, STREAM)),
         ("cuMemAllocAsync", (16, STREAM)),
     ]
     workspaces.free_graph_workspaces(made, STREAM)
-    assert calls[3:] == [("cuMemFreeAsync", (p, STREAM)) for p in (0x1000, 0x2000, 0x3000)]
+    assert calls[4:] == [("cuMemFreeAsync", (p, STREAM)) for p in (0x1000, 0x2000, 0x3000)]
 
 
 def test_zeroing_clears_what_the_problem_uses_of_the_zeroed_workspaces(rules) -> None:
-    made = {  # pooled workspaces larger than this problem needs: only its part is cleared
+    """Each call clears tile_counter (``each_call``); dbias_ws (``by_consumer``) only when
+    the memory is given (XLA's), not allocated and cleared by dglu."""
+    made = {  # workspaces larger than this problem needs: only its part is cleared
         name: workspaces.Workspace(name, rules[name], pointer, 10**6)
         for name, pointer in zip(NAMES, [0xA800, 0x9000, 0xAC00])
     }
-    assert workspaces.zeroed_ranges(made, SCALARS) == [(0x9000, L * 2 * N * 4), (0xAC00, 16)]
+    assert workspaces.zeroed_ranges(made, SCALARS) == [(0xAC00, 16)]
+    assert workspaces.zeroed_ranges(made, SCALARS, given=True) == [(0x9000, L * 2 * N * 4), (0xAC00, 16)]
 
 
 def write_variant(tmp_path: Path, **key):
@@ -485,7 +498,7 @@ def test_clear_uses_words_when_the_size_allows(monkeypatch) -> None:
 def test_new_workspaces_are_zeroed_once_only_when_asked(recorder, rules, monkeypatch) -> None:
     """DGLU_ZERO_NEW_WORKSPACES (the sanitizer's initcheck run) zeroes each workspace when the
     pool allocates it, on the pool's stream; a reused one is not cleared again, and without
-    the variable nothing is zeroed."""
+    the variable nothing is zeroed (but a ``by_consumer`` one, tested above)."""
     pool = workspaces.stream_pool(0, STREAM)
     workspaces.acquire({"tile_counter": rules["tile_counter"]}, SCALARS, 0, pool)
     assert recorder.counts["cuMemsetD32Async"] == 0
@@ -498,3 +511,24 @@ def test_new_workspaces_are_zeroed_once_only_when_asked(recorder, rules, monkeyp
     ]  # the pooled tile_counter was allocated before: reused, not zeroed
     workspaces.acquire(rules, SCALARS, 0, pool)
     assert recorder.counts["cuMemsetD32Async"] == 2
+
+
+def test_a_plan_for_new_output_addresses_repacks_only_what_moved(launches, variants) -> None:
+    """A new problem of the same scalars (the wrapper's fresh D_row and dbias) starts from
+    the last plan: no descriptor of an unmoved tensor is encoded again and only the moved
+    tensors' parameters change; its launches equal those of a plan made from nothing."""
+    loaded = runner.load_variant(variants[0], 0)
+    first = problem_of(m=1380, with_dbias=True)
+    runner.run_variant(loaded, first, STREAM, ("dbias",))
+    moved = {**first.tensors, "d_row": first.tensors["d_row"]._replace(pointer=0x7000),
+             "dbias": first.tensors["dbias"]._replace(pointer=0x8000)}
+    runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
+    main, finish = launches[2:]
+    assert main["encoded"] == finish["encoded"] == []  # A's and B's descriptors serve again
+    assert main["zeroed"][-1] == (0x8000, L * 2 * N * 2)  # the new dbias
+    changed = {name for name in main["params"] if main["params"][name] != launches[0]["params"][name]}
+    assert changed == {"d_row"} and main["params"]["d_row"] == pointer(0x7000)
+    assert finish["params"]["dbias"] == pointer(0x8000)
+    loaded.last_plans.clear()  # the same call planned from nothing
+    runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
+    assert [launch["params"] for launch in launches[4:]] == [main["params"], finish["params"]]

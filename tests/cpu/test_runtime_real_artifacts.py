@@ -29,7 +29,8 @@ from dglu_build.cubin_info import read_cubin  # noqa: E402
 from dglu_build.specs import load_specs, parse_specs  # noqa: E402
 
 SMOKE_SPECS = Path(__file__).resolve().parents[2] / "kernel_specs" / "smoke.yaml"
-SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960}
+FLAG = "round_dgrad_to_input_dtype"  # the BF16 variants' runtime flag
+SCALARS = {"m": 1380, "n": 96, "k": 200, "l": 5, "n2": 192, "l_n2": 960, FLAG: 1}
 EXTRA_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
     "variants:\n"
     "  - {act_func: dsituglu, c_dtype: fp32, d_dtype: bf16, dbias: true, tile_n: 64}\n"
@@ -62,6 +63,20 @@ def test_every_built_variant_is_readable_selectable_and_packable(artifacts: Path
             packed = pack_params(kernel, SCALARS, pointers, tensor_maps)
             cubin_params = info.kernels[kernel.symbol].params
             assert [len(p) for p in packed] == [p.size for p in cubin_params], kernel.symbol
+
+
+@pytest.mark.slow
+def test_the_rounding_flag_is_packed_as_the_main_kernels_int32_after_l(artifacts: Path) -> None:
+    for variant in read_manifest(artifacts).variants:
+        assert variant.flags == (FLAG,)
+        (main,) = [k for k in variant.kernels if k.role == "main"]
+        names = [p.name for p in main.params]
+        index = names.index(FLAG)
+        assert names[index - 1] == "l" and main.params[index].kind == "i32"
+        pointers = {name: 0x1000 for name in (*variant.arguments, *variant.views, *variant.workspaces)}
+        for value in (0, 1):
+            packed = pack_params(main, {**SCALARS, FLAG: value}, pointers, {t: bytes(128) for t in variant.tma})
+            assert packed[index] == value.to_bytes(4, "little")
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ def inputs(seed: int = 0, experts: int = len(ENDS)) -> dict:
         "b_tensor": torch.randn(experts, N, K, generator=g).bfloat16().permute(1, 2, 0),
         "padded_offsets": torch.tensor(ENDS, dtype=torch.int32),
         "alpha_tensor": torch.tensor([0.5, 2.0, -1.5]),
-        "beta_tensor": torch.tensor([1.5, 0.25, -0.75]),
+        "beta_tensor": torch.tensor([1.75, 0.25, -0.5]),  # 7 / beta exact: X meets the clamp bounds
         "prob_tensor": torch.rand(M, 1, 1, generator=g) - 0.25,
         "dprob_tensor": torch.zeros(M, 1, 1),
     }
@@ -158,13 +158,15 @@ def test_reference_derivatives_are_autograd_of_the_forward(activation: Activatio
 
 
 def test_reference_matches_the_contract_dgeglu_formulas() -> None:
-    """The reference op against op_contract.md's dgeglu formulas, per expert, with C on and
-    around the clamp bounds, alpha and prob far from 1 and an empty expert."""
+    """The reference op against op_contract.md's dgeglu formulas, per expert, with X = beta
+    * C on and around the clamp bounds, alpha, beta and prob far from 1 and an empty expert."""
     arguments = inputs(2)
     c = arguments["c_tensor"]
-    c.view(-1)[::7] = 7.0
-    c.view(-1)[1::7] = -7.0
-    c.view(-1)[2::11] = 7.0625  # a bf16 just above 7
+    start = 0
+    for g, end in enumerate(ENDS):
+        rows, beta = c[start:end].view(-1), arguments["beta_tensor"][g].item()
+        rows[::7], rows[1::7], rows[2::11] = 7.0 / beta, -7.0 / beta, 7.0625 / beta  # 7.0625: above 7
+        start = end
     d, dprob, dbias = grouped_gemm_dglu_reference(
         arguments["a_tensor"], arguments["b_tensor"], c, arguments["padded_offsets"],
         arguments["alpha_tensor"], arguments["beta_tensor"], arguments["prob_tensor"],
@@ -180,8 +182,9 @@ def test_reference_matches_the_contract_dgeglu_formulas() -> None:
         r = arguments["alpha_tensor"][g].item() ** 2 * (
             a2[rows] @ arguments["b_tensor"][:, :, g].double().T
         )
-        blocks = c2[rows].reshape(count, -1, 2, 32)
+        blocks = c2[rows].reshape(count, -1, 2, 32) * arguments["beta_tensor"][g].item()
         gate, x = blocks[:, :, 0].reshape(count, N), blocks[:, :, 1].reshape(count, N)
+        assert bool((gate == 7).any()) and bool((x == -7).any())
         gc, xc = gate.clamp(max=7), x.clamp(-7, 7)
         s = torch.sigmoid(1.702 * gc)
         d_gate = r * p[rows] * (xc + 1) * s * (1 + 1.702 * gc * (1 - s)) * (gate <= 7)
@@ -254,3 +257,34 @@ def test_deterministic_and_round_dgrad_reach_the_wrapper(monkeypatch) -> None:
     grouped_gemm_dglu_op._init_fn(**values)  # the op's CUDA implementation, called directly
     assert seen["deterministic"] is True and seen["round_dgrad_to_input_dtype"] is True
     assert set(seen) == set(_PARAMETERS)
+
+
+def test_the_python_entry_hands_the_op_every_parameter_in_its_order(monkeypatch) -> None:
+    """grouped_gemm_dglu passes each of its parameters to torch.ops.dglu.grouped_gemm_dglu
+    at its own position in _PARAMETERS (each given a distinct value here)."""
+    import inspect
+
+    from dglu.torch import op as op_module
+
+    signature = inspect.signature(grouped_gemm_dglu)
+    given = {}
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if isinstance(parameter.default, float):
+            given[name] = float(index)
+        elif name in ("mma_tiler_mn", "cluster_shape_mn"):
+            given[name] = (index, index)
+        else:
+            given[name] = f"value {index}"
+    seen = []
+
+    class Ops:
+        @staticmethod
+        def grouped_gemm_dglu(*values):
+            seen.extend(values)
+            raise StopIteration
+
+    monkeypatch.setattr(op_module.torch, "ops", type("TorchOps", (), {"dglu": Ops}))
+    with pytest.raises(StopIteration):
+        grouped_gemm_dglu(**given)
+    expected = [list(given[n]) if isinstance(given[n], tuple) else given[n] for n in op_module._PARAMETERS]
+    assert seen == expected

@@ -96,6 +96,14 @@ def test_wheel_build_names_a_spec_file_that_does_not_exist(tmp_path):
     assert not list(tmp_path.glob("*.whl"))
 
 
+def test_wheel_ships_the_manifest_index_of_its_manifest(wheel):
+    from dglu.contract.index import INDEX_FILE, index_text
+
+    with zipfile.ZipFile(wheel) as archive:
+        manifest = archive.read(CUBINS + "manifest.json").decode()
+        assert archive.read(CUBINS + INDEX_FILE).decode() == index_text(manifest)
+
+
 def test_wheel_is_pure_python(wheel):
     assert re.fullmatch(r"dglu-[0-9][\w.]*-py3-none-any\.whl", wheel.name)
 

@@ -114,7 +114,8 @@ def assemble(
 def make_mx_inputs(config: MxConfig, shape: Shape, seed: int, device: str = "cuda") -> MxInputs:
     """Fresh random MXFP8 inputs for ``config`` on ``shape`` (see the module docstring)."""
     rest = make_inputs(shape, config.act_func, config.act_params, seed, device=device,
-                       c_dtype=torch.float32 if config.c_dtype == torch.float32 else torch.bfloat16)
+                       c_dtype=torch.float32 if config.c_dtype == torch.float32 else torch.bfloat16,
+                       c_scaled_by_beta=config.act_func not in bs.C_AS_STORED)
     gen = torch.Generator(device=device).manual_seed(seed + 5)
     m, n, k, l = shape.m, shape.n, shape.k, shape.l
     a = torch.randn(m, k, generator=gen, device=device)

@@ -315,14 +315,9 @@ def dequantize_operand(values: torch.Tensor, sf: torch.Tensor, scales: ScaleForm
 # --- the float64 op -----------------------------------------------------------------------
 
 
-def _beta_scaled_c(c: torch.Tensor, ends: Sequence[int], beta: torch.Tensor) -> torch.Tensor:
-    """C with each expert's rows times beta[g] (dSiTU-GLU's block-scaled form)."""
-    scaled = c.clone()
-    start = 0
-    for g, end in enumerate(ends):
-        scaled[start:end] *= float(beta[g])
-        start = end
-    return scaled
+# The block-scaled dGeGLU consumes the saved C directly and ignores beta (the seed); every
+# other activation's X is beta * C, as in the BF16 contract.
+C_AS_STORED = frozenset({"dgeglu"})
 
 
 def blockscaled_dglu_backward(
@@ -341,13 +336,12 @@ def blockscaled_dglu_backward(
 ) -> Expected:
     """The op in float64 on decoded operands: A (M, K, 1) and B (N, K, L) FP8, or FP4 packed
     along K ((M, K/2, 1), (N, K/2, L)), with their SF tensors of ``scales``; C (M, 2N, 1) in
-    any dtype (FP8 decoded as stored). beta scales C for dswiglu (reference.py) and for
-    dsituglu (here: reference.py's BF16 dsituglu ignores beta)."""
+    any dtype (FP8 decoded as stored). beta scales C but for dgeglu (C_AS_STORED)."""
     a64, b64 = dequantize_operand(a, sfa, scales), dequantize_operand(b, sfb, scales)
     c64 = c.reshape(c.shape[0], -1).to(torch.float64)
-    if act_func == "dsituglu":
-        c64 = _beta_scaled_c(c64, ends, beta)
-    return dglu_backward(a64, b64, c64, ends, alpha, beta, prob, act_func, act_params)
+    return dglu_backward(
+        a64, b64, c64, ends, alpha, beta, prob, act_func, act_params, c_scaled_by_beta=act_func not in C_AS_STORED
+    )
 
 
 def dbias(d: torch.Tensor, ends: Sequence[int]) -> torch.Tensor:

@@ -4,7 +4,8 @@ The class API writes into caller buffers: D_row poisoned with NaN (rows past val
 keep it), dprob and dbias with non-zero contents to accumulate onto. The wrapper allocates
 D_row (d_dtype) and a zeroed dbias; its dprob is the caller's, non-zero. A Config's weight
 mode, b_major, scheduler and cluster become the call's arguments (discrete weights: b_ptrs
-with n and b_dtype, or num_experts, b_shape and b_dtype).
+with n and b_dtype, or num_experts, b_shape and b_dtype); a Case's round_dgrad becomes
+round_dgrad_to_input_dtype=True (on exact GEMM data: the reference needs it).
 Tensors are made on DEVICE (the CPU tests run this harness over an emulated op).
 """
 
@@ -32,12 +33,18 @@ class Case:
     api: str = "class"  # "class" or "wrapper"
     exact_gemm: bool = False
     pass_tile: bool = True  # give mma_tiler_mn (else the selection's default)
+    round_dgrad: bool = False  # round_dgrad_to_input_dtype=True
 
     def describe(self) -> str:
+        rounded = ", R rounded to bf16" if self.round_dgrad else ""
         return (
             f"{self.config} via the {self.api} API, {self.shape} experts {self.shape.expert_rows} "
-            f"(+{self.shape.extra_rows} rows), seed {self.seed}"
+            f"(+{self.shape.extra_rows} rows), seed {self.seed}{rounded}"
         )
+
+    def options(self) -> dict[str, object]:
+        """The call's options beyond the config's (none unless the case sets one)."""
+        return {"round_dgrad_to_input_dtype": True} if self.round_dgrad else {}
 
 
 def weight_arguments(x: Inputs, call: str) -> dict[str, object]:
@@ -126,9 +133,10 @@ def case_inputs(case: Case) -> Inputs:
     )
 
 
-def expected_for(config: Config, shape: Shape, x: Inputs):
+def expected_for(config: Config, shape: Shape, x: Inputs, round_dgrad: bool = False):
     return dglu_backward(
-        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params
+        x.a, x.b, x.c, shape.ends, x.alpha, x.beta, x.prob, config.act_func, config.act_params,
+        round_dgrad=round_dgrad,
     )
 
 
@@ -137,7 +145,7 @@ def check_outputs(case: Case, x: Inputs, d_row, dprob, dprob_before, dbias, dbia
     context = case.describe()
     shape = case.shape
     if shape.valid_m:
-        expected = expected_for(case.config, shape, x)
+        expected = expected_for(case.config, shape, x, case.round_dgrad)
         check_d(d_row, expected, context)
         check_dprob(dprob, dprob_before, expected, shape.n, context)
     else:
@@ -157,7 +165,7 @@ def run_case(case: Case) -> None:
         d_row = poisoned_d(shape.m, shape.n, config.d_dtype, DEVICE)
         dbias_before = initial_dbias(shape.l, shape.n, case.seed, DEVICE) if config.dbias else None
         dbias = dbias_before.clone() if config.dbias else None
-        execute(class_op(config, x, d_row, dprob, dbias, tile), x, d_row, dprob, dbias)
+        execute(class_op(config, x, d_row, dprob, dbias, tile, **case.options()), x, d_row, dprob, dbias)
         torch.cuda.synchronize()
         check_untouched(
             "d_row past valid_m",
@@ -166,7 +174,7 @@ def run_case(case: Case) -> None:
             case.describe(),
         )
     else:
-        out = run_wrapper(config, x, dprob, tile)
+        out = run_wrapper(config, x, dprob, tile, **case.options())
         torch.cuda.synchronize()
         d_row, dbias = out["d_row_tensor"], out["dbias_tensor"]
         assert d_row.shape == (shape.m, 2 * shape.n, 1) and d_row.dtype == config.d_dtype

@@ -1,9 +1,11 @@
 """Random inputs in the seed's layouts, with values chosen to expose scaling and boundary bugs.
 
-alpha is far from 1 and partly negative; beta far from 1; prob partly zero and negative.
-A fraction of C holds each activation's special values, in C's own dtype: dgeglu's clamp
-bounds and their neighbours, dsituglu's tanh branch points and saturation, zeros, large
-values. ``exact_gemm`` draws A and B from a few powers of two (A in {-1, 0, 1}, B in
+alpha is far from 1 and partly negative; beta far from 1 (every third expert a power of
+two); prob partly zero and negative. A fraction of each expert's C holds the C values at
+which X = beta_g * C meets each activation's special values (C itself where X = C), in C's
+own dtype: dgeglu's clamp bounds and their neighbours, dsituglu's tanh branch points and
+saturation, zeros, large values. With a power-of-two beta, X lands on the clamp bounds
+exactly; with the others just below and above them. ``exact_gemm`` draws A and B from a few powers of two (A in {-1, 0, 1}, B in
 {-1, 0, 1} / 2^q) so that the GEMM's fp32 accumulation is exact even for very large K.
 Discrete weights (ExpertWeights) put each expert's matrix in its own allocation, in a
 shuffled order, each right after a NaN-filled decoy, so that a kernel reading any other
@@ -89,8 +91,11 @@ def neighbours(value: float, dtype: torch.dtype) -> list[float]:
     return torch.cat((bits - 1, bits, bits + 1)).view(dtype).tolist()
 
 
-def special_values(act_func: str, params: Mapping[str, float], dtype: torch.dtype) -> list[float]:
-    """C values at which an activation changes branch, with their neighbours in C's dtype."""
+def special_values(
+    act_func: str, params: Mapping[str, float], dtype: torch.dtype, scale: float = 1.0
+) -> list[float]:
+    """C values at which X = scale * C meets an activation's branch points, with their
+    neighbours in C's dtype."""
     points = [0.0, 12.0, -12.0]
     if act_func == "dgeglu":
         high, low = params["glu_clamp_max"], params["glu_clamp_min"]
@@ -102,7 +107,7 @@ def special_values(act_func: str, params: Mapping[str, float], dtype: torch.dtyp
         points += [sign * TANH_SATURATION * beta for beta in scales for sign in (1, -1)]
     else:
         edges = []
-    return points + [v for edge in edges for v in neighbours(edge, dtype)]
+    return [p / scale for p in points] + [v for edge in edges for v in neighbours(edge / scale, dtype)]
 
 
 def _far_from_one(count: int, gen: torch.Generator, signed: bool) -> torch.Tensor:
@@ -117,6 +122,14 @@ def _far_from_one(count: int, gen: torch.Generator, signed: bool) -> torch.Tenso
     sign = torch.ones(count, device=device)
     sign[::2] = -1.0
     return magnitude * sign
+
+
+def _betas(count: int, gen: torch.Generator) -> torch.Tensor:
+    """Far from 1; experts 2, 5, 8, ... 1/2 or 2, alternately (X = beta * C exact)."""
+    beta = _far_from_one(count, gen, signed=False)
+    powers = beta[2::3]
+    powers.copy_(torch.tensor([0.5, 2.0], device=beta.device).repeat(len(powers))[: len(powers)])
+    return beta
 
 
 def _operands(shape: Shape, gen: torch.Generator, exact_gemm: bool):
@@ -168,17 +181,24 @@ def make_inputs(
     exact_gemm: bool = False,
     discrete_b_major: str | None = None,
     device: str = "cuda",
+    c_scaled_by_beta: bool = True,
 ) -> Inputs:
     """Fresh random inputs for ``shape`` on ``device``; discrete weights in ``discrete_b_major``
-    order when it is given (then ``b`` stacks the experts' own matrices)."""
+    order when it is given (then ``b`` stacks the experts' own matrices).
+    ``c_scaled_by_beta``: the activation's X is beta * C (else C as stored: the block-scaled
+    dGeGLU), which places C's special values."""
     gen = torch.Generator(device=device).manual_seed(seed)
     m, n, l = shape.m, shape.n, shape.l
     a, b = _operands(shape, gen, exact_gemm)
+    alpha, beta = _far_from_one(l, gen, signed=True), _betas(l, gen)
     c = (torch.randn(m, 2 * n, generator=gen, device=device) * 3).to(c_dtype)
-    special = torch.tensor(special_values(act_func, act_params, c_dtype), device=device)
     chosen = torch.rand(c.shape, generator=gen, device=device) < SPECIAL_FRACTION
-    pick = torch.randint(len(special), c.shape, generator=gen, device=device)
-    c[chosen] = special[pick][chosen].to(c_dtype)
+    for g, (start, end) in enumerate(zip([0, *shape.ends], shape.ends)):
+        scale = float(beta[g]) if c_scaled_by_beta else 1.0
+        special = torch.tensor(special_values(act_func, act_params, c_dtype, scale), device=device)
+        pick = torch.randint(len(special), (end - start, 2 * n), generator=gen, device=device)
+        rows, mask = c[start:end], chosen[start:end]
+        rows[mask] = special[pick][mask].to(c_dtype)
     prob = torch.randn(m, generator=gen, device=device)
     prob[::7] = 0.0
     experts = expert_weights(b, discrete_b_major, seed) if discrete_b_major else None
@@ -187,8 +207,8 @@ def make_inputs(
         b=experts.stacked() if experts else b,
         c=c.reshape(m, 2 * n, 1),
         padded_offsets=torch.tensor(shape.ends, dtype=torch.int32, device=device),
-        alpha=_far_from_one(l, gen, signed=True),
-        beta=_far_from_one(l, gen, signed=False),
+        alpha=alpha,
+        beta=beta,
         prob=prob.reshape(m, 1, 1),
         experts=experts,
     )

@@ -3,7 +3,13 @@ seed's dSiTU-GLU equations), with the magnitudes that tolerances scale with (che
 
 Everything is computed in float64 from the stored inputs, so the reference is exact for all
 practical purposes: any difference is the kernel's (its fp32 arithmetic, its approximate
-exp and reciprocal, its fp32 GEMM accumulation, its rounding of D to D's dtype).
+exp and reciprocal, its fp32 GEMM accumulation, its rounding of D to D's dtype). Two steps
+are where the contract fixes a rounding, and the reference makes it as the contract says:
+- X = beta_g * C_g is one fp32 product (activation_input), so that the clamp masks, which
+  jump at the bounds, decide on the value the kernels decide on;
+- with round_dgrad_to_input_dtype, R (alpha_g^2 in fp32 times the fp32 GEMM sum) is rounded
+  to bf16 before the epilogue (rounded_r); the reference knows the kernels' fp32 R only
+  when the GEMM's partial sums are exact (exact_accumulation), and refuses other data.
 
 Per D element and per dprob row the reference also returns
 - ``*_scale``: the same expression with every factor in absolute value and every
@@ -39,9 +45,8 @@ class Factors:
     dprob_scale: torch.Tensor
 
 
-def dswiglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
-    """dSwiGLU: C scaled by the expert's beta."""
-    g, u = gate * beta, x * beta
+def dswiglu(g, u, params: Mapping[str, float]) -> Factors:
+    """dSwiGLU of X's gate g and input u."""
     s = torch.sigmoid(g)
     act = g * s
     return Factors(
@@ -54,8 +59,8 @@ def dswiglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
     )
 
 
-def dgeglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
-    """dGeGLU: C as stored (beta unused); clamp bounds inclusive; dprob unmasked."""
+def dgeglu(gate, x, params: Mapping[str, float]) -> Factors:
+    """dGeGLU of X: clamp bounds inclusive; dprob unmasked."""
     a, offset = params["geglu_alpha"], params["linear_offset"]
     high, low = params["glu_clamp_max"], params["glu_clamp_min"]
     gc, xc = gate.clamp(max=high), x.clamp(low, high)
@@ -74,8 +79,8 @@ def dgeglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
     )
 
 
-def dsituglu(gate, x, beta: float, params: Mapping[str, float]) -> Factors:
-    """dSiTU-GLU: C as stored (beta unused); T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2)."""
+def dsituglu(gate, x, params: Mapping[str, float]) -> Factors:
+    """dSiTU-GLU of X: T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2)."""
     b1, b2 = params["situ_beta1"], params["situ_beta2"]
     s = torch.sigmoid(gate)
     tg, tu = torch.tanh(gate / b1), torch.tanh(x / b2)
@@ -97,6 +102,21 @@ ACTIVATIONS: dict[str, Callable[..., Factors]] = {
     "dgeglu": dgeglu,
     "dsituglu": dsituglu,
 }
+
+
+def activation_input(c: torch.Tensor, beta: float, scaled_by_beta: bool) -> torch.Tensor:
+    """X of one expert's C (float64): beta * C as one fp32 product (exact in float64, then
+    rounded once to fp32, as the kernels' fp32 multiply does), or C as stored."""
+    return (c * beta).float().double() if scaled_by_beta else c
+
+
+def rounded_r(sums: torch.Tensor, alpha: float) -> torch.Tensor:
+    """R rounded to bf16 (round_dgrad_to_input_dtype) from GEMM sums fp32 holds exactly:
+    alpha^2 in fp32 times the sums, rounded to fp32 (the kernels' R), then to bf16 (nearest
+    even)."""
+    alpha32 = torch.tensor(alpha, dtype=torch.float32)
+    alpha_squared = float(alpha32 * alpha32)
+    return (sums * alpha_squared).float().to(torch.bfloat16).double()
 
 
 @dataclass(frozen=True)
@@ -166,9 +186,14 @@ def dglu_backward(
     prob: torch.Tensor,
     act_func: str,
     act_params: Mapping[str, float],
+    *,
+    c_scaled_by_beta: bool = True,
+    round_dgrad: bool = False,
 ) -> Expected:
     """The op on the seed's tensors (A (M, K[, 1]), B (N, K, L), C (M, 2N[, 1]), prob
-    (M, 1, 1)); ``ends`` are padded_offsets' values."""
+    (M, 1, 1)); ``ends`` are padded_offsets' values. ``c_scaled_by_beta``: X = beta * C
+    (the BF16 contract, every activation) or X = C (the block-scaled contract's dGeGLU);
+    ``round_dgrad``: round_dgrad_to_input_dtype (the module docstring)."""
     n = b.shape[0]
     valid_m = ends[-1]
     a2, c2, p = a.reshape(a.shape[0], -1), c.reshape(c.shape[0], -1), prob.reshape(-1, 1)
@@ -191,11 +216,18 @@ def dglu_backward(
         rows = slice(start, end)
         a_g, b_g = a2[rows].double(), b[:, :, g].double()
         sums, sums_abs = a_g @ b_g.T, a_g.abs() @ b_g.abs().T
-        r = alphas[g] ** 2 * sums
         exact = exact_accumulation(a_g, b_g, sums_abs)
+        if round_dgrad and not exact:
+            raise ValueError(
+                "round_dgrad: the reference rounds the kernels' fp32 R, which it knows only from "
+                "exact GEMM sums (inputs.make_inputs(exact_gemm=True))"
+            )
+        r = rounded_r(sums, alphas[g]) if round_dgrad else alphas[g] ** 2 * sums
         r_gemm = torch.zeros_like(sums_abs) if exact else alphas[g] ** 2 * sums_abs
-        gate, x = split_columns(c2[rows].double())
-        f = ACTIVATIONS[act_func](gate, x, betas[g], act_params)
+        gate, x = (
+            activation_input(half, betas[g], c_scaled_by_beta) for half in split_columns(c2[rows].double())
+        )
+        f = ACTIVATIONS[act_func](gate, x, act_params)
         rp, p_abs = r * p[rows].double(), p[rows].double().abs()
         outputs["d"][rows] = merge_columns(rp * f.gate, rp * f.input)
         outputs["d_scale"][rows] = merge_columns(rp.abs() * f.gate_scale, rp.abs() * f.input_scale)

@@ -33,7 +33,7 @@ def inputs(seed: int) -> dict:
         "b_tensor": randn(experts, N, K).bfloat16().permute(1, 2, 0),
         "padded_offsets": torch.tensor(ENDS, dtype=torch.int32, device="cuda"),
         "alpha_tensor": torch.tensor([0.5, 2.0, -1.5, 1.25], device="cuda"),
-        "beta_tensor": torch.tensor([1.5, 0.25, -0.75, 1.0], device="cuda"),
+        "beta_tensor": torch.tensor([1.75, 0.25, -0.5, 0.625], device="cuda"),
         "prob_tensor": torch.rand(m, 1, 1, generator=g, device="cuda") - 0.25,
         "dprob_tensor": torch.zeros(m, 1, 1, device="cuda"),
     }

@@ -138,8 +138,11 @@ def check_signature(kernel: Callable, params: Sequence[Param]) -> None:
 
 
 def _type_name(annotation: Any) -> str:
-    """``Int32`` of cutlass.Int32, or of the string "cutlass.Int32" (postponed annotations)."""
+    """``Int32`` of cutlass.Int32, of ``cutlass.Int32 | None`` (a parameter a variant may
+    leave out: the DSL casts a plain Int32's None), or of their strings (postponed
+    annotations)."""
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    (text,) = (member.strip() for member in text.split("|") if member.strip() != "None")
     return text.rsplit(".", 1)[-1]
 
 

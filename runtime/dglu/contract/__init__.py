@@ -6,7 +6,7 @@
 - ``element_types``: the element types the manifest names;
 - ``expressions``: the manifest's EXPRESSIONs (``"2*n"``);
 - ``schema``: the manifest's data model (docs/manifest.md); ``reader``: its strict reader;
-  ``writer``: its canonical writer;
+  ``writer``: its canonical writer; ``index``: the manifest index (manifest-index.json);
 - ``errors``: the errors they raise (dglu.errors re-exports them).
 
 The build side (``dglu_build``) imports this package to validate spec files and write

@@ -6,8 +6,8 @@ dglu_build.kernels.registry); the runtime selects from manifest data alone. Acti
 constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
 ``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
-prob * GLU(C)) ``_aout`` and a key compiled for an expert count ``_e<n>``; their defaults
-(False, 0) add nothing.
+prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert count ``_e<n>``; their
+defaults (False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ KEY_TABLE: tuple[KeyField, ...] = (
              "static"),
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast"),
-    KeyField("act_out", bool, "Also write prob * GLU(C) (M, N) in bf16 (the input dW2 needs)", "--act-out",
+    KeyField("act_out", bool, "Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs)", "--act-out",
              "flag", "act_out or activation_tensor", "act_out or sample_activation", False, False,
              negated="--no-act-out"),
     # 0: the kernels take any expert count L at run time (Hopper); n > 0: compiled for L = n

@@ -4,14 +4,17 @@
 dglu.contract.schema, type-checking every field and refusing unknown ones; each error names
 the file, the variant entry and the field. ``read_manifest(directory, lazy=True)`` (the
 runtime's) checks each variant's identity fields at once and the rest when the variant is
-used (VariantEntry). Entries that repeat (a family's variants share their tensor rules and
-kernel params) are read once per context and shared (``_memoised``).
+used (VariantEntry); with a manifest index that matches the manifest (dglu.contract.index)
+it parses only the index and, when a variant is used, that variant's entry. Entries that
+repeat (a family's variants share their tensor rules and kernel params) are read once per
+context and shared (``_memoised``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -23,6 +26,7 @@ from .element_types import ELEMENT_TYPES
 POINTER_BYTES = 8
 from .errors import ManifestError
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
+from .index import INDEX_FILE, REWRITE_HINT, Index, read_index, record_span
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 from .schema import (
     BASE_SCALARS,
@@ -205,10 +209,17 @@ def _memoised(read: Callable[..., T]) -> Callable[..., T]:
     return cached
 
 
+_REQUIRED_KEY_FIELDS = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
+
+
 def _read_key(entry: _Entry) -> VariantKey:
-    required = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
-    entry.only(required, tuple(KEY_FIELD_DEFAULTS))
-    fields = {name: entry.take(name, kind, KEY_FIELD_DEFAULTS.get(name, ...)) for name, kind in KEY_FIELDS.items()}
+    entry.only(_REQUIRED_KEY_FIELDS, tuple(KEY_FIELD_DEFAULTS))
+    data = entry.data
+    fields = {  # a value of the wrong type gets take's message (read for every variant: fast)
+        name: (data[name] if _is_json_type(data[name], kind) else entry.take(name, kind))
+        if name in data else KEY_FIELD_DEFAULTS[name]
+        for name, kind in KEY_FIELDS.items()
+    }
     bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
     if bad:
         raise entry.fail("act_params", f"must map names to numbers, got {bad!r}")
@@ -464,14 +475,17 @@ VARIANT_FIELDS = (
 IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
 
 
-def _read_identity(data: Any, where: str, directory: Path) -> tuple[_Entry, dict[str, Any]]:
-    """A VARIANT entry's IDENTITY_FIELDS, checked (and its field names: none unknown, none
-    missing): what selection, the staleness rules and the cubin's integrity check read.
-    Returns the entry (its errors name the variant) and the fields."""
+def _read_identity(
+    data: Any, where: str, directory: Path, whole_entry: bool = True
+) -> tuple[_Entry, dict[str, Any]]:
+    """A VARIANT entry's IDENTITY_FIELDS, checked (and, for a ``whole_entry``, its field
+    names: none unknown, none missing): what selection, the staleness rules and the cubin's
+    integrity check read. Returns the entry (its errors name the variant) and the fields."""
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
-    entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
+    if whole_entry:
+        entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
     if Path(cubin).name != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
@@ -532,15 +546,41 @@ class VariantEntry:
     telling a stale one and checking its cubin read) are read and checked at once,
     every other field only by ``variant()``, the first time the entry is used: a
     manifest of many variants costs one JSON parse and the checks of the variants a
-    process runs. A bad field is refused then, with the message of a full read."""
+    process runs. A bad field is refused then, with the message of a full read.
 
-    __slots__ = (*IDENTITY_FIELDS, "directory", "_entry", "_variant")
+    ``indexed`` makes one from its record in the manifest's index: the entry itself is
+    parsed (from its byte range of the manifest) by ``variant()``, and its identity must
+    then equal the record's."""
+
+    __slots__ = (*IDENTITY_FIELDS, "directory", "_entry", "_variant", "_where", "_source")
 
     def __init__(self, data: Any, where: str, directory: Path) -> None:
         self._entry, identity = _read_identity(data, where, directory)
+        self._set(identity, where, directory)
+        self._source: bytes | None = None
+
+    @classmethod
+    def indexed(cls, record: Any, where: str, directory: Path, manifest: bytes) -> VariantEntry:
+        """The entry of ``record`` (an index record; ``where`` names it in the manifest),
+        whose entry lies in ``manifest`` (the bytes the index was checked against)."""
+        self = cls.__new__(cls)
+        _, identity = _read_identity(record, where, directory, whole_entry=False)
+        span = record_span(record, manifest)
+        if span is None:
+            raise ManifestError(
+                f"{directory / INDEX_FILE}: the record of {identity['name']!r} has no byte range "
+                f"of {MANIFEST_FILE} (span {record.get('span')!r}); {REWRITE_HINT}"
+            )
+        self._set(identity, where, directory)
+        self._entry = None
+        self._source = manifest[span[0]:span[1]]
+        return self
+
+    def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
         for name, value in identity.items():
             setattr(self, name, value)
         self.directory = directory
+        self._where = where
         self._variant: Variant | None = None
 
     @property
@@ -553,8 +593,26 @@ class VariantEntry:
         again on every later use)."""
         if self._variant is None:
             identity = {name: getattr(self, name) for name in IDENTITY_FIELDS}
+            if self._entry is None:
+                self._entry = self._read_indexed_entry(identity)
             self._variant = _read_rest(self._entry, identity, self.directory)
         return self._variant
+
+    def _read_indexed_entry(self, identity: Mapping[str, Any]) -> _Entry:
+        """The entry this index record points at, checked as a full read checks it, and
+        its identity against the record's."""
+        try:
+            data = json.loads(self._source)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ManifestError(f"{self._where}: not valid JSON at its index's byte range: {exc}") from exc
+        entry, found = _read_identity(data, self._where, self.directory)
+        differ = sorted(name for name in IDENTITY_FIELDS if found[name] != identity[name])
+        if differ:
+            raise ManifestError(
+                f"{entry.where}: fields {differ} differ from {self.directory / INDEX_FILE}'s "
+                f"record of the variant; {REWRITE_HINT}"
+            )
+        return entry
 
     def __repr__(self) -> str:
         return f"VariantEntry({self.name!r}, directory={str(self.directory)!r})"
@@ -569,31 +627,55 @@ def parse_manifest(data: Any, path: Path, lazy: bool = False) -> Manifest:
     """A manifest's parsed JSON ``data`` (read from ``path``), checked; with ``lazy``,
     each variant as a VariantEntry (only its identity fields checked now)."""
     top = _Entry(data, str(path))
-    version = top.data.get("schema_version")
-    if version != SCHEMA_VERSION or type(version) is not int:
-        shown = "no schema_version" if "schema_version" not in top.data else f"schema_version {version!r}"
-        raise ManifestError(
-            f"{path}: {shown}, but this dglu reads schema_version {SCHEMA_VERSION}; "
-            f"{REBUILD_HINT}"
-        )
+    _check_schema_version(top.data.get("schema_version"), "schema_version" in top.data, path)
     top.only(("schema_version", "variants"))
     read = VariantEntry if lazy else read_variant
     variants = tuple(
         read(v, f"{path}: variants[{i}]", path.parent)
         for i, v in enumerate(top.take("variants", list))
     )
-    names = [v.name for v in variants]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+    _names_once(variants, path)
+    return Manifest(path=path, variants=variants)
+
+
+def _check_schema_version(version: Any, given: bool, path: Path) -> None:
+    if version != SCHEMA_VERSION or type(version) is not int:
+        shown = f"schema_version {version!r}" if given else "no schema_version"
+        raise ManifestError(
+            f"{path}: {shown}, but this dglu reads schema_version {SCHEMA_VERSION}; "
+            f"{REBUILD_HINT}"
+        )
+
+
+def _names_once(variants: tuple[Any, ...], path: Path) -> None:
+    counts = Counter(v.name for v in variants)
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise ManifestError(f"{path}: variant names listed more than once: {duplicates}")
+
+
+def parse_indexed(index: Index, path: Path) -> Manifest:
+    """The manifest at ``path`` from its matching ``index``, each variant a VariantEntry
+    whose entry is parsed when it is used."""
+    _check_schema_version(index.schema_version, True, path)
+    variants = tuple(
+        VariantEntry.indexed(record, f"{path}: variants[{i}]", path.parent, index.manifest)
+        for i, record in enumerate(index.records)
+    )
+    _names_once(variants, path)
     return Manifest(path=path, variants=variants)
 
 
 def read_manifest(directory: Path | str, lazy: bool = False) -> Manifest:
     """Parse ``directory/manifest.json``; errors name the file, entry and field. With
     ``lazy`` (the runtime's way), a variant's fields past its identity are checked when
-    it is used (VariantEntry)."""
+    it is used (VariantEntry), and a matching index (dglu.contract.index) is read instead
+    of the whole manifest."""
     path = Path(directory) / MANIFEST_FILE
+    if lazy:
+        index = read_index(Path(directory))
+        if index is not None:
+            return parse_indexed(index, path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

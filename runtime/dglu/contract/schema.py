@@ -22,7 +22,7 @@ REBUILD_HINT = (
 )
 BASE_SCALARS = ("m", "n", "k", "l")
 IO_KINDS = ("in", "out", "accumulate")
-ZERO_KINDS = ("each_call", "never")
+ZERO_KINDS = ("each_call", "by_consumer", "never")
 # rule -> its fields; "active_clusters": (cluster[0], cluster[1], the clusters that fit on
 # the device at once, found at load time with cuOccupancyMaxActiveClusters)
 GRID_RULES = {"persistent_tiles": ("tile_m", "tile_n"), "elementwise": ("count",), "active_clusters": ()}
@@ -117,7 +117,7 @@ class WorkspaceRule(NamedTuple):
     dtype: str
     count: Expr
     align: int
-    zero: str  # "each_call" or "never"
+    zero: str  # "each_call", "by_consumer" or "never" (docs/manifest.md)
 
 
 class GridSpec(NamedTuple):

@@ -38,7 +38,8 @@ execution (JaxRuntimeError). Not checked under tracing: padded_offsets' values (
 clamp their walk to A's rows, so malformed offsets give wrong numbers, never out-of-bounds
 accesses) and the addresses inside b_ptrs (read only on the device). The variant's
 workspaces are hidden results of the custom call, sized by its manifest entry; the handler
-zeroes those marked ``each_call`` and the new dbias on XLA's stream.
+zeroes those marked ``each_call`` or ``by_consumer`` (XLA's buffers are fresh each
+call, so a consumer's zeroing does not carry over) and the new dbias on XLA's stream.
 """
 
 from __future__ import annotations

@@ -216,17 +216,53 @@ def grouped_gemm_dglu(
 ) -> DgluOutputs | DgluActOutputs:
     """The fused op through the dispatcher (torch.compile- and CUDA-graph-safe): the
     wrapper's arguments (see the module docstring) and the seed's return order. dprob_tensor
-    accumulates in place. act_out (not in the seed): also return prob * GLU(C),
+    accumulates in place. act_out (not in the seed): also return prob * GLU(X),
     DgluActOutputs."""
-    arguments = dict(locals())
-    for name in ("mma_tiler_mn", "cluster_shape_mn"):
-        arguments[name] = None if arguments[name] is None else list(arguments[name])
-    for name in ("linear_offset", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "situ_beta1", "situ_beta2"):
-        arguments[name] = float(arguments[name])
-    values = []  # a loop, not a comprehension: torch.compile traces no closure over locals()
-    for name in _PARAMETERS:
-        values.append(arguments[name])
-    made = dict(zip(OUTPUTS, torch.ops.dglu.grouped_gemm_dglu(*values)))
+    # Every parameter, in the signature's order (torch.compile traces no locals();
+    # tests/cpu/test_torch_op.py checks the order against _PARAMETERS).
+    results = torch.ops.dglu.grouped_gemm_dglu(
+        a_tensor,
+        c_tensor,
+        sfa_tensor,
+        padded_offsets,
+        alpha_tensor,
+        beta_tensor,
+        prob_tensor,
+        dprob_tensor,
+        b_tensor,
+        sfb_tensor,
+        generate_dbias,
+        b_ptrs,
+        sfb_ptrs,
+        n,
+        b_dtype,
+        b_major,
+        norm_const_tensor,
+        acc_dtype,
+        d_dtype,
+        cd_major,
+        None if mma_tiler_mn is None else list(mma_tiler_mn),
+        None if cluster_shape_mn is None else list(cluster_shape_mn),
+        sf_vec_size,
+        sf_fp8_dtype_override,
+        vector_f32,
+        m_aligned,
+        discrete_col_sfd,
+        act_func,
+        float(linear_offset),
+        float(geglu_alpha),
+        float(glu_clamp_max),
+        float(glu_clamp_min),
+        float(situ_beta1),
+        float(situ_beta2),
+        epilogue_op,
+        use_dynamic_sched,
+        use_single_group_runtime_offsets,
+        round_dgrad_to_input_dtype,
+        deterministic,
+        act_out,
+    )
+    made = dict(zip(OUTPUTS, results))
     # an output the call did not produce is a (0,) placeholder: None in the results
     outputs = (
         made["d_row_tensor"], made["d_col_tensor"] if made["d_col_tensor"].dim() > 1 else None, dprob_tensor,

@@ -1,10 +1,11 @@
 """The op's math in plain torch (dense weights), for tests and for running on the CPU.
 
 ``grouped_gemm_dglu_reference`` computes what the kernel computes (docs: op_contract.md):
-per expert g, R = alpha_g^2 A_g B_g^T, then D (the gate and up gradients of prob * GLU at
-the saved C, interleaved), dprob += R . GLU(C) row sums, dbias = D's per-expert column
-sums; ``act_out_reference`` is the act_out variants' prob * GLU(C). ``glu_derivatives`` are the derivatives of ``Activation.forward`` written out (the
-tests check them against autograd of the forward). dswiglu scales C by beta_g first, the other activations ignore beta.
+per expert g, R = alpha_g^2 A_g B_g^T and X = beta_g C_g (the saved C scaled, for every
+activation), then D (the gate and up gradients of prob * GLU at X, interleaved), dprob +=
+R . GLU(X) row sums, dbias = D's per-expert column sums; ``act_out_reference`` is the
+act_out variants' prob * GLU(X). ``glu_derivatives`` are the derivatives of
+``Activation.forward`` written out (the tests check them against autograd of the forward).
 ``use_reference_on_cpu`` registers it as the CPU kernel of the custom op: the seam through
 which the MLP runs, and is tested, on the CPU.
 """
@@ -67,9 +68,7 @@ def grouped_gemm_dglu_reference(
             continue
         rows = slice(start, end)
         r = alphas[g] ** 2 * (a2[rows] @ b[:, :, g].to(compute_dtype).T)
-        gate, up = split_blocked(c2[rows])
-        if activation.act_func == "dswiglu":
-            gate, up = gate * betas[g], up * betas[g]
+        gate, up = (half * betas[g] for half in split_blocked(c2[rows]))
         d_gate, d_up = glu_derivatives(activation, gate, up)
         rp = r * p[rows, None]
         d[rows] = merge_blocked(rp * d_gate, rp * d_up)
@@ -86,17 +85,15 @@ def act_out_reference(
     activation: Activation,
     compute_dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
-    """prob * GLU(C) (M, N) in ``compute_dtype``: what an act_out variant writes (dswiglu
-    scales C by beta_g first, as the op does); rows past padded_offsets[-1] get zeros."""
+    """prob * GLU(X) (M, N) in ``compute_dtype``, X = beta_g C_g: what an act_out variant
+    writes; rows past padded_offsets[-1] get zeros."""
     m = c.shape[0]
     c2 = c.reshape(m, -1).to(compute_dtype)
     p = prob.reshape(m).to(compute_dtype)
     out = torch.zeros(m, c2.shape[1] // 2, dtype=compute_dtype, device=c.device)
     ends = padded_offsets.tolist()
     for g, (start, end) in enumerate(zip([0, *ends], ends)):
-        gate, up = split_blocked(c2[start:end])
-        if activation.act_func == "dswiglu":
-            gate, up = gate * beta[g].item(), up * beta[g].item()
+        gate, up = (half * beta[g].item() for half in split_blocked(c2[start:end]))
         out[start:end] = p[start:end, None] * activation.forward(gate, up)
     return out
 

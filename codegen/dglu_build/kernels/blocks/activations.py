@@ -1,8 +1,9 @@
 """dGLU activation math, as a table from the activation's name to its DSL function.
 
-Each function takes one gate/input pair (fp32), the expert's beta and the activation's
-compile-time constants (``dglu.contract.keys.ACT_PARAM_DEFAULTS`` names them) and returns
-(d_gate, d_input, dprob) per unit of the incoming gradient, before prob.
+Each function takes one gate/input pair of X (fp32) and the activation's compile-time
+constants (``dglu.contract.keys.ACT_PARAM_DEFAULTS`` names them) and returns (d_gate,
+d_input, dprob) per unit of the incoming gradient, before prob. X is C scaled by the
+expert's beta (``scales_c_by_beta`` says when): the kernel multiplies before calling.
 """
 
 import cutlass
@@ -15,18 +16,16 @@ def sigmoid(z: cutlass.Float32):
 
 
 @cute.jit
-def dswiglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: dict):
-    """SwiGLU, act = G sigmoid(G) * U, with C scaled by beta."""
-    g = gate * beta
-    u = x * beta
+def dswiglu(g: cutlass.Float32, u: cutlass.Float32, p: dict):
+    """SwiGLU, act = G sigmoid(G) * U."""
     s = sigmoid(g)
     act = g * s
     return u * s * (1.0 + g * (1.0 - s)), act, act * u
 
 
 @cute.jit
-def dgeglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: dict):
-    """GeGLU with clamps, act = Gc sigmoid(a Gc) * (Uc + offset); C read as stored."""
+def dgeglu(gate: cutlass.Float32, x: cutlass.Float32, p: dict):
+    """GeGLU with clamps, act = Gc sigmoid(a Gc) * (Uc + offset)."""
     a = p["geglu_alpha"]
     hi = p["glu_clamp_max"]
     lo = p["glu_clamp_min"]
@@ -42,8 +41,8 @@ def dgeglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: 
 
 
 @cute.jit
-def dsituglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: dict):
-    """dSiTU-GLU: T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2); C read as stored."""
+def dsituglu(gate: cutlass.Float32, x: cutlass.Float32, p: dict):
+    """dSiTU-GLU: T_g = b1 tanh(G/b1) sigmoid(G), T_u = b2 tanh(U/b2)."""
     b1 = p["situ_beta1"]
     b2 = p["situ_beta2"]
     s = sigmoid(gate)
@@ -56,12 +55,12 @@ def dsituglu(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p
     return t_input * dt_gate, t_gate * dt_input, t_gate * t_input
 
 
-@cute.jit
-def dsituglu_beta_scaled(gate: cutlass.Float32, x: cutlass.Float32, beta: cutlass.Float32, p: dict):
-    """dSiTU-GLU of beta * C: the block-scaled contract scales C by beta, as for dSwiGLU."""
-    return dsituglu(gate * beta, x * beta, beta, p)
-
-
 ACTIVATIONS = {"dswiglu": dswiglu, "dgeglu": dgeglu, "dsituglu": dsituglu}
-# the block-scaled contract's table: beta scales C for dSiTU-GLU as well
-BLOCK_SCALED_ACTIVATIONS = {**ACTIVATIONS, "dsituglu": dsituglu_beta_scaled}
+
+
+def scales_c_by_beta(act_func: str, block_scaled_contract: bool) -> bool:
+    """Whether X = beta_g * C_g (one fp32 product per element) or X = C as stored.
+
+    The BF16 contract scales C by beta for every activation. The block-scaled contract
+    does too, but for dGeGLU, which consumes the saved C directly and ignores beta."""
+    return not (block_scaled_contract and act_func == "dgeglu")

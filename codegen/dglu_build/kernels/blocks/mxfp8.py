@@ -28,6 +28,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from .conversions import bits_of_f32, f32_from_bits, f32x2_to_bf16x2
 from .expert_search import expert_of_row
 
 SF_VEC = 32  # elements per E8M0 scale
@@ -67,19 +68,7 @@ def check_threads(threads: int) -> int:
     return threads
 
 
-# --- inline PTX and bit casts ----------------------------------------------------------
-
-
-@dsl_user_op
-def f32_from_bits(bits: cutlass.Int32, *, loc=None, ip=None) -> cutlass.Float32:
-    """The fp32 whose bits are ``bits``."""
-    return cutlass.Float32(llvm.bitcast(T.f32(), cutlass.Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
-
-
-@dsl_user_op
-def bits_of_f32(x: cutlass.Float32, *, loc=None, ip=None) -> cutlass.Int32:
-    """The bits of fp32 ``x``."""
-    return cutlass.Int32(llvm.bitcast(T.i32(), cutlass.Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+# --- inline PTX ----------------------------------------------------------
 
 
 @dsl_user_op
@@ -128,15 +117,6 @@ def f32x4_to_fp8x4(x0, x1, x2, x3, kind: str, *, loc=None, ip=None) -> cutlass.I
             loc=loc,
             ip=ip,
         )
-    )
-
-
-@dsl_user_op
-def f32x2_to_bf16x2(x0, x1, *, loc=None, ip=None) -> cutlass.Int32:
-    """2 fp32 -> one word of 2 bf16 (x0 in the low half), round to nearest even."""
-    operands = [cutlass.Float32(x).ir_value(loc=loc, ip=ip) for x in (x0, x1)]
-    return cutlass.Int32(
-        llvm.inline_asm(T.i32(), operands, "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", loc=loc, ip=ip)
     )
 
 

@@ -1,8 +1,9 @@
 """Compile the sm90 BF16 kernels of one variant into one sm_90a cubin, no GPU needed.
 
-The host entry is traced with placeholder pointers and int32 extents (one cubin serves
-every shape; nothing is dereferenced at compile time). The manifest fields come from the
-family's declarations (interface.py), the kernel symbols from the cubin itself.
+The host entry is traced with placeholder pointers, int32 extents and the rounding flag
+(one cubin serves every shape and flag value; nothing is dereferenced at compile time).
+The manifest fields come from the family's declarations (interface.py), the kernel
+symbols from the cubin itself.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "tile_counter": (i32, 4),
         "dprob_parts": (f32, 16),  # deterministic mode's partial sums
         "dbias_parts": (f32, 16),
-        "act_out": (cutlass.BFloat16, 16),  # act_out variants' prob * GLU(C)
+        "act_out": (cutlass.BFloat16, 16),  # act_out variants' prob * GLU(X)
     }
 
 
@@ -63,7 +64,7 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
     Returns the cubin and the manifest fields the family declares for it."""
     config = Config.from_key(key)
     check_smem_capacity()
+    extents = {**PLACEHOLDER_EXTENTS, interface.DGRAD_ROUNDING_FLAG: 0}
     return compile_family_variant(
-        NAME, interface, config, Sm90Bf16Kernel(config), _host_pointers(config), PLACEHOLDER_EXTENTS, ARCH,
-        symbol_prefix,
+        NAME, interface, config, Sm90Bf16Kernel(config), _host_pointers(config), extents, ARCH, symbol_prefix
     )

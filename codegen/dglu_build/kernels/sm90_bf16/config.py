@@ -159,8 +159,10 @@ class Config(OperandConfig):
 
     cluster_m: int
     deterministic: bool = False
-    act_out: bool = False  # the epilogue also writes prob * GLU(C) (m, n) in bf16
-    block_scaled_activations: bool = False  # the block-scaled contract's activation table
+    act_out: bool = False  # the epilogue also writes prob * GLU(X) (m, n) in bf16
+    # the block-scaled contract's epilogue (the MXFP8 family's main kernel): dGeGLU reads C
+    # as stored, and no round_dgrad_to_input_dtype flag (the BF16 contract's option)
+    block_scaled_contract: bool = False
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:

@@ -26,6 +26,20 @@ TMA_ALIGN_BYTES = 16  # TMA needs 16-byte aligned addresses and row pitches
 _ELEMENT_BYTES = {"i32": 4, "i64": 8, "fp32": 4}
 
 SCALARS = {"n2": "2*n", "l_n2": "l*n2"}
+# round_dgrad_to_input_dtype (cuDNN FE's option): R = alpha^2 A B^T rounded to A's dtype
+# before the epilogue; a runtime flag of the main kernel (docs/manifest.md ``flags``)
+DGRAD_ROUNDING_FLAG = "round_dgrad_to_input_dtype"
+
+
+def takes_dgrad_rounding(config: Config) -> bool:
+    """The BF16 contract's main kernel takes the rounding flag; the block-scaled
+    contract's (the MXFP8 family's composition) has no such option."""
+    return not config.block_scaled_contract
+
+
+def flags(config: Config) -> list[str]:
+    """The variant's runtime flags, set from the call's options of the same names."""
+    return [DGRAD_ROUNDING_FLAG] if takes_dgrad_rounding(config) else []
 
 
 def scalars(config: Config) -> dict[str, str]:
@@ -69,7 +83,7 @@ def arguments(config: Config) -> dict[str, dict]:
         "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
         **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate", TMA_ALIGN_BYTES)}
            if config.dbias else {}),
-        # prob * GLU(C), the MLP's second-GEMM input that dW2 needs; rows past valid_m unwritten
+        # prob * GLU(X), the MLP's second-GEMM input that dW2 needs; rows past valid_m unwritten
         **({"act_out": _argument(["m", "n", 1], ["n", 1, "m*n"], "bf16", "out", TMA_ALIGN_BYTES, rank_drop=True)}
            if config.act_out else {}),
     }
@@ -105,8 +119,9 @@ def workspaces(config: Config) -> dict[str, dict]:
         if config.dbias:
             found["dbias_parts"] = {"dtype": "fp32", "count": "m_slabs*n2", "align": 16, "zero": "never"}
     elif config.dbias:
-        # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish
-        found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "each_call"}
+        # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish, which zeroes
+        # what it read (zeroed once when allocated)
+        found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
     if config.discrete_weights:
         # one TMA descriptor per expert, written by b_descriptors
         found["b_desc_ws"] = {"dtype": "i64", "count": f"{TENSORMAP_BYTES // 8}*l", "align": TENSORMAP_BYTES,
@@ -125,8 +140,9 @@ def b_tensor(config: Config) -> str:
 def main_kernel(config: Config) -> KernelDeclaration:
     """The fused kernel; discrete weights read B through per-expert descriptors
     (``b_desc_ws``) made from a template for one expert's matrix. Deterministic mode
-    gives it the partial-sum workspaces where the others give dprob and dbias_ws; act_out
-    variants append the act_out pointer (the others' kernel has no such parameter)."""
+    gives it the partial-sum workspaces where the others give dprob and dbias_ws; the BF16
+    contract's kernel takes the rounding flag after l, and act_out variants append the
+    act_out pointer (the others' kernel has no such parameters)."""
     dprob, dbias_sums = ("dprob_parts", "dbias_parts") if config.deterministic else ("dprob", "dbias_ws")
     return KernelDeclaration(
         role="main",
@@ -145,6 +161,7 @@ def main_kernel(config: Config) -> KernelDeclaration:
             Pointer("tile_counter", optional=not config.dynamic_schedule),
             Int32("n"),
             Int32("l"),
+            *(Int32(flag) for flag in flags(config)),
             *([Pointer("act_out")] if config.act_out else []),
         ),
         block=THREADS_PER_CTA,
@@ -226,6 +243,7 @@ def entry(config: Config) -> dict:
         "m_aligned": M_ALIGNED,
         "arguments": arguments(config),
         "scalars": scalars(config),
+        "flags": flags(config),
         "limits": limits(config),
         "views": views(config),
         "workspaces": workspaces(config),

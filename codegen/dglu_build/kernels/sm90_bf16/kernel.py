@@ -8,12 +8,15 @@ cores compute the next:
   shared-memory ring;
 - warpgroups 1 and 2 (cooperative, 64 rows each) issue WGMMA into fp32
   accumulators and, once a tile's mainloop is done, hand the accumulators
-  over through a staging buffer in shared memory and go on to the next tile;
+  over through a staging buffer in shared memory and go on to the next tile
+  (under the runtime flag round_dgrad_to_input_dtype they stage R = alpha_g^2
+  * acc itself, rounded to A's dtype, and the epilogue takes R as staged);
 - warpgroups 3 and 4 (the epilogue) run the dGLU epilogue from the staging buffer,
   32 gate/input column pairs (a "group": 64 columns of C and D) at a time:
-  R = alpha_g^2 * acc, the pair of C from shared memory, the pair of D
-  written in place, row sums into dprob and column sums into an fp32 dbias
-  workspace;
+  R = alpha_g^2 * acc, the pair of C from shared memory (times
+  beta_g: X = beta_g C, but for the block-scaled contract's dGeGLU), the
+  pair of D written in place, row sums into dprob and column sums into an
+  fp32 dbias workspace;
 - warp 1 (the block mover) streams each group's C block into a small ring
   of slots by TMA and stores the D block the epilogue wrote over it (both
   marked evict-first in L2, which keeps A and B's reused tiles).
@@ -74,7 +77,8 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from ..blocks.activations import ACTIVATIONS, BLOCK_SCALED_ACTIVATIONS
+from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
+from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
@@ -127,8 +131,10 @@ class Sm90Bf16Kernel:
     def __init__(self, config: Config):
         self.config = config
         self.tile_m, self.tile_n = config.tile_m, config.tile_n
-        table = BLOCK_SCALED_ACTIVATIONS if config.block_scaled_activations else ACTIVATIONS
-        self.activation = table[config.act_func]
+        self.activation = ACTIVATIONS[config.act_func]
+        self.c_scaled_by_beta = scales_c_by_beta(config.act_func, config.block_scaled_contract)
+        # the BF16 contract's kernel takes the round_dgrad_to_input_dtype flag
+        self.dgrad_rounding = interface.takes_dgrad_rounding(config)
         self.act_params = dict(config.act_params)
         self.with_dbias = config.dbias
         self.discrete_weights = config.discrete_weights
@@ -223,6 +229,7 @@ class Sm90Bf16Kernel:
         n: cutlass.Int32,
         k: cutlass.Int32,
         l: cutlass.Int32,
+        round_dgrad_to_input_dtype: cutlass.Int32,
         stream: cuda.CUstream,
     ):
         """Compile-time entry: builds the TMA atoms and launches the variant's kernels.
@@ -255,6 +262,7 @@ class Sm90Bf16Kernel:
             "k": k,
             "l": l,
             "l_n2": l * two_n,
+            "round_dgrad_to_input_dtype": round_dgrad_to_input_dtype,
         }
         # recorded for the manifest: the launch's dynamic shared memory
         self.smem_bytes = self.shared_storage().size_in_bytes()
@@ -320,10 +328,12 @@ class Sm90Bf16Kernel:
         tile_counter_ptr: cute.Pointer,
         n: cutlass.Int32,
         l: cutlass.Int32,
+        round_dgrad: cutlass.Int32 | None = None,
         act_out_ptr: cute.Pointer = None,
     ):
-        # act_out_ptr: declared (and passed) only by act_out variants; None is a
-        # compile-time constant to the DSL, so the others' kernel has no such parameter
+        # round_dgrad: declared (and passed) by the BF16 contract's kernels, act_out_ptr by
+        # act_out variants only; None is a compile-time constant to the DSL, so a kernel
+        # without them has no such parameter
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -406,11 +416,14 @@ class Sm90Bf16Kernel:
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
-                act_out_ptr,
+                round_dgrad, act_out_ptr,
             )
         else:
             set_registers(MMA_REGISTERS)
-            self.consume(mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue)
+            self.consume(
+                mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue,
+                offsets, alpha_ptr, l, round_dgrad,
+            )
 
     @cute.jit
     def produce(
@@ -536,10 +549,18 @@ class Sm90Bf16Kernel:
         cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
-    def consume(self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue):
+    def consume(
+        self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue, offsets, alpha_ptr, l,
+        round_dgrad,
+    ):
         """The two MMA warpgroups: each tile's mainloop, then its accumulators into
-        the staging buffer for the epilogue warpgroups."""
-        num_tiles = tiles[2]
+        the staging buffer for the epilogue warpgroups.
+
+        ``round_dgrad`` non-zero (round_dgrad_to_input_dtype): they stage R = alpha_g^2 *
+        acc rounded to A's dtype instead (the tile's expert found as the producer finds
+        it). The flag is one value per launch, tested once per tile: the epilogue's
+        per-element code does not change with it."""
+        num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
@@ -583,13 +604,31 @@ class Sm90Bf16Kernel:
                 release_state.advance()
 
             staging.producer_acquire(staging_state)
-            for i in cutlass.range_constexpr(cute.size(acc)):
-                row, col = tCcC[i]
-                sAcc[(row, self.staged_column(row, col))] = acc[i]
+            if cutlass.const_expr(self.dgrad_rounding):
+                if round_dgrad != 0:
+                    m_tile, _ = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
+                    expert = expert_of_row(offsets, l, m_tile * self.tile_m)
+                    alpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))[expert]
+                    self.stage(acc, sAcc, tCcC, alpha * alpha)
+                else:
+                    self.stage(acc, sAcc, tCcC)
+            else:
+                self.stage(acc, sAcc, tCcC)
             staging.producer_commit(staging_state)
             staging_state.advance()
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
+
+    @cute.jit
+    def stage(self, acc, sAcc, tCcC, scale=None):
+        """A tile's accumulators into the staging buffer; with ``scale`` (alpha_g^2), R =
+        scale * acc rounded to A's dtype (bf16, the family's A) instead."""
+        for i in cutlass.range_constexpr(cute.size(acc)):
+            row, col = tCcC[i]
+            value = acc[i]
+            if cutlass.const_expr(scale is not None):
+                value = rounded_to_bf16(value * scale)
+            sAcc[(row, self.staged_column(row, col))] = value
 
     @staticmethod
     def staged_column(row, col):
@@ -601,7 +640,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, act_out_ptr,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, round_dgrad, act_out_ptr,
     ):
         """The epilogue warpgroups: dGLU on each tile's staged accumulators, group by group.
 
@@ -616,7 +655,11 @@ class Sm90Bf16Kernel:
         Deterministic mode: ``dprob_ptr`` and ``dbias_ws_ptr`` are dprob_parts [n_tiles, m]
         and dbias_parts [m_slabs, 2n] (the module docstring), written by plain stores.
 
-        act_out variants also store prob * GLU(C) (the dprob term times the row's prob) in
+        X, the activation's input, is C times the expert's beta (c_scaled_by_beta) or C as
+        stored. ``round_dgrad`` non-zero (round_dgrad_to_input_dtype): the MMA warpgroups
+        staged R itself, rounded (consume), so the tile's scale is 1.
+
+        act_out variants also store prob * GLU(X) (the dprob term times the row's prob) in
         bf16 into act_out (m, n) at ``act_out_ptr``: on each row the warp's 32 lanes write
         32 adjacent columns (64 contiguous bytes per store instruction).
         """
@@ -638,6 +681,8 @@ class Sm90Bf16Kernel:
             # 64-bit row stride: m * n may pass 2**31
             act_out_all = cute.make_tensor(act_out_ptr, cute.make_layout((m, n), stride=(cutlass.Int64(n), 1)))
         dprob_rows = cute.make_rmem_tensor((rows,), cutlass.Float32)
+        if cutlass.const_expr(self.dgrad_rounding):
+            r_staged = round_dgrad != 0
 
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
@@ -649,6 +694,8 @@ class Sm90Bf16Kernel:
             row0 = m_tile * self.tile_m + first_row
             expert = expert_of_row(offsets, l, row0)
             scale = alpha_all[expert] * alpha_all[expert]
+            if cutlass.const_expr(self.dgrad_rounding):
+                scale = cutlass.select_(r_staged, cutlass.Float32(1.0), scale)
             beta = beta_all[expert]
             my_prob = prob_all[row0 + lane % rows]  # lane j holds the prob of row j % rows
             dprob_rows.fill(0.0)
@@ -667,8 +714,10 @@ class Sm90Bf16Kernel:
                     input_at = self.ring_offset(self.slots.c, slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)
                     gate = ring_c[gate_at].to(cutlass.Float32)
                     x = ring_c[input_at].to(cutlass.Float32)
+                    if cutlass.const_expr(self.c_scaled_by_beta):
+                        gate, x = gate * beta, x * beta
                     grad = staged[(first_row + k + rows_8) * self.tile_n + self.staged_column(k, pair)] * scale
-                    d_gate, d_input, d_prob = self.activation(gate, x, beta, self.act_params)
+                    d_gate, d_input, d_prob = self.activation(gate, x, self.act_params)
                     prob = cute.arch.shuffle_sync(my_prob, r)  # prob of row r
                     scaled = grad * prob
                     d_gate_out, d_input_out = self.store_d_pair(

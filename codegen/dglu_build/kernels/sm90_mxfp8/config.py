@@ -55,5 +55,5 @@ class Config(OperandConfig):
             tile_m=self.tile_m,
             tile_n=self.tile_n,
             cluster_m=1,
-            block_scaled_activations=True,
+            block_scaled_contract=True,
         )

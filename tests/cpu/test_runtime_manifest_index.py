@@ -1,0 +1,162 @@
+"""The manifest index (dglu.contract.index): the runtime reads a directory's variants from
+its index and parses only the entry of the variant a call uses, with the strict reader's
+checks and messages; a missing index means a full parse, a stale one is never used."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest_runtime import DEFAULT_KEYS, write_artifacts, write_index, write_manifest
+from dglu.contract import index, reader
+from dglu.contract.reader import IDENTITY_FIELDS
+from dglu.errors import ManifestError
+
+
+def _identities(manifest) -> list[dict]:
+    return [{field: getattr(v, field) for field in (*IDENTITY_FIELDS, "directory")} for v in manifest.variants]
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> Path:
+    write_artifacts(tmp_path, DEFAULT_KEYS)
+    write_index(tmp_path)
+    return tmp_path
+
+
+def test_an_indexed_read_parses_only_the_index_and_the_entries_used(indexed, monkeypatch) -> None:
+    manifest_bytes = (indexed / "manifest.json").stat().st_size
+    parsed = []
+    loads = json.loads
+    monkeypatch.setattr(reader.json, "loads", lambda text: parsed.append(len(text)) or loads(text))
+    monkeypatch.setattr(index.json, "loads", lambda text: parsed.append(len(text)) or loads(text))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazy = reader.read_manifest(indexed, lazy=True)
+        variant = reader.full_variant(lazy.variants[2])
+    assert len(parsed) == 2 and max(parsed) < manifest_bytes / 2, parsed  # the index, one entry
+    full = reader.read_manifest(indexed)
+    assert _identities(lazy) == _identities(full) and variant == full.variants[2]
+    assert [reader.full_variant(v) for v in lazy.variants] == list(full.variants)
+
+
+def test_without_an_index_the_whole_manifest_is_read_silently(tmp_path) -> None:
+    write_artifacts(tmp_path, DEFAULT_KEYS[:2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazy = reader.read_manifest(tmp_path, lazy=True)
+    assert _identities(lazy) == _identities(reader.read_manifest(tmp_path))
+
+
+def test_a_stale_index_is_not_used_and_a_warning_says_how_to_rewrite_it(indexed) -> None:
+    manifest = json.loads((indexed / "manifest.json").read_text())
+    del manifest["variants"][0]  # the manifest changed behind the index's back
+    write_manifest(indexed, manifest)
+    with pytest.warns(index.StaleIndexWarning, match=r"manifest-index.json describes another manifest.json .*"
+                      r"it is not used, the whole manifest is read instead; rebuild the directory \(`dglu-build "
+                      r"compile KERNEL_SPECS.yaml -o DIR` writes the index anew\), or delete the index"):
+        lazy = reader.read_manifest(indexed, lazy=True)
+    assert [v.name for v in lazy.variants] == [v["name"] for v in manifest["variants"]]
+
+
+def test_an_index_that_is_not_json_is_stale(indexed) -> None:
+    (indexed / index.INDEX_FILE).write_text("{")
+    with pytest.warns(index.StaleIndexWarning, match="is not an index dglu reads"):
+        assert len(reader.read_manifest(indexed, lazy=True).variants) == len(DEFAULT_KEYS)
+
+
+def _tamper_record(directory: Path, position: int, **fields) -> None:
+    """Change a record of the index (it still matches the manifest's bytes)."""
+    path = directory / index.INDEX_FILE
+    data = json.loads(path.read_text())
+    data["variants"][position].update(fields)
+    path.write_text(json.dumps(data))
+
+
+def test_a_record_that_differs_from_its_entry_is_refused_when_the_variant_is_used(indexed) -> None:
+    _tamper_record(indexed, 1, size=12345)
+    entry = reader.read_manifest(indexed, lazy=True).variants[1]
+    assert entry.size == 12345
+    with pytest.raises(ManifestError, match=r"variants\[1\] \('\w+'\): fields \['size'\] differ from .*"
+                       r"manifest-index.json's record of the variant; rebuild the directory"):
+        entry.variant()
+
+
+def test_a_record_without_a_byte_range_is_refused(indexed) -> None:
+    _tamper_record(indexed, 0, span=[5, 10**9])
+    with pytest.raises(ManifestError, match=r"manifest-index.json: the record of '\w+' has no byte range"):
+        reader.read_manifest(indexed, lazy=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("sha256", "0" * 63, "field 'sha256' must be 64 lowercase hex digits"),
+        ("cubin", "../x.cubin", "field 'cubin' must be a file name inside"),
+    ],
+)
+def test_identity_fields_of_the_index_are_checked_as_the_manifests_are(tmp_path, field, value, message) -> None:
+    written = write_artifacts(tmp_path, DEFAULT_KEYS[:2])
+    written["variants"][1][field] = value
+    write_manifest(tmp_path, written)
+    write_index(tmp_path)
+    with pytest.raises(ManifestError) as error:
+        reader.read_manifest(tmp_path, lazy=True)
+    assert message in str(error.value) and "variants[1]" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"surprise": 1}, "unknown field(s) ['surprise']"),
+        ({"min_driver": "new"}, "field 'min_driver' must be an integer"),
+    ],
+)
+def test_an_entrys_other_fields_are_checked_when_it_is_used_with_a_full_reads_message(
+    tmp_path, change, message
+) -> None:
+    written = write_artifacts(tmp_path, DEFAULT_KEYS[:2])
+    written["variants"][1].update(change)
+    write_manifest(tmp_path, written)
+    with pytest.raises(ManifestError) as full:
+        reader.read_manifest(tmp_path)
+    write_index(tmp_path)
+    lazy = reader.read_manifest(tmp_path, lazy=True)
+    reader.full_variant(lazy.variants[0])  # the good one reads
+    with pytest.raises(ManifestError) as used:
+        reader.full_variant(lazy.variants[1])
+    assert str(used.value) == str(full.value) and message in str(full.value)
+
+
+def test_the_spans_cover_each_entry_of_a_non_ascii_manifest() -> None:
+    text = json.dumps({"schema_version": 2, "variants": [{"name": "é"}, {"name": "b", "x": [1, {"y": "]"}]}]},
+                      indent=2, ensure_ascii=False)
+    raw = text.encode()
+    spans = index.entry_spans(text)
+    assert [json.loads(raw[a:b]) for a, b in spans] == json.loads(text)["variants"]
+
+
+def test_the_artifact_store_writes_the_index_with_the_manifest_and_verify_checks_it(tmp_path) -> None:
+    import os
+
+    from conftest_runtime import variant_entry
+    from dglu_build.artifact_store import STORED_FIELDS, open_store
+    from dglu_build.verify import _index_problem
+
+    with open_store(tmp_path, print) as store:
+        records = []
+        for number, key in enumerate(DEFAULT_KEYS[:3]):
+            entry = variant_entry(key, os.urandom(600))
+            described = {f: v for f, v in entry.items() if f not in STORED_FIELDS} | {"name": f"v{number}"}
+            records.append(store.put(described, os.urandom(600), None))
+        store.write_manifest(records)
+    found = index.read_index(tmp_path)
+    assert found is not None and [r["name"] for r in found.records] == sorted(r.name for r in records)
+    assert _index_problem(tmp_path) is None
+    _tamper_record(tmp_path, 0, size=1)
+    assert "manifest-index.json: does not match manifest.json" in _index_problem(tmp_path)
+    with open_store(tmp_path, print) as store:
+        store.write_manifest([])  # no variants: neither a manifest nor an index
+    assert not (tmp_path / index.INDEX_FILE).exists() and not (tmp_path / "manifest.json").exists()
