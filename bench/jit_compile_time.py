@@ -2,9 +2,12 @@
 
 In fresh processes on this (CPU-only) machine, time the import of the DSL and then
 codegen.kernels.compile_variant of the spec file's variant that dglu's default dispatch
-serves the benchmark's call with (dswiglu, dprob and dbias, bf16).
-Writes jit_compile_time.json into --out and prints one summary line. Needs the build
-environment (nvidia-cutlass-dsl, pyyaml); run from the repo root.
+serves the benchmark's call with (dswiglu, dprob and dbias, bf16). Where cuDNN FE is
+installed (the build extra), also what its users pay on Blackwell for the same call:
+importing it and its own compile() of the BF16 kernel for one (N, K, L) (CUDNN_FE_CALL),
+device queries stubbed (bench.cudnn_fe). Writes jit_compile_time.json into --out and
+prints one summary line. Needs the build environment (nvidia-cutlass-dsl, pyyaml, torch for
+cuDNN FE); run from the repo root.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -112,10 +116,42 @@ def measure_in_this_process(specs: Path) -> dict[str, Any]:
     }
 
 
-def measure_fresh(specs: Path) -> dict[str, Any]:
-    """measure_in_this_process in a new Python process (this interpreter, repo root)."""
+# cuDNN FE's compile of the benchmark's call on Blackwell: its default 256x256 tile on a 2x1
+# cluster, for one problem's N, K and L (it compiles one cubin per (N, K, L)).
+CUDNN_FE_CALL = {"arch": "sm_100a", "n": 2048, "k": 4096, "experts": 8}
+
+
+def measure_cudnn_fe_in_this_process() -> dict[str, Any]:
+    """Seconds to import cuDNN FE's BF16 dGLU API (with the DSL and torch) and run its
+    compile() for CUDNN_FE_CALL; first thing in a fresh process."""
+    start = time.perf_counter()
+    import torch  # noqa: F401 (its users' framework: imported before the API, timed apart)
+
+    torch_imported = time.perf_counter()
+    import cudnn.gemm.cutedsl.grouped.dglu._bf16_api  # noqa: F401
+
+    from bench.cudnn_fe import cudnn_fe_compile
+    from dglu_build.kernels.sm100_bf16.config import Config
+
+    imported = time.perf_counter()
+    key = {**BENCH_REQUEST, "act_params": {}, "arch": CUDNN_FE_CALL["arch"], "experts": CUDNN_FE_CALL["experts"],
+           "tile_m": 256, "tile_n": 256, "cluster_m": 2}
+    compiled = cudnn_fe_compile(Config.from_key(key), CUDNN_FE_CALL["n"], CUDNN_FE_CALL["k"])
+    return {
+        "variant": f"cuDNN FE GroupedGemmDgluBf16API {CUDNN_FE_CALL}",
+        "cubin_bytes": len(compiled.cubin),
+        "import_s": imported - torch_imported,
+        "compile_s": compiled.seconds,
+        "total_s": imported - torch_imported + compiled.seconds,
+        "torch_import_s": torch_imported - start,
+    }
+
+
+def measure_fresh(specs: Path, child: str = "--child") -> dict[str, Any]:
+    """A measurement in a new Python process (this interpreter, repo root): ``--child``
+    measure_in_this_process, ``--child-cudnn`` measure_cudnn_fe_in_this_process."""
     done = subprocess.run(
-        [sys.executable, "-m", "bench.jit_compile_time", "--child", "--specs", str(specs)],
+        [sys.executable, "-m", "bench.jit_compile_time", child, "--specs", str(specs)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -166,6 +202,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes (default: 3)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-cudnn", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats: got {args.repeats}, need at least 1")
@@ -179,12 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure_in_this_process(args.specs)))
         return 0
+    if args.child_cudnn:
+        print(json.dumps(measure_cudnn_fe_in_this_process()))
+        return 0
     from dglu_build.atomic_write import write_atomic
 
     from .environment import commit
 
     load_before = os.getloadavg()  # other work on the machine slows the compile
     figures = summarize([measure_fresh(args.specs) for _ in range(args.repeats)])
+    cudnn_fe = (
+        summarize([measure_fresh(args.specs, "--child-cudnn") for _ in range(args.repeats)])
+        if importlib.util.find_spec("cudnn") is not None
+        else {"missing": "nvidia-cudnn-frontend is not installed (the build extra)"}
+    )
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
@@ -198,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
         "specs": str(args.specs),
         **figures,
+        "cudnn_fe": cudnn_fe,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_atomic(args.out / JSON_NAME, (json.dumps(record, indent=2) + "\n").encode())
@@ -207,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{record['median_compile_s']:.2f} s = {record['median_total_s']:.2f} s "
         f"(median of {args.repeats} fresh processes; {args.out / JSON_NAME})"
     )
+    if "median_total_s" in cudnn_fe:
+        print(
+            f"CUDNN FE JIT (Blackwell, {CUDNN_FE_CALL}): import {cudnn_fe['median_import_s']:.2f} s + "
+            f"compile {cudnn_fe['median_compile_s']:.2f} s = {cudnn_fe['median_total_s']:.2f} s per (N, K, L)"
+        )
     return 0
 
 

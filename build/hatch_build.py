@@ -41,7 +41,7 @@ class CubinBuildHook(BuildHookInterface):
         from dglu_build.kernels import compile_variant
         from dglu_build.progress import LineProgress
         from dglu_build.specs import load_spec_files
-        from dglu_build.wheel import ENV_BUILD_DIR, ENV_SPECS
+        from dglu_build.wheel import ENV_BUILD_DIR, ENV_SPECS, write_notices
 
         source = ENV_SPECS if ENV_SPECS in os.environ else "default specs"
         specs = [root / path for path in os.environ.get(ENV_SPECS, str(DEFAULT_SPECS)).split(os.pathsep)]
@@ -60,8 +60,9 @@ class CubinBuildHook(BuildHookInterface):
             if result.failed:
                 raise BuildFailed(result)
             store.copy_to(packed, [variant.name for variant in variants])
-        for path in sorted(packed.iterdir()):
-            build_data["force_include"][str(path)] = f"{PACKAGE_DIR}/{path.name}"
+        write_notices(packed, [variant.key for variant in variants])
+        for path in sorted(p for p in packed.rglob("*") if p.is_file()):
+            build_data["force_include"][str(path)] = f"{PACKAGE_DIR}/{path.relative_to(packed).as_posix()}"
 
     def finalize(self, version: str, build_data: dict, artifact_path: str) -> None:
         """Remove the temp directory once the wheel holds its copy."""

@@ -4,7 +4,9 @@
 #   1. install the dglu wheel with --no-deps into a temporary target directory;
 #   2. check that `dglu` imports from there, runs one real call, and never imports cutlass;
 #   3. run the GPU tests against the installed wheel (DGLU_USE_INSTALLED=1) and its variants
-#      only (DGLU_CUBIN_PATH unset, an empty user variant directory);
+#      only (DGLU_CUBIN_PATH unset, an empty user variant directory): on Hopper the sm90
+#      matrix, on Blackwell (10.0, 10.3) tests/gpu/test_sm100_gpu.py, which also compares with
+#      cudnn.grouped_gemm_dglu_wrapper_sm100 where cuDNN FE is importable;
 #   4. print ONE summary line: GPU CHECK: N passed, M failed, S skipped (device: ..., wheel: ...)
 # pytest's log and junit XML (and the summary) go to $OUT/ when $OUT is set. Without pytest
 # on the machine, it is installed from the wheelhouse $DGLU_WHEELHOUSE (default .whl/).
@@ -68,13 +70,15 @@ subprocess.run([sys.executable, "-m", "dglu"], check=True)
 
 import torch
 
-m, n, k, l = 512, 64, 64, 2
+# one expert: a count every architecture's shipped variants serve (Blackwell's compile L in)
+m, n, k, l = 512, 64, 64, 1
 a = torch.randn(m, k, 1, device="cuda").bfloat16()
 b = torch.randn(l, n, k, device="cuda").bfloat16().permute(1, 2, 0)
 c = torch.randn(m, 2 * n, 1, device="cuda").bfloat16()
-out = dglu.grouped_gemm_dglu_wrapper_sm90(
+wrapper = dglu.grouped_gemm_dglu_wrapper_sm100 if torch.cuda.get_device_capability()[0] == 10 else dglu.grouped_gemm_dglu_wrapper_sm90
+out = wrapper(
     a_tensor=a, c_tensor=c, b_tensor=b,
-    padded_offsets=torch.tensor([256, 512], dtype=torch.int32, device="cuda"),
+    padded_offsets=torch.tensor([512], dtype=torch.int32, device="cuda"),
     alpha_tensor=torch.ones(l, device="cuda"), beta_tensor=torch.ones(l, device="cuda"),
     prob_tensor=torch.ones(m, 1, 1, device="cuda"), dprob_tensor=torch.zeros(m, 1, 1, device="cuda"),
     generate_dbias=True,

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from dglu_build.cubin_info import CubinError, CubinInfo, CubinKernel, read_cubin
 
-# kind -> (size, align) of its PTX parameter; i32_tuple's size is 4 per value.
-PARAM_LAYOUT: dict[str, tuple[int | None, int]] = {
+# kind -> (size, align) of its PTX parameter; i32_tuple's size is 4 per value; None: the
+# entry's own (zeros: a struct of any size; pointer_i32s: a pointer, its int32 values, padding).
+PARAM_LAYOUT: dict[str, tuple[int | None, int | None]] = {
     "tensormap": (128, 64),
     "pointer": (8, 8),
     "i32": (4, 4),
+    "i64": (8, 8),
     "f32": (4, 4),
+    "f32_const": (4, 4),
     "i32_tuple": (None, 4),
+    "zeros": (None, None),
+    "pointer_i32s": (None, 8),
 }
 TMA_RULE_FIELDS = ("dtype", "dims", "box", "swizzle", "l2_promotion", "oob_fill", "interleave")
 
@@ -93,6 +98,8 @@ def _check_kind(param: dict, label: str) -> None:
     size, align = PARAM_LAYOUT[kind]
     if kind == "i32_tuple":
         size = 4 * len(param.get("values", []))
+    elif kind in ("zeros", "pointer_i32s"):
+        size, align = param.get("size"), align or param.get("align")
     if (param.get("size"), param.get("align")) != (size, align):
         raise AbiMismatch(
             f"{label}: a {kind} has size {size} and align {align}, "

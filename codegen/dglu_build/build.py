@@ -166,7 +166,7 @@ def _store_outcome(store: ArtifactStore, outcome: CompileOutcome, variant: Varia
     info = check_variant_cubin(cubin, entry, where)
     entry["build"] = {
         "dglu_version": inputs.dglu_version,
-        "source_hash": inputs.kernel_sources,
+        "source_hash": inputs.sources_of(variant.key),
         "toolchain": {
             "cutlass_dsl": inputs.toolchain.get("nvidia-cutlass-dsl", "unknown"),
             "ptxas": info.toolkit,

@@ -2,14 +2,16 @@
 
 A variant's build key hashes everything its cubin and manifest entry depend
 on: the variant's fields, the dglu version (the runtime's ``__version__``, which
-the entry records), the kernel sources (every .py file under
-codegen/dglu_build/kernels/), the toolchain (the installed CuTe DSL distributions and
+the entry records), its kernel family's sources (``KernelFamily.sources()``: the
+family's own files and the shared ones it builds on, and for a kernel imported from
+another distribution that distribution's name, version and file hashes), the toolchain (the installed CuTe DSL distributions and
 the Python version the manifest records), and the compile options (the
 manifest schema and symbol prefix the build writes, and every
 ``CUTE_DSL_*`` / ``CUTE_EXPERIMENTAL_DSL_*`` environment variable: some of
 them change what the DSL emits, e.g. CUTE_DSL_LINEINFO or
 CUTE_DSL_COMPILER_OPT, and telling those apart would need the DSL itself).
-Computing it imports no CuTe DSL, and reads the dglu version without importing dglu.
+Computing it imports no CuTe DSL (nor any family's kernel code), and reads the dglu
+version without importing dglu.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from dglu.contract.schema import SCHEMA_VERSION
+from dglu_build.kernels.registry import families, family_for
 
 # The builder's own settings that shape a variant's cubin and entry.
 SYMBOL_PREFIX = "dglu_"
 BUILDER_OPTIONS = {"schema_version": SCHEMA_VERSION, "symbol_prefix": SYMBOL_PREFIX}
-KERNELS_DIR = Path(__file__).resolve().parent / "kernels"
 DSL_DISTRIBUTION_PREFIX = "nvidia-cutlass-dsl"
 DSL_ENV_PREFIXES = ("CUTE_DSL_", "CUTE_EXPERIMENTAL_DSL_")
 
@@ -40,16 +42,20 @@ class BuildInputs:
     """What every variant of one build shares; see the module docstring."""
 
     dglu_version: str
-    kernel_sources: str  # sha256 over the kernel source files
+    family_sources: dict[str, str]  # family name -> sha256 over its sources()
     toolchain: dict[str, str]
     compile_options: dict[str, Any]
+
+    def sources_of(self, variant_key: dict[str, Any]) -> str:
+        """The sources hash of the variant's family (its manifest ``build.source_hash``)."""
+        return self.family_sources[family_for(variant_key).name]
 
     def key_for(self, variant_key: dict[str, Any]) -> str:
         """The build key (sha256 hex) of the variant with manifest key ``variant_key``."""
         content = {
             "variant": variant_key,
             "dglu_version": self.dglu_version,
-            "kernel_sources": self.kernel_sources,
+            "kernel_sources": self.sources_of(variant_key),
             "toolchain": self.toolchain,
             "compile_options": self.compile_options,
         }
@@ -60,7 +66,7 @@ def current_build_inputs() -> BuildInputs:
     """The inputs of a build run now, here."""
     return BuildInputs(
         dglu_version=dglu_version(),
-        kernel_sources=kernel_sources_hash(KERNELS_DIR),
+        family_sources={name: family.sources_hash() for name, family in families().items()},
         toolchain={**dsl_versions(), "python": platform.python_version()},
         compile_options={
             **BUILDER_OPTIONS,
@@ -82,15 +88,6 @@ def dglu_version() -> str:
     if match is None:
         raise RuntimeError(f"{spec.origin}: no __version__ = '...' line")
     return match[1]
-
-
-def kernel_sources_hash(directory: Path) -> str:
-    """sha256 over the relative path and content of every Python file under ``directory``."""
-    digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*.py")):
-        digest.update(path.relative_to(directory).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
 
 
 def dsl_versions() -> dict[str, str]:

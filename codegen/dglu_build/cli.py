@@ -199,8 +199,8 @@ def _add_field_options(command):
     for field in reversed(KEY_TABLE):
         if field.style == "value" and field.build_default is not None:
             command = click.option(
-                field.option, field.name, multiple=True, default=[field.build_default], show_default=True,
-                help=f"{field.description} (repeatable).",
+                field.option, field.name, type=field.kind, multiple=True, default=[field.build_default],
+                show_default=True, help=f"{field.description} (repeatable).",
             )(command)
         elif field.style in ("switch", "flag"):
             command = click.option(
@@ -253,6 +253,7 @@ def add(
       dglu-build add --act dswiglu --dbias --deterministic
       dglu-build add --act dgeglu --act-out
       dglu-build add --ab-dtype e5m2 --d-dtype e5m2 --act dgeglu --dbias   # MXFP8
+      dglu-build add --arch sm_100a --act dswiglu --tile 256x256 --cluster 2x1 --experts 12   # Blackwell
     """
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
@@ -514,4 +515,5 @@ def describe_key(key: dict[str, Any]) -> str:
         f"b_major {key['b_major']} tile {key['tile_m']}x{key['tile_n']} cluster {key['cluster_m']}x{key['cluster_n']} "
         f"{key['scheduler']}{' deterministic' if key.get('deterministic') else ''}"
         f"{' act_out' if key.get('act_out') else ''}"
+        + (f" experts {key['experts']}" if key.get("experts") else "")
     )

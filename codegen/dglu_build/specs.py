@@ -6,7 +6,8 @@ any field given as a list stands for each of its values, and an entry
 expands to the cartesian product of its lists. After expansion every
 variant has all of the contract's key fields (``dglu.contract.keys``; those of
 ``KEY_FIELD_DEFAULTS``, e.g. ``deterministic``, take their default when omitted), each
-of the right type and among the values its kernel family allows, and the
+of the right type and among the values its kernel family allows
+(``dglu_build.kernels.registry``), and the
 family's kernels can build the combination (``dglu_build.kernels.check_variant``,
 pure Python); duplicates are rejected. Every error names the file, the entry
 (index and line) and the field. YAML is read strictly (see
@@ -23,17 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dglu.contract.keys import (
-    ACT_PARAM_DEFAULTS,
-    FAMILIES,
-    JOINT_FIELDS,
-    KEY_FIELD_DEFAULTS,
-    KEY_FIELDS,
-    Family,
-    family_of,
-    variant_name,
-)
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS, KEY_FIELD_DEFAULTS, KEY_FIELDS, variant_name
 from dglu.contract.schema import VariantKey
+from dglu_build.kernels.family import KernelFamily
+from dglu_build.kernels.registry import families, family_of
 from dglu_build.yaml_strict import StrictLoader
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean (true or false)", int: "an integer", dict: "a mapping"}
@@ -198,15 +192,15 @@ def _normalise(fields: dict, where: str) -> Variant:
     return variant
 
 
-def _family(fields: dict, where: str) -> Family:
+def _family(fields: dict, where: str) -> KernelFamily:
     """The kernel family of the variant's arch and ab_dtype; SpecError naming the field that has none."""
     family = family_of(fields["arch"], fields["ab_dtype"])
     if family is not None:
         return family
-    archs = _union(f.allowed["arch"] for f in FAMILIES.values())
+    archs = _union(f.allowed["arch"] for f in families().values())
     if fields["arch"] not in archs:
         raise SpecError(f"{where}: field 'arch': got {_format_value(fields['arch'])}, allowed: {_format_values(archs)}")
-    ab_dtypes = _union(f.allowed["ab_dtype"] for f in FAMILIES.values() if fields["arch"] in f.allowed["arch"])
+    ab_dtypes = _union(f.allowed["ab_dtype"] for f in families().values() if fields["arch"] in f.allowed["arch"])
     raise SpecError(
         f"{where}: field 'ab_dtype': got {_format_value(fields['ab_dtype'])}, "
         f"allowed with arch {fields['arch']!r}: {_format_values(ab_dtypes)}"

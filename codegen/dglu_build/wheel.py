@@ -19,6 +19,7 @@ from pathlib import Path
 from dglu_build.build import BuildError
 
 CHECKOUT_FILES = ("pyproject.toml", "build/hatch_build.py")
+NOTICES_DIR = "licenses"  # under dglu/_cubins: the license texts of cubins built from others' sources
 ENV_SPECS = "DGLU_SPECS"  # spec files, os.pathsep-separated; read by build/hatch_build.py
 ENV_BUILD_DIR = "DGLU_BUILD_DIR"  # the artifact directory the hook builds in
 
@@ -51,3 +52,20 @@ def build_wheel(source: Path, specs: Sequence[Path], build_dir: Path, out_dir: P
         target = out_dir / built.name
         os.replace(built, target)
     return target
+
+
+def write_notices(directory: Path, keys: Sequence[dict]) -> list[Path]:
+    """Write the license texts (KernelFamily.notices) of the families of ``keys`` (variant
+    keys) under ``directory``/licenses; returns the files written."""
+    from dglu_build.atomic_write import write_atomic
+    from dglu_build.kernels.registry import family_for
+
+    families = {family.name: family for family in map(family_for, keys)}
+    written = []
+    for family in families.values():
+        for name, text in family.notices().items():
+            path = directory / NOTICES_DIR / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, text)
+            written.append(path)
+    return written

@@ -113,10 +113,13 @@ def _wrapper_config(
     return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
 
 
-def _request_key(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> tuple[Any, ...] | None:
+def _request_key(
+    settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any, padded_offsets: Any
+) -> tuple[Any, ...] | None:
     """The bound-op cache key of a wrapper request: the settings by value and type, A's and
-    C's dtypes and A's device; None when A or C is no tensor or a setting is unhashable
-    (then nothing is cached and the checks say what is wrong)."""
+    C's dtypes, A's device and the expert count (padded_offsets' shape: Blackwell's kernels
+    compile it in); None when A, C or padded_offsets is no tensor or a setting is
+    unhashable (then nothing is cached and the checks say what is wrong)."""
     try:
         key = (
             settings,
@@ -125,15 +128,19 @@ def _request_key(settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any) -> tup
             a_tensor.dtype,
             c_tensor.dtype,
             a_tensor.device,
+            tuple(padded_offsets.shape),
         )
     except (AttributeError, TypeError):
         return None
     return key
 
 
-def _bind(config: OpConfig, a_tensor: Any, c_tensor: Any, key: tuple[Any, ...] | None) -> BoundOp:
+def _bind(
+    config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any, key: tuple[Any, ...] | None
+) -> BoundOp:
     """Select and load the variant of a checked request; kept by its ``key``."""
-    bound = BoundOp.select(config, named_tensors(False, a=a_tensor, c=c_tensor), WRAPPER_SOURCES)
+    tensors = named_tensors(False, a=a_tensor, c=c_tensor, padded_offsets=padded_offsets)
+    bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
     check_flags(config.options, bound.variant)
     return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)
 
@@ -276,7 +283,7 @@ def grouped_gemm_dglu(
         deterministic, act_out if activation_tensor is None else True,
         use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major,
     )  # fmt: skip
-    key = _request_key(settings, a_tensor, c_tensor)
+    key = _request_key(settings, a_tensor, c_tensor, padded_offsets)
     try:
         bound = _bound_ops.get(key) if key is not None else None
     except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
@@ -295,7 +302,7 @@ def grouped_gemm_dglu(
         require(dict(zip(_REQUIRED, (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor))),
                 "every call (the op's inputs)")
     if bound is None:  # the installed variant of the request
-        bound = _bind(config, a_tensor, c_tensor, key)
+        bound = _bind(config, a_tensor, c_tensor, padded_offsets, key)
     # 4. shapes and strides (the variant's rules, when the tensors are bound)
     if block_scaled and use_single_group_runtime_offsets is True:
         check_single_group("padded_offsets", as_torch(padded_offsets), as_torch(a_tensor).shape[0], m_aligned)

@@ -125,6 +125,7 @@ def select(
         config.dbias,
         config.mode,
         sources,
+        expert_count(tensors["padded_offsets"][1].shape) if "padded_offsets" in tensors else None,
     )
     check_m_aligned(options, variant)
     return variant
@@ -137,6 +138,7 @@ def select_installed(
     dbias: bool,
     weight_mode: str,
     sources: dict[str, str],
+    experts: int | None = None,
 ) -> Variant:
     """The installed variant of these options, architecture, (A/B, C, D) dtypes, dbias and
     weight mode (dglu.selection), read in full (ManifestError when its entry is bad); else
@@ -161,11 +163,17 @@ def select_installed(
         scheduler=options.scheduler,
         deterministic=options.deterministic,
         act_out=options.act_out,
+        experts=experts,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
     chosen = select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
     return full_variant(chosen)
+
+
+def expert_count(padded_offsets_shape: tuple[int, ...]) -> int | None:
+    """L, from padded_offsets' shape (l,); None when it has another rank (checked later)."""
+    return padded_offsets_shape[0] if len(padded_offsets_shape) == 1 else None
 
 
 def device_arch(device: int) -> str:

@@ -4,6 +4,9 @@
   clusters = min(ceil(tiles / cluster_size), SMs // cluster_size);
   grid = (clusters * cluster[0], cluster[1], 1).
 - ``elementwise`` (count, an EXPRESSION): grid = (ceil(count / block[0]), 1, 1).
+- ``active_clusters``: grid = (cluster[0], cluster[1], clusters), clusters on z: as many as
+  fit on the device at once (dglu.occupancy, found when the kernel is loaded); the kernel
+  walks its tiles from gridDim. With m = 0 the grid is empty.
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ def _elementwise(kernel: KernelSpec, scalars: Mapping[str, int], sm_count: int) 
 _RULES = {"persistent_tiles": _persistent_tiles, "elementwise": _elementwise}
 
 
-def launch_grid(kernel: KernelSpec, scalars: Mapping[str, int], sm_count: int) -> Grid:
-    """The grid of one launch of ``kernel`` for a problem; (0, ...) means nothing to launch."""
+def launch_grid(
+    kernel: KernelSpec, scalars: Mapping[str, int], sm_count: int, active_clusters: int | None = None
+) -> Grid:
+    """The grid of one launch of ``kernel`` for a problem; (0, ...) means nothing to launch.
+    ``active_clusters``: the clusters resident at once (the ``active_clusters`` rule's)."""
+    if kernel.grid.rule == "active_clusters":
+        if active_clusters is None:
+            raise ValueError(f"kernel {kernel.symbol}: its grid needs the device's active clusters")
+        return (kernel.cluster[0], kernel.cluster[1], active_clusters if scalars["m"] else 0)
     cluster_size = math.prod(kernel.cluster)
     if sm_count < cluster_size:
         raise ValueError(

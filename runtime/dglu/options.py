@@ -9,7 +9,8 @@ effect: Hopper has no packed-f32 math) and epilogue_op in EPILOGUE_OPS (validate
 of the op's configuration, applied by none of NVIDIA's dGLU kernels, so by none of ours). use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
 the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
 act_out=True picks the variants that also write prob * GLU(X) (act_out_tensor);
-cluster_shape_mn=None means (1, 1), one CTA per cluster, as in the seed for 128-row tiles;
+cluster_shape_mn=None means the seed's default: (2, 1), a CTA pair, for a 256-row tile
+(Blackwell's 2-CTA instructions), else (1, 1), one CTA per cluster;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
 selected variant's. A tile, cluster or
 scheduler that no installed variant has is refused by the selection, with the command that
@@ -27,6 +28,13 @@ from .dtypes import FLOAT_TYPES, FP8_TYPES, element_type_of
 
 B_MAJORS = ("k", "n")
 SINGLE_CTA_CLUSTER = (1, 1)
+CTA_PAIR_CLUSTER = (2, 1)
+CTA_PAIR_TILE_M = 256  # a 256-row tile runs on a CTA pair (2-CTA MMA instructions)
+
+
+def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int]:
+    """The seed's cluster_shape_mn=None: a CTA pair for a 256-row tile, else one CTA."""
+    return CTA_PAIR_CLUSTER if tile is not None and tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
 
 MXFP8_SF_VEC_SIZE = 32
 EPILOGUE_OPS = (None, "identity", "relu", "srelu")
@@ -183,7 +191,7 @@ def check_options(
         act_params=_act_params(act_func, constants),
         b_major=b_major,
         tile=_pair("mma_tiler_mn", mma_tiler_mn),
-        cluster=_pair("cluster_shape_mn", cluster_shape_mn) or SINGLE_CTA_CLUSTER,
+        cluster=_pair("cluster_shape_mn", cluster_shape_mn) or _default_cluster(_pair("mma_tiler_mn", mma_tiler_mn)),
         scheduler="dynamic" if use_dynamic_sched else "static",
         m_aligned=m_aligned,
         deterministic=deterministic,

@@ -3,10 +3,12 @@
 Each parameter becomes its own little-endian byte string, checked against the manifest's
 size: ``tensormap``: the 128-byte CUtensorMap; ``i32_tuple``: consecutive int32 scalars;
 ``pointer``: a 64-bit device address (NULL for an optional one the variant does not list);
-``i32`` / ``f32``: one scalar. Scalars are EXPRESSIONs evaluated on the call's scalars.
-``pack_param`` packs one of them (a plan for new tensor addresses repacks only the
-parameters of the tensors that moved). The parameters, in one buffer, and the ``void**``
-array that cuLaunchKernelEx reads live in KernelArguments.
+``i32`` / ``i64`` / ``f32``: one scalar; ``f32_const``: the number the manifest gives;
+``zeros``: ``size`` zero bytes; ``pointer_i32s``: an address, then int32 scalars, zero-padded
+to ``size`` (a DSL tensor's pointer and dynamic extents). Scalars are EXPRESSIONs evaluated
+on the call's scalars. ``pack_param`` packs one of them (a plan for new tensor addresses
+repacks only the parameters of the tensors that moved). The parameters, in one buffer, and
+the ``void**`` array that cuLaunchKernelEx reads live in KernelArguments.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from .errors import ParamPackingError
 from .contract.schema import KernelSpec, ParamSpec
 
-_SCALAR_FORMATS = {"i32": "<i", "i32_tuple": "<i", "f32": "<f"}
+_SCALAR_FORMATS = {"i32": "<i", "i32_tuple": "<i", "i64": "<q", "f32": "<f"}
 
 
 def _pack_one(
@@ -27,6 +29,14 @@ def _pack_one(
     pointers: Mapping[str, int],
     tensor_maps: Mapping[str, bytes],
 ) -> bytes:
+    if param.kind == "zeros":
+        return bytes(param.size)
+    if param.kind == "f32_const":
+        return struct.pack("<f", param.constant)
+    if param.kind == "pointer_i32s":
+        address = _pack_one(param._replace(kind="pointer"), scalars, pointers, tensor_maps)
+        values = _pack_one(param._replace(kind="i32_tuple"), scalars, pointers, tensor_maps)
+        return (address + values).ljust(param.size, b"\0")
     if param.kind in ("tensormap", "pointer"):
         source = tensor_maps if param.kind == "tensormap" else pointers
         if param.optional and param.tensor not in source:

@@ -25,6 +25,7 @@ from .errors import CudaDriverError, KernelLaunchError, KernelLoadError
 from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
+from .occupancy import max_active_clusters
 from .params import KernelArguments, pack_param, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
@@ -42,6 +43,7 @@ class LoadedVariant:
     variant: Variant
     device: int
     functions: tuple[Any, ...]
+    active_clusters: tuple[int | None, ...] = ()  # per kernel: its ``active_clusters`` grid's z
 
     @functools.cached_property
     def identity(self) -> tuple[str, str, int]:
@@ -94,13 +96,17 @@ def _load(variant: Variant, device: int) -> LoadedVariant:
                 kernel_function(module, kernel.symbol, kernel.dynamic_smem_bytes)
                 for kernel in variant.kernels
             )
+            active_clusters = tuple(
+                max_active_clusters(function, kernel) if kernel.grid.rule == "active_clusters" else None
+                for kernel, function in zip(variant.kernels, functions, strict=True)
+            )
         except CudaDriverError as exc:
             raise KernelLoadError(
                 f"variant {variant.name}: cannot load {variant.cubin_path} on cuda:{device} "
                 f"({exc}); nothing was launched. {_load_remedy(exc.error_name)}",
                 exc.error_name,
             ) from exc
-    return LoadedVariant(variant=variant, device=device, functions=functions)
+    return LoadedVariant(variant=variant, device=device, functions=functions, active_clusters=active_clusters)
 
 
 def _load_remedy(error_name: str | None) -> str:
@@ -361,5 +367,7 @@ def _ready_call(
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:
     """Each kernel's grid; () when one of them is empty (nothing to launch)."""
     sm_count = device_info(loaded.device).sm_count
-    grids = tuple(launch_grid(k, problem.scalars, sm_count) for k in loaded.variant.kernels)
+    kernels = loaded.variant.kernels
+    clusters = loaded.active_clusters or (None,) * len(kernels)
+    grids = tuple(launch_grid(k, problem.scalars, sm_count, c) for k, c in zip(kernels, clusters, strict=True))
     return () if any(is_empty(grid) for grid in grids) else grids

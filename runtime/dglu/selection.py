@@ -54,6 +54,7 @@ class VariantRequest:
     scheduler: str | None = None
     deterministic: bool = False
     act_out: bool = False
+    experts: int | None = None  # the call's L; a variant of experts 0 takes any
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
@@ -63,7 +64,12 @@ class VariantRequest:
 
 
 def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
-    return [name for name, value in wanted.items() if getattr(key, name) != value]
+    return [name for name, value in wanted.items() if getattr(key, name) != value and not _any_experts(key, name)]
+
+
+def _any_experts(key: VariantKey, name: str) -> bool:
+    """A variant of experts 0 takes any expert count (its kernels read L at run time)."""
+    return name == "experts" and key.experts == 0
 
 
 def _show(name: str, value: Any) -> str:
@@ -81,6 +87,8 @@ def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | No
     entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
+    if nearest is not None and nearest.key.experts == 0:
+        entry["experts"] = 0  # its family takes any expert count
     return entry
 
 
@@ -96,7 +104,7 @@ def missing_variant_message(
     """
     wanted = request.wanted()
     sources = sources or {}
-    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None]
+    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name != "experts"]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "

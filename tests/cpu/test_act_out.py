@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dglu.contract.keys import FAMILIES, KEY_FIELD_DEFAULTS, variant_name
+from dglu.contract.keys import KEY_FIELD_DEFAULTS, variant_name
+from dglu_build.kernels.registry import families
 from dglu.selection import VariantRequest, build_command, missing_variant_message
 
 from dglu_build.kernels.declaration import Pointer, check_signature
@@ -19,7 +20,7 @@ from test_deterministic_mode import BASE, FAST_NAME, SPEC, _options
 
 def test_the_field_defaults_to_false_and_names_only_act_out_keys() -> None:
     assert KEY_FIELD_DEFAULTS["act_out"] is False
-    assert FAMILIES["sm90_bf16"].allowed["act_out"] == (False, True)
+    assert families()["sm90_bf16"].allowed["act_out"] == (False, True)
     assert variant_name({**BASE, "act_out": False}) == variant_name(BASE) == FAST_NAME
     assert variant_name({**BASE, "act_out": True}) == FAST_NAME + "_aout"
     assert variant_name({**BASE, "deterministic": True, "act_out": True}) == FAST_NAME + "_det_aout"

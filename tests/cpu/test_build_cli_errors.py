@@ -64,7 +64,7 @@ def test_bad_options_are_named_with_what_they_need(tmp_path, args, expected):
         (["add", "--act", "dgeglu", "--ab-dtype", "fp8"], "dglu-build add: field 'ab_dtype': got 'fp8', allowed with arch 'sm_90a': 'bf16'"),
         (["add", "--act", "dswiglu", "--act-param", "geglu_alpha=1"], "unknown parameter 'geglu_alpha' for dswiglu; allowed: none"),
         (["add", "--act", "dgeglu", "--act-param", "geglu_alpha=nan"], "geglu_alpha: got float nan, needs a finite number"),
-        (["compile", SMOKE_SPECS, "--arch", "sm_80"], "--arch sm_80: field 'arch': got 'sm_80', allowed: 'sm_90a'"),
+        (["compile", SMOKE_SPECS, "--arch", "sm_80"], "--arch sm_80: field 'arch': got 'sm_80', allowed: 'sm_100a', 'sm_103a', 'sm_90a'"),
         (["compile", SMOKE_SPECS, "--shard", "3/3"], "--shard 3/3: the specs have 2 variants, so this shard is empty"),
         (["compile", "nope.yaml"], "nope.yaml: cannot read spec file: No such file or directory"),
     ],

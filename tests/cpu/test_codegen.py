@@ -20,7 +20,7 @@ import pytest
 from dglu_build.abi_check import AbiMismatch, check_kernels, check_tma_rules
 from dglu_build.artifact_store import STATE_DIR, STORED_FIELDS, cubin_file_name
 from dglu_build.build import BUILD_FIELDS, COMPILED_FIELDS, BuildError, BuildFailed, build_artifacts
-from dglu_build.build_key import KERNELS_DIR, kernel_sources_hash
+from dglu_build.kernels.registry import families
 from dglu_build.cubin_info import CubinError, read_cubin
 from dglu_build.kernels import compile_variant
 from dglu_build.progress import LineProgress
@@ -74,7 +74,7 @@ def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts
     for variant in manifest["variants"]:
         build, cubin = variant["build"], read_cubin(artifacts.cubin(variant))
         assert f'__version__ = "{build["dglu_version"]}"' in runtime_init
-        assert build["source_hash"] == kernel_sources_hash(KERNELS_DIR)
+        assert build["source_hash"] == families()[variant["family"]].sources_hash()
         assert build["toolchain"] == {
             "cutlass_dsl": importlib.metadata.version("nvidia-cutlass-dsl"),
             "ptxas": cubin.toolkit,
@@ -167,7 +167,8 @@ def test_cubin_reader_agrees_with_cuobjdump(artifacts):
         text = subprocess.run([_cuobjdump(), "-elf", str(path)], check=True, capture_output=True, text=True).stdout
         info = read_cubin(path.read_bytes())
         for symbol, kernel in info.kernels.items():
-            section = text.split(f"\n.nv.info.{symbol}\n", 1)[1].split("\n\n", 1)[0]
+            # the kernel's records: up to the next section's header (a line starting with ".")
+            section = re.split(r"\n(?=\.)", text.split(f"\n.nv.info.{symbol}\n", 1)[1], maxsplit=1)[0]
             params = re.findall(r"Ordinal : (0x[0-9a-f]+)\s+Offset\s+: (0x[0-9a-f]+)\s+Size\s+: (0x[0-9a-f]+)", section)
             assert sorted((int(o, 16), int(off, 16), int(s, 16)) for o, off, s in params) == [
                 (p.ordinal, p.offset, p.size) for p in kernel.params
@@ -175,6 +176,9 @@ def test_cubin_reader_agrees_with_cuobjdump(artifacts):
             reqntid = re.search(r"EIATTR_REQNTID\n\s+Format:\s+\w+\n\s+Value:\s+(\S+) (\S+) (\S+)", section)
             assert tuple(int(v, 16) for v in reqntid.groups()) == kernel.reqntid
             assert f"sm={info.sm}" in text
+        header = re.search(r"ABI=(\d+), sm=\d+a?, toolkit=([\d.]+)", text)  # CUDA 13's cuobjdump names both
+        if header:
+            assert (int(header[1]), header[2]) == (info.abi_version, info.toolkit)
 
 
 def test_cubin_reader_rejects_what_is_not_a_cubin():
@@ -322,7 +326,8 @@ def compile_claiming_a_name(key, symbol_prefix):
 def compile_for_sm100(key, symbol_prefix):
     result = compile_variant(key, symbol_prefix)
     cubin = bytearray(result.cubin)
-    flags_offset = 48  # e_flags of the ELF64 header; its low byte is the SM
+    # e_flags of the ELF64 header: its low byte is the SM in ELF ABI 7, its second from ABI 8
+    flags_offset = 48 + (cubin[8] >= 8)
     cubin[flags_offset] = 100
     return dataclasses.replace(result, cubin=bytes(cubin))
 

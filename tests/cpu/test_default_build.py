@@ -11,6 +11,7 @@ import pytest
 
 from dglu_build.abi_check import check_variant_cubin
 from dglu_build.build import BuildResult, build_artifacts
+from dglu_build.cubin_info import read_cubin
 from dglu.contract.reader import read_manifest
 from dglu_build.progress import LineProgress
 from dglu_build.specs import Variant, load_specs
@@ -18,6 +19,7 @@ from dglu_build.verify import verify_directory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = load_specs(REPO_ROOT / "kernel_specs" / "default.yaml")
+BLACKWELL = ("sm_100a", "sm_103a")
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +65,10 @@ def _roles(variant: Variant) -> list[str]:
     """The kernels a variant launches, in order. BF16: B's descriptors for discrete weights,
     the fused kernel, dprob's finisher in deterministic mode, dbias's finisher with dbias.
     MXFP8: A's and B's decoders, FP8 C's widener, the fused kernel, dbias's finisher, the D
-    quantizer."""
+    quantizer. Blackwell (cuDNN FE's kernel): its helper (per-expert descriptors, the
+    dynamic scheduler's counter), the fused kernel."""
+    if variant.arch in BLACKWELL:
+        return [*(["helper"] if variant.weight_mode == "discrete" or variant.scheduler == "dynamic" else []), "main"]
     if variant.ab_dtype in ("e4m3", "e5m2"):
         return [
             "dequant_a",
@@ -87,5 +92,40 @@ def test_every_default_variant_launches_the_kernels_of_its_key(default_build):
         variant = by_name[entry["name"]]
         assert [kernel["role"] for kernel in entry["kernels"]] == _roles(variant), entry["name"]
         (main,) = [kernel for kernel in entry["kernels"] if kernel["role"] == "main"]
-        assert main["grid"] == {"rule": "persistent_tiles", "tile_m": variant.tile_m, "tile_n": variant.tile_n}
+        if variant.arch in BLACKWELL:  # persistent clusters on z, as many as fit (dglu.occupancy)
+            assert main["grid"] == {"rule": "active_clusters"}
+        else:
+            assert main["grid"] == {"rule": "persistent_tiles", "tile_m": variant.tile_m, "tile_n": variant.tile_n}
         assert main["cluster"][:2] == [variant.cluster_m, variant.cluster_n]
+
+
+def test_the_default_set_serves_blackwell_with_the_common_expert_counts():
+    blackwell = [variant for variant in DEFAULT if variant.arch in BLACKWELL]
+    assert {variant.arch for variant in blackwell} == set(BLACKWELL)
+    assert {variant.experts for variant in blackwell} >= {1, 8, 16, 32, 64, 128, 256}
+    for arch in BLACKWELL:
+        for experts in (1, 8, 16, 32, 64, 128, 256):
+            shapes = {(v.tile_m, v.tile_n, v.cluster_m) for v in blackwell if v.arch == arch and v.experts == experts}
+            assert {(256, 256, 2), (128, 128, 1)} <= shapes
+
+
+def test_blackwell_cubins_are_abi_8_use_no_local_memory_and_fit_shared_memory(default_build):
+    """Each sm_100a/sm_103a cubin: ELF ABI 8 of its architecture, the kernel symbols of its
+    entry, no stack frame (local memory), static plus dynamic shared memory within what the
+    DSL says an sm_100 block may use."""
+    from cutlass.memory import get_smem_capacity_in_bytes
+
+    capacity = get_smem_capacity_in_bytes("sm_100")
+    checked = 0
+    for entry in default_build.entries():
+        if entry["key"]["arch"] not in BLACKWELL:
+            continue
+        info = read_cubin((default_build.result.directory / entry["cubin"]).read_bytes())
+        assert (info.abi_version, f"sm_{info.sm}a") == (8, entry["key"]["arch"]), entry["name"]
+        assert sorted(info.kernels) == sorted(kernel["symbol"] for kernel in entry["kernels"])
+        for kernel in entry["kernels"]:
+            found = info.kernels[kernel["symbol"]]
+            assert found.frame_bytes == 0, (entry["name"], kernel["role"])
+            assert found.static_smem_bytes + kernel["dynamic_smem_bytes"] <= capacity, (entry["name"], kernel["role"])
+        checked += 1
+    assert checked == sum(variant.arch in BLACKWELL for variant in DEFAULT)

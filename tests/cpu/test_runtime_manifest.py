@@ -248,8 +248,8 @@ BROKEN = {
         ["field 'workspaces' reuses tensor names ['c']"],
     ),
     "unknown param kind": (
-        lambda m: _main_param(m, "m").update(kind="i64"),
-        ["kernels[0], params[10]", "field 'kind' is 'i64'", "'tensormap'"],
+        lambda m: _main_param(m, "m").update(kind="u64"),
+        ["kernels[0], params[10]", "field 'kind' is 'u64'", "'tensormap'"],
     ),
     "tensormap without a TMA rule": (
         lambda m: _main_param(m, "tma_a").update(tensor="c"),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dglu.contract.keys import ACT_PARAM_DEFAULTS, FAMILIES, JOINT_FIELDS, KEY_FIELDS
+from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS, KEY_FIELDS
+from dglu_build.kernels.registry import families
 
 from dglu_build.specs import SpecError, load_specs, parse_specs
 
@@ -29,7 +30,9 @@ defaults:
   scheduler: static
 """
 DEFAULTS_LINES = DEFAULTS.count("\n")
-ALLOWED = FAMILIES["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
+ALLOWED = families()["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
+# every family's architectures, as an error lists them
+ALL_ARCHS = ", ".join(repr(a) for a in dict.fromkeys(a for f in families().values() for a in f.allowed["arch"]))
 # Supported tile widths for the default tile_m of 128, and a tile other than the default.
 TILE_NS = [n for m, n in ALLOWED["tile_mn"] if m == 128]
 OTHER_TILE = next(tile for tile in ALLOWED["tile_mn"] if tuple(tile) != (128, 128))
@@ -68,8 +71,8 @@ def test_default_spec_covers_the_contracts_c_and_d_dtypes_for_dswiglu_and_dgeglu
     seeds = {(v.act_func, v.c_dtype, v.d_dtype, v.dbias) for v in variants if v.key["act_params"] == ACT_PARAM_DEFAULTS[v.act_func]}
     wanted = {(act, c, d, dbias) for act in ("dswiglu", "dgeglu") for c in dtypes for d in dtypes for dbias in (True, False)}
     assert wanted <= seeds
-    for variant in variants:  # the BF16 family's (MXFP8 D is FP8; see default.yaml's comments)
-        if variant.ab_dtype == "bf16" and "fp32" in (variant.c_dtype, variant.d_dtype):
+    for variant in variants:  # the Hopper BF16 family's (MXFP8 D is FP8; see default.yaml's comments)
+        if variant.arch == "sm_90a" and variant.ab_dtype == "bf16" and "fp32" in (variant.c_dtype, variant.d_dtype):
             assert (variant.tile_m, variant.tile_n) == (128, 64), variant.name  # see default.yaml's comment
 
 
@@ -226,7 +229,7 @@ def _allowed(table_key: str) -> str:
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ("{act_func: dswiglu, dbias: true, arch: sm_80}", f"field 'arch': got 'sm_80', allowed: {_allowed('arch')}"),
+        ("{act_func: dswiglu, dbias: true, arch: sm_80}", f"field 'arch': got 'sm_80', allowed: {ALL_ARCHS}"),
         ("{act_func: relu, dbias: true}", f"field 'act_func': got 'relu', allowed: {_allowed('act_func')}"),
         ("{act_func: on, dbias: true}", f"field 'act_func': got 'on', allowed: {_allowed('act_func')}"),
         ("{act_func: [dswiglu, relu], dbias: true}", "field 'act_func': got 'relu', allowed:"),

@@ -19,13 +19,16 @@ POINTER_BYTES = 8
 TENSORMAP_BYTES = 128  # a CUtensorMap
 TENSORMAP_ALIGN = 64
 I32_BYTES = 4
+I64_BYTES = 8
 
 
 class TmaTensor(NamedTuple):
     """A TMA atom and the tensor it partitions: a CUtensorMap, then the tensor's
-    int32 extents (its dynamic shape), named ``tma_<tensor>`` and ``<tensor>_extents``."""
+    int32 extents (its dynamic shape), named ``tma_<tensor>`` and ``<tensor>_extents``;
+    ``extents`` (EXPRESSIONs) where they are not the tensor's leading ones."""
 
     tensor: str
+    extents: tuple[str | int, ...] | None = None
 
 
 class TmaAtom(NamedTuple):
@@ -47,7 +50,39 @@ class Int32(NamedTuple):
     scalar: str
 
 
-Param = TmaTensor | TmaAtom | Pointer | Int32
+class Int64(NamedTuple):
+    """One int64 scalar of the problem."""
+
+    scalar: str
+
+
+class Zeros(NamedTuple):
+    """Bytes a kernel takes that every launch leaves zero (a TiledMma's state, the unused
+    scalars of a helper)."""
+
+    name: str
+    size: int
+    align: int
+
+
+class PointerExtents(NamedTuple):
+    """A pointer and int32 values (EXPRESSIONs: a tensor's dynamic extents and strides) in
+    one struct of ``size`` bytes, pointer-aligned, the rest zero."""
+
+    tensor: str
+    values: tuple[str | int, ...]
+    size: int = 16
+
+
+class Float32Constant(NamedTuple):
+    """An fp32 parameter whose value the variant fixes (a compiled-in activation constant
+    the kernel takes at run time)."""
+
+    name: str
+    value: float
+
+
+Param = TmaTensor | TmaAtom | Pointer | Int32 | Int64 | Zeros | PointerExtents | Float32Constant
 
 # signature annotations, by name, that each kind of parameter takes in a @cute.kernel
 _ANNOTATIONS = {
@@ -67,6 +102,7 @@ class KernelDeclaration:
     block: int  # threads per block (x)
     grid: Mapping[str, Any]  # the manifest's grid rule
     cluster_m: int = 1
+    cluster_n: int = 1
 
 
 def _name(param: Param) -> str:
@@ -120,7 +156,7 @@ def manifest_params(params: Sequence[Param], extents: Callable[[str], list[str]]
                  "align": TENSORMAP_ALIGN, "tensor": param.tensor}
             )
         if isinstance(param, TmaTensor):
-            values = extents(param.tensor)
+            values = list(param.extents) if param.extents is not None else extents(param.tensor)
             entries.append(
                 {"name": f"{param.tensor}_extents", "kind": "i32_tuple", "size": I32_BYTES * len(values),
                  "align": I32_BYTES, "values": values}
@@ -132,6 +168,17 @@ def manifest_params(params: Sequence[Param], extents: Callable[[str], list[str]]
         elif isinstance(param, Int32):
             entries.append({"name": param.scalar, "kind": "i32", "size": I32_BYTES, "align": I32_BYTES,
                             "value": param.scalar})
+        elif isinstance(param, Int64):
+            entries.append({"name": param.scalar, "kind": "i64", "size": I64_BYTES, "align": I64_BYTES,
+                            "value": param.scalar})
+        elif isinstance(param, Zeros):
+            entries.append({"name": param.name, "kind": "zeros", "size": param.size, "align": param.align})
+        elif isinstance(param, PointerExtents):
+            entries.append({"name": param.tensor, "kind": "pointer_i32s", "size": param.size, "align": POINTER_BYTES,
+                            "tensor": param.tensor, "values": list(param.values)})
+        elif isinstance(param, Float32Constant):
+            entries.append({"name": param.name, "kind": "f32_const", "size": I32_BYTES, "align": I32_BYTES,
+                            "value": param.value})
     return entries
 
 
@@ -147,13 +194,14 @@ def manifest_kernel(
     kernel: KernelDeclaration, symbol: str, dynamic_smem_bytes: int, extents: Callable[[str], list[str]]
 ) -> dict:
     """The manifest's KERNEL entry of a declared kernel, given what the compile found."""
+    cluster = [kernel.cluster_m, kernel.cluster_n, 1]
     return {
         "role": kernel.role,
         "symbol": symbol,
         "block": [kernel.block, 1, 1],
-        "cluster": [kernel.cluster_m, 1, 1],
+        "cluster": cluster,
         "dynamic_smem_bytes": dynamic_smem_bytes,
-        "attributes": {"cluster_dimension": [kernel.cluster_m, 1, 1]} if kernel.cluster_m > 1 else {},
+        "attributes": {"cluster_dimension": cluster} if kernel.cluster_m * kernel.cluster_n > 1 else {},
         "grid": dict(kernel.grid),
         "params": manifest_params(kernel.params, extents),
     }

@@ -1,13 +1,13 @@
-"""Variant keys: the fields that identify a kernel variant, per kernel family.
+"""Variant keys: the fields that identify a kernel variant.
 
-A variant key has the fields of ``KEY_FIELDS`` (docs/manifest.md, VARIANT "key"). Each
-kernel family (an architecture and operand path) allows a set of values per field, in
-``FAMILIES``; a spec entry or a call's request names a family through its ``arch`` and
-``ab_dtype``. Activation constants and their defaults (the seed's) are in
-``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
+A variant key has the fields of ``KEY_FIELDS`` (docs/manifest.md, VARIANT "key"). The
+values each kernel family allows are the family's own (the build side's plugins,
+dglu_build.kernels.registry); the runtime selects from manifest data alone. Activation
+constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
 ``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
-prob * GLU(X), X = beta * C) ``_aout``; their defaults (False) add nothing.
+prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert count ``_e<n>``; their
+defaults (False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .element_types import FLOAT_TYPES, FP8_TYPES
 
 REQUIRED = object()  # a KeyField.default: the field has none (a key must give it)
 
@@ -75,6 +74,10 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("act_out", bool, "Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs)", "--act-out",
              "flag", "act_out or activation_tensor", "act_out or sample_activation", False, False,
              negated="--no-act-out"),
+    # 0: the kernels take any expert count L at run time (Hopper); n > 0: compiled for L = n
+    # (Blackwell, cuDNN FE's kernel), the variant's name ending in _e<n>
+    KeyField("experts", int, "Expert count compiled in: the Blackwell kernels take one L each; 0: any (Hopper)",
+             "--experts", "value", "padded_offsets", "sample_padded_offsets", 0, 0),
 )
 KEY_FIELD_TABLE: dict[str, KeyField] = {field.name: field for field in KEY_TABLE}
 
@@ -91,7 +94,8 @@ def build_command(entry: Mapping[str, Any]) -> str:
     for field in KEY_TABLE:
         value = entry.get(field.name, field.default)
         if field.style == "value":
-            parts.append(f"{field.option} {value}")
+            if not (field.has_default and value == field.default):  # e.g. experts 0: any
+                parts.append(f"{field.option} {value}")
         elif field.style == "params":
             parts += [f"{field.option} {name}={number}" for name, number in dict(value).items()]
         elif field.style == "switch":
@@ -122,76 +126,12 @@ ARCH_OF_CAPABILITY: dict[tuple[int, int], str] = {
 }
 
 
-class Family(NamedTuple):
-    """A kernel family: its name, and the values it allows per key field.
-
-    ``allowed`` maps a field, or a joint name of ``JOINT_FIELDS``, to its allowed values
-    (tuples for joint fields); fields absent from it (act_params) are checked elsewhere.
-    """
-
-    name: str
-    allowed: Mapping[str, tuple[Any, ...]]
-
-    def matches(self, arch: str, ab_dtype: str) -> bool:
-        """True when a key of this architecture and operand dtype belongs to the family."""
-        return arch in self.allowed["arch"] and ab_dtype in self.allowed["ab_dtype"]
-
-
-# Names of the SUPPORTED entries that constrain several key fields jointly.
+# Names of a family's allowed-value entries that constrain several key fields jointly
+# (dglu_build.kernels.family.KernelFamily.allowed).
 JOINT_FIELDS: dict[str, tuple[str, ...]] = {
     "tile_mn": ("tile_m", "tile_n"),
     "cluster_mn": ("cluster_m", "cluster_n"),
 }
-
-FLOAT_DTYPES, FP8_DTYPES = FLOAT_TYPES, FP8_TYPES  # the element-type table's groups
-
-FAMILIES: dict[str, Family] = {
-    family.name: family
-    for family in (
-        Family(
-            "sm90_bf16",
-            {
-                "arch": ("sm_90a",),
-                "ab_dtype": ("bf16",),
-                "c_dtype": FLOAT_DTYPES,
-                "d_dtype": FLOAT_DTYPES,
-                "act_func": tuple(ACT_PARAM_DEFAULTS),
-                "dbias": (True, False),
-                "weight_mode": ("dense", "discrete"),
-                "b_major": ("k", "n"),
-                "tile_mn": ((128, 128), (128, 64)),
-                "cluster_mn": ((1, 1), (2, 1)),
-                "scheduler": ("static", "dynamic"),
-                "deterministic": (False, True),
-                "act_out": (False, True),
-            },
-        ),
-        # MXFP8 (FP8 A/B with E8M0 scales per 32 of K) on Hopper: FP8 D with SFD_row/SFD_col
-        Family(
-            "sm90_mxfp8",
-            {
-                "arch": ("sm_90a",),
-                "ab_dtype": FP8_DTYPES,
-                "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
-                "d_dtype": FP8_DTYPES,
-                "act_func": tuple(ACT_PARAM_DEFAULTS),
-                "dbias": (True, False),
-                "weight_mode": ("dense", "discrete"),
-                "b_major": ("k", "n"),
-                "tile_mn": ((128, 128), (128, 64)),
-                "cluster_mn": ((1, 1),),
-                "scheduler": ("static", "dynamic"),
-                "deterministic": (False,),
-                "act_out": (False,),
-            },
-        ),
-    )
-}
-
-
-def family_of(arch: str, ab_dtype: str) -> Family | None:
-    """The family that builds keys of this architecture and operand dtype, if any."""
-    return next((f for f in FAMILIES.values() if f.matches(arch, ab_dtype)), None)
 
 
 def variant_name(key: Mapping[str, Any]) -> str:
@@ -217,4 +157,6 @@ def variant_name(key: Mapping[str, Any]) -> str:
         parts.append("det")
     if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):
         parts.append("aout")
+    if key.get("experts", KEY_FIELD_DEFAULTS["experts"]):
+        parts.append(f"e{key['experts']}")
     return "_".join(parts)

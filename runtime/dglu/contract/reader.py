@@ -22,6 +22,8 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from .element_types import ELEMENT_TYPES
+
+POINTER_BYTES = 8
 from .errors import ManifestError
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
 from .index import INDEX_FILE, REWRITE_HINT, Index, read_index, record_span
@@ -328,6 +330,8 @@ def _read_grid(entry: _Entry, scalars: frozenset[str]) -> GridSpec:
     entry.only(("rule", *GRID_RULES[rule]))
     if rule == "elementwise":
         return GridSpec(rule, count=entry.expr("count", entry.data["count"], scalars))
+    if rule == "active_clusters":
+        return GridSpec(rule)
     return GridSpec(rule, tile_m=entry.positive("tile_m"), tile_n=entry.positive("tile_n"))
 
 
@@ -335,8 +339,7 @@ def _read_param(
     entry: _Entry, scalars: frozenset[str], tensors: frozenset[str], tma: frozenset[str]
 ) -> ParamSpec:
     kind = entry.choice("kind", PARAM_SOURCES)
-    source = PARAM_SOURCES[kind]
-    entry.only(("name", "kind", "size", "align", source), ("optional",) if kind == "pointer" else ())
+    entry.only(("name", "kind", "size", "align", *PARAM_SOURCES[kind]), ("optional",) if kind == "pointer" else ())
     spec: dict[str, Any] = {
         "name": entry.take("name", str),
         "kind": kind,
@@ -350,7 +353,14 @@ def _read_param(
         spec["tensor"] = entry.choice("tensor", tma)
     elif kind == "i32_tuple":
         spec["values"] = entry.exprs("values", scalars)
-    else:
+    elif kind == "pointer_i32s":
+        spec["tensor"] = entry.choice("tensor", tensors)
+        spec["values"] = entry.exprs("values", scalars)
+        if spec["size"] < POINTER_BYTES + 4 * len(spec["values"]):
+            raise entry.fail("size", f"{spec['size']} cannot hold a pointer and {len(spec['values'])} int32 values")
+    elif kind == "f32_const":
+        spec["constant"] = float(entry.take("value", float))
+    elif kind != "zeros":
         spec["values"] = (entry.expr("value", entry.data["value"], scalars),)
     return ParamSpec(**spec)
 

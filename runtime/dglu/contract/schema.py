@@ -23,14 +23,21 @@ REBUILD_HINT = (
 BASE_SCALARS = ("m", "n", "k", "l")
 IO_KINDS = ("in", "out", "accumulate")
 ZERO_KINDS = ("each_call", "by_consumer", "never")
-GRID_RULES = {"persistent_tiles": ("tile_m", "tile_n"), "elementwise": ("count",)}
+# rule -> its fields; "active_clusters": (cluster[0], cluster[1], the clusters that fit on
+# the device at once, found at load time with cuOccupancyMaxActiveClusters)
+GRID_RULES = {"persistent_tiles": ("tile_m", "tile_n"), "elementwise": ("count",), "active_clusters": ()}
 LAUNCH_ATTRIBUTES = ("cluster_dimension",)
-PARAM_SOURCES = {
-    "tensormap": "tensor",
-    "pointer": "tensor",
-    "i32_tuple": "values",
-    "i32": "value",
-    "f32": "value",
+# param kind -> the fields that say what it holds (besides name, kind, size, align)
+PARAM_SOURCES: dict[str, tuple[str, ...]] = {
+    "tensormap": ("tensor",),
+    "pointer": ("tensor",),
+    "i32_tuple": ("values",),
+    "i32": ("value",),
+    "i64": ("value",),
+    "f32": ("value",),
+    "f32_const": ("value",),  # a number the variant fixes
+    "zeros": (),  # size bytes of zeros (e.g. a TiledMma's state)
+    "pointer_i32s": ("tensor", "values"),  # a pointer, then int32 values, zero-padded to size
 }
 TMA_ENUMS: dict[str, tuple[str, ...]] = {
     "swizzle": ("none", "32B", "64B", "128B"),
@@ -132,6 +139,7 @@ class ParamSpec(NamedTuple):
     tensor: str | None = None
     values: tuple[Expr, ...] = ()
     optional: bool = False  # pointer only: NULL when the variant lists no such tensor
+    constant: float = 0.0  # f32_const only
 
 
 class KernelSpec(NamedTuple):

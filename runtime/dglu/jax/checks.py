@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..call import WRAPPER_SOURCES, select_installed
+from ..call import WRAPPER_SOURCES, expert_count, select_installed
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
 from ..options import check_flags, check_m_aligned, check_options, output_dtype_name
@@ -77,14 +77,16 @@ def describe_call(
         raise ValueError(f"{name}: dtype {spec.dtype} is not accepted; expected one of {C_DTYPES}")
     if config.discrete:
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
-    variant = _select(config, types, arch, arch_source)
+    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape))
     check_m_aligned(config.options, variant)
     check_flags(config.options, variant)
     problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
     return DescribedCall(variant, problem)
 
 
-def _select(config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str) -> Variant:
+def _select(
+    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None
+) -> Variant:
     return select_installed(
         config.options,
         arch,
@@ -92,4 +94,5 @@ def _select(config: CallConfig, types: Mapping[str, str], arch: str | None, arch
         config.dbias,
         config.weight_mode,
         {**WRAPPER_SOURCES, "arch": arch_source},
+        experts,
     )

@@ -1,25 +1,61 @@
 """The sm90 BF16 kernel family: Hopper (sm_90a), BF16 A and B, fp32 accumulation.
 
-``check`` needs no CuTe DSL; ``compile_variant`` imports it (compile.py).
+``FAMILY`` (found by dglu_build.kernels.registry) checks and declares without CuTe DSL;
+its ``compile`` imports it (compile.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from dglu.contract.element_types import FLOAT_TYPES as FLOAT_DTYPES
+from dglu.contract.keys import ACT_PARAM_DEFAULTS
+
+from ..family import KERNELS_DIR, KernelFamily, package_sources
+from . import interface
 from .config import Config
 
 NAME = "sm90_bf16"
 
 
-def check(key: Mapping[str, Any]) -> None:
-    """Raise ValueError if the family's kernels cannot build this key."""
-    Config.from_key(key)
+class Sm90Bf16Family(KernelFamily):
+    """Hopper, BF16 operands; every key field but deterministic/act_out shared with sm90_mxfp8."""
+
+    name = NAME
+    architectures = ("sm_90a",)
+    allowed = {
+        "arch": architectures,
+        "ab_dtype": ("bf16",),
+        "c_dtype": FLOAT_DTYPES,
+        "d_dtype": FLOAT_DTYPES,
+        "act_func": tuple(ACT_PARAM_DEFAULTS),
+        "dbias": (True, False),
+        "weight_mode": ("dense", "discrete"),
+        "b_major": ("k", "n"),
+        "tile_mn": ((128, 128), (128, 64)),
+        "cluster_mn": ((1, 1), (2, 1)),
+        "scheduler": ("static", "dynamic"),
+        "deterministic": (False, True),
+        "act_out": (False, True),
+        "experts": (0,),  # any expert count, at run time
+    }
+    source_dirs: tuple[Path, ...] = (Path(__file__).parent, KERNELS_DIR / "blocks")
+
+    def check(self, key: Mapping[str, Any]) -> None:
+        Config.from_key(key)
+
+    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
+        return interface.entry(Config.from_key(key))
+
+    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
+        from .compile import compile_variant
+
+        return compile_variant(key, symbol_prefix)
+
+    def sources(self) -> dict[str, str]:
+        return package_sources(*self.source_dirs)
 
 
-def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
-    """The variant's cubin and its manifest fields (see compile.py)."""
-    from .compile import compile_variant as compile_with_dsl
-
-    return compile_with_dsl(key, symbol_prefix)
+FAMILY = Sm90Bf16Family()

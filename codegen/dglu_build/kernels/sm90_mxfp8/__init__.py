@@ -1,26 +1,63 @@
 """The sm90 MXFP8 kernel family: Hopper (sm_90a), FP8 A and B with E8M0 scales per 32 of K
 (the seed's block-scaled contract), FP8 D_row and D_col with their scale factors.
 
-``check`` needs no CuTe DSL; ``compile_variant`` imports it (compile.py).
+``FAMILY`` (found by dglu_build.kernels.registry) checks and declares without CuTe DSL;
+its ``compile`` imports it (compile.py). It builds on sm90_bf16's kernel, whose sources
+are its sources too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
+from dglu.contract.keys import ACT_PARAM_DEFAULTS
+
+from ..family import KernelFamily, package_sources
+from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
+from . import interface
 from .config import Config
 
 NAME = "sm90_mxfp8"
 
 
-def check(key: Mapping[str, Any]) -> None:
-    """Raise ValueError if the family's kernels cannot build this key."""
-    Config.from_key(key)
+class Sm90Mxfp8Family(KernelFamily):
+    """Hopper, FP8 operands with E8M0 block scales; FP8 D with SFD_row/SFD_col."""
+
+    name = NAME
+    architectures = ("sm_90a",)
+    allowed = {
+        "arch": architectures,
+        "ab_dtype": FP8_DTYPES,
+        "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
+        "d_dtype": FP8_DTYPES,
+        "act_func": tuple(ACT_PARAM_DEFAULTS),
+        "dbias": (True, False),
+        "weight_mode": ("dense", "discrete"),
+        "b_major": ("k", "n"),
+        "tile_mn": ((128, 128), (128, 64)),
+        "cluster_mn": ((1, 1),),
+        "scheduler": ("static", "dynamic"),
+        "deterministic": (False,),
+        "act_out": (False,),
+        "experts": (0,),  # any expert count, at run time
+    }
+
+    def check(self, key: Mapping[str, Any]) -> None:
+        Config.from_key(key)
+
+    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
+        return interface.entry(Config.from_key(key))
+
+    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
+        from .compile import compile_variant
+
+        return compile_variant(key, symbol_prefix)
+
+    def sources(self) -> dict[str, str]:
+        return package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs)
 
 
-def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
-    """The variant's cubin and its manifest fields (see compile.py)."""
-    from .compile import compile_variant as compile_with_dsl
-
-    return compile_with_dsl(key, symbol_prefix)
+FAMILY = Sm90Mxfp8Family()

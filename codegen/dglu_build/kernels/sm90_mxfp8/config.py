@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dglu.contract.keys import FP8_DTYPES
+from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 
 from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config, OperandConfig, operand_fields
 

@@ -1,0 +1,194 @@
+"""What the sm100 BF16 family declares for the manifest, once, in pure Python.
+
+The kernels are cuDNN FE's: their parameters are what the DSL makes of
+``MoEGroupedGemmDgluDbiasBf16Kernel.__call__``'s arguments with M, N and K symbolic and
+the expert count compiled in (docs/manifest.md, "sm100_bf16"); the compile tier checks
+every declared parameter against the cubin's KPARAM_INFO. The op's arguments, limits and
+checks are those cuDNN FE's BF16 path applies (``GroupedGemmDgluBf16API.check_support``):
+M % 256, N % 32, 16-byte aligned addresses and rows, L <= 1024, bf16 A/B and dbias,
+C and D in bf16, fp16 or fp32.
+"""
+
+from __future__ import annotations
+
+from ..declaration import (
+    Float32Constant,
+    Int32,
+    Int64,
+    KernelDeclaration,
+    Pointer,
+    PointerExtents,
+    TmaTensor,
+    Zeros,
+)
+from .config import (
+    EPILOGUE_TILE,
+    HELPER_THREADS,
+    M_ALIGNED,
+    THREADS_PER_CTA,
+    TILE_K,
+    DTYPE_BITS,
+    Config,
+)
+
+ALIGN_BYTES = 16  # cuDNN FE requires every data pointer 16-byte aligned
+SCALARS = {"n2": "2*n"}
+SWIZZLES = {64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
+SWIZZLE_ELEMENTS = 64  # bf16 elements in one 128-byte swizzle row
+
+
+def _argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, rank_drop: bool = False) -> dict:
+    rule = {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io, "align": align}
+    return {**rule, "rank_drop": True} if rank_drop else rule
+
+
+def _b_strides(config: Config) -> list:
+    """B's (N, K, L) strides: K contiguous, or N contiguous (b_major "n")."""
+    return [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
+
+
+def arguments(config: Config) -> dict[str, dict]:
+    """The op's tensor arguments this variant takes, in the order they are checked."""
+    per_expert = _argument(["l"], [1], "fp32", "in")
+    if config.discrete_weights:
+        b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
+    else:
+        b = {"b": _argument(["n", "k", "l"], _b_strides(config), "bf16", "in")}
+    return {
+        "a": _argument(["m", "k", 1], ["k", 1, "m*k"], "bf16", "in", rank_drop=True),
+        **b,
+        "c": _argument(["m", "n2", 1], ["n2", 1, "m*n2"], config.c_dtype, "in", rank_drop=True),
+        "d_row": _argument(["m", "n2", 1], ["n2", 1, "m*n2"], config.d_dtype, "out", rank_drop=True),
+        "padded_offsets": _argument(["l"], [1], "i32", "in"),
+        "alpha": per_expert,
+        "beta": per_expert,
+        "prob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
+        "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
+        # the kernel adds its bf16 partial sums with atomics: the wrapper's dbias starts at zero
+        **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate")} if config.dbias else {}),
+    }
+
+
+def limits(config: Config) -> dict[str, dict]:
+    """cuDNN FE's shape checks, and the expert count compiled in."""
+    k_multiple = ALIGN_BYTES * 8 // DTYPE_BITS["bf16"]
+    return {
+        "m": {"multiple_of": M_ALIGNED, "why": f"the kernel's expert row ranges are padded to {M_ALIGNED}"},
+        "n": {"min": 32, "multiple_of": 32, "why": "gate/input columns come in blocks of 32"},
+        "k": {"min": k_multiple, "multiple_of": k_multiple, "why": f"rows of A and B span a multiple of {ALIGN_BYTES} bytes"},
+        "l": {"min": config.experts, "max": config.experts,
+              "why": f"this variant's kernel is compiled for {config.experts} experts (build others with --experts)"},
+    }
+
+
+def views(config: Config) -> dict[str, dict]:
+    """Discrete weights: the template of one expert's (N, K) matrix (the main kernel's B
+    descriptor; the helper writes each expert's own into the workspace)."""
+    if not config.discrete_weights:
+        return {}
+    strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
+    return {"b_expert": {"of": "b_ptrs", "dtype": "bf16", "shape": ["n", "k", 1], "strides": strides,
+                         "address_align_down": ALIGN_BYTES}}
+
+
+def workspaces(config: Config) -> dict[str, dict]:
+    """The kernel's scratch: per-expert B descriptors and/or the dynamic tile counter,
+    written by the helper kernel before the main one reads them (never zeroed by dglu)."""
+    return {"workspace": {"dtype": "i64", "count": config.workspace_bytes // 8, "align": 128, "zero": "never"}}
+
+
+def b_tensor(config: Config) -> str:
+    """The tensor the main kernel's B descriptor describes."""
+    return "b_expert" if config.discrete_weights else "b"
+
+
+def main_kernel(config: Config) -> KernelDeclaration:
+    """cuDNN FE's main kernel: the 19 parameters (20 with dbias) of its launch."""
+    b_extents = ("n", "k", 1) if config.discrete_weights else ("n", "k")
+    mma_align = config.mma_state_bytes // 2
+    return KernelDeclaration(
+        role="main",
+        params=(
+            Zeros("mma_state", config.mma_state_bytes, mma_align),
+            TmaTensor("a", ("m", "k")),
+            TmaTensor(b_tensor(config), b_extents),
+            TmaTensor("c", ("m", "n2")),
+            TmaTensor("d_row", ("m", "n2")),
+            Pointer("padded_offsets"),
+            Pointer("alpha"),
+            Pointer("beta"),
+            PointerExtents("prob", ("m",)),
+            PointerExtents("dprob", ("m",)),
+            Float32Constant("linear_offset", config.linear_offset),
+            *([PointerExtents("dbias", ("l", "n2"))] if config.dbias else []),
+            Pointer("workspace"),
+            Int32("l"),
+            Int32("n"),
+            Int32("k"),
+        ),
+        block=THREADS_PER_CTA,
+        grid={"rule": "active_clusters"},
+        cluster_m=config.cluster_m,
+        cluster_n=config.cluster_n,
+    )
+
+
+def helper_kernel(config: Config) -> KernelDeclaration:
+    """cuDNN FE's helper: one block per expert writes its B descriptor (discrete), block 0
+    resets the tile counter (dynamic); dense weights leave its B arguments zero."""
+    if config.discrete_weights:
+        weights = (Pointer("b_ptrs"), Int32("n"), Int32("k"), Int64("n" if config.b_n_major else "k"))
+        count: str | int = "l"
+    else:
+        weights = (Zeros("b_ptrs", 8, 8), Zeros("n", 4, 4), Zeros("k", 4, 4), Zeros("b_stride", 8, 8))
+        count = 1
+    return KernelDeclaration(
+        role="helper",
+        params=(*weights, Pointer("workspace"), Zeros("mma_state", config.mma_state_bytes, config.mma_state_bytes // 2)),
+        block=HELPER_THREADS,
+        grid={"rule": "elementwise", "count": count},
+    )
+
+
+def kernels(config: Config) -> list[KernelDeclaration]:
+    """The variant's kernels in launch order."""
+    return [*([helper_kernel(config)] if config.has_helper else []), main_kernel(config)]
+
+
+def tma_rules(config: Config) -> dict[str, dict]:
+    """TMA descriptors, innermost first: A (K, M) and B (K, N, L) in 64-wide K boxes with
+    128-byte swizzle (each CTA of a pair loads half of B's N); C and D (2N, M) in epilogue
+    tiles of 32 columns by 128 rows, swizzled by the bytes of one row."""
+    common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+    ab = {**common, "dtype": "bf16", "swizzle": "128B"}
+    rows, cols = EPILOGUE_TILE
+    if config.b_n_major:
+        # N innermost: a 128-byte swizzle row holds 64 of N; the tile takes b_box_n/64 boxes
+        b_rule = {**ab, "dims": [0, 1, 2], "box": [SWIZZLE_ELEMENTS, TILE_K, 1]}
+    else:
+        b_rule = {**ab, "dims": [1, 0, 2], "box": [TILE_K, config.b_box_n, 1]}
+    b = {b_tensor(config): b_rule}
+
+    def epilogue(dtype: str) -> dict:
+        return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
+                "swizzle": SWIZZLES[cols * DTYPE_BITS[dtype] // 8]}
+
+    return {
+        "a": {**ab, "dims": [1, 0], "box": [TILE_K, config.cta_tile_m]},
+        **b,
+        "c": epilogue(config.c_dtype),
+        "d_row": epilogue(config.d_dtype),
+    }
+
+
+def entry(config: Config) -> dict:
+    """The manifest fields of a variant that need no compile (kernels come from the compile)."""
+    return {
+        "m_aligned": M_ALIGNED,
+        "arguments": arguments(config),
+        "scalars": dict(SCALARS),
+        "limits": limits(config),
+        "views": views(config),
+        "workspaces": workspaces(config),
+        "tma": tma_rules(config),
+    }
