@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 
 import dglu  # noqa: E402
 import torch  # noqa: E402
+from dglu.contract.keys import ARCH_OF_CAPABILITY  # noqa: E402
 from configs import SHIPPED, Config, key_fields  # noqa: E402
 from harness import Case, case_inputs, class_op, execute, run_case, run_wrapper  # noqa: E402
 from inputs import Shape, initial_dprob  # noqa: E402
@@ -50,9 +51,11 @@ COVERED_FIELDS = (
 
 
 def installed_variants() -> list[dict]:
-    """The installed wheel's variants, as manifest.json lists them (name, key, ...)."""
+    """The installed wheel's variants of this device's architecture, as manifest.json lists
+    them (name, key, ...): a call runs only the cubins of the device it runs on."""
+    arch = ARCH_OF_CAPABILITY[torch.cuda.get_device_capability()]
     path = Path(dglu.__file__).parent / "_cubins" / "manifest.json"
-    return json.loads(path.read_text())["variants"]
+    return [v for v in json.loads(path.read_text())["variants"] if v["key"]["arch"] == arch]
 
 
 def features(key: dict) -> set[tuple[str, object]]:

@@ -86,9 +86,12 @@ class CubinInfo:
     @property
     def min_driver(self) -> int:
         """The oldest CUDA driver that loads the cubin, as cuDriverGetVersion counts it
-        (1000 * major + 10 * minor): that of the toolkit it was built with, e.g. 12.9 -> 12090."""
-        major, minor = (int(part) for part in self.toolkit.split("."))
-        return 1000 * major + 10 * minor
+        (1000 * major + 10 * minor): the first of its toolkit's major version, e.g. 13.4 ->
+        13000. CUDA's minor version compatibility: a driver loads the machine code (no PTX)
+        that any toolkit of its own major version built (seen on the H200: a 13.0 driver runs
+        ptxas 13.4's sm_90a cubins)."""
+        major = int(self.toolkit.split(".")[0])
+        return 1000 * major
 
 
 def read_cubin(data: bytes) -> CubinInfo:

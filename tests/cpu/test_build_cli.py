@@ -246,10 +246,10 @@ def test_verify_checks_min_driver_against_the_cubins_toolkit(smoke_dir, tmp_path
     directory = copy_of(smoke_dir, tmp_path)
     entry = json.loads((directory / "manifest.json").read_text())["variants"][0]
     toolkit = read_cubin((directory / entry["cubin"]).read_bytes()).toolkit  # the ptxas of this build
-    major, minor = map(int, toolkit.split("."))
+    major = int(toolkit.split(".")[0])
     _edit_json(directory / "manifest.json", lambda m: m["variants"][0].update(min_driver=12000))
     message = dglu_build("verify", directory, expect=1)
-    needs = 1000 * major + 10 * minor
+    needs = 1000 * major  # CUDA's minor version compatibility
     assert f"variant {SMOKE[0]}: min_driver 12000, but the cubin was built by CUDA {toolkit} (needs {needs})" in message
 
 

@@ -69,7 +69,7 @@ def _cubin(abi: int, e_flags: int, e_version: int, kernel: str, tkinfo: bytes | 
 
 def test_abi_8_takes_the_arch_from_the_second_byte_and_the_toolkit_from_the_note():
     info = read_cubin(_cubin(8, 0x06006702, 1, "k_main", _tkinfo("13.4"), frame=0))
-    assert (info.abi_version, info.sm, info.toolkit, info.min_driver) == (8, 103, "13.4", 13040)
+    assert (info.abi_version, info.sm, info.toolkit, info.min_driver) == (8, 103, "13.4", 13000)
     kernel = info.kernels["k_main"]
     assert [(p.ordinal, p.offset, p.size) for p in kernel.params] == [(0, 0, 8), (1, 64, 128)]
     assert kernel.max_threads == (256, 1, 1) and kernel.reqntid is None
@@ -84,7 +84,7 @@ def test_abi_8_sm_100a_and_sm_90a_from_cuda_12_9_and_13():
 
 def test_abi_7_keeps_the_low_byte_and_e_version():
     info = read_cubin(_cubin(7, 0x005A055A, 129, "k", None, frame=24))
-    assert (info.abi_version, info.sm, info.toolkit, info.min_driver) == (7, 90, "12.9", 12090)
+    assert (info.abi_version, info.sm, info.toolkit, info.min_driver) == (7, 90, "12.9", 12000)
     assert info.kernels["k"].reqntid == (256, 1, 1)
     assert info.kernels["k"].frame_bytes == 24  # local memory, which the compile check refuses
 
