@@ -55,7 +55,7 @@ class FakeCuda:
 
 def install(stream: int = DEFAULT_STREAM, torch_on_device: bool = True) -> None:
     """Replace the GPU-only parts of the call path (see the module docstring)."""
-    from dglu import call, driver, op, runner, validation
+    from dglu import bound, call, driver, runner, validation
 
     def on_device_zero(function: Callable[[int], Any]) -> Callable[[Any], Any]:
         return functools.cache(lambda ordinal: function(0 if ordinal is None else ordinal))
@@ -65,10 +65,10 @@ def install(stream: int = DEFAULT_STREAM, torch_on_device: bool = True) -> None:
     for module in (driver, call, runner):
         module.device_info = info
     validation._check_devices = lambda args: None
-    op.resolve_stream = lambda current_stream, device: stream
+    bound.resolve_stream = lambda current_stream, device: stream
     if torch_on_device:  # torch's current device is the tensors' (None on the CPU)
         driver.torch_current_device = lambda: None
-    op.on_stream = call.on_stream = lambda stream, device: contextlib.nullcontext()
+    bound.on_stream = call.on_stream = lambda stream, device: contextlib.nullcontext()
 
 
 def tensors() -> dict[str, Any]:

@@ -349,7 +349,7 @@ class GroupedGemmDglu:
             prob_tensor,
             dprob_tensor,
         )
-        if None in tensors[:1] or any(t is None for t in tensors[2:]):
+        if a_tensor is None or any(t is None for t in tensors[2:]):
             self._refuse_missing(tensors)
         if self._bound is None:
             self.compile()
