@@ -14,10 +14,12 @@ Families are found by ``dglu_build.kernels.registry``.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS
@@ -90,3 +92,22 @@ class KernelFamily(ABC):
     def sources_hash(self) -> str:
         """sha256 over ``sources()``: the family's part of a variant's build key."""
         return hashlib.sha256(json.dumps(self.sources(), sort_keys=True).encode()).hexdigest()
+
+
+class PackagedFamily(KernelFamily):
+    """A family laid out as dglu's families are: a ``Config`` (config.py) whose ``from_key``
+    checks a key, an ``interface`` module (interface.py) whose ``entry(config)`` declares it,
+    and compile.py's ``compile_variant(key, symbol_prefix)``, imported only to compile."""
+
+    config: ClassVar[type]
+    interface: ClassVar[ModuleType]
+
+    def check(self, key: Mapping[str, Any]) -> None:
+        self.config.from_key(key)
+
+    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
+        return self.interface.entry(self.config.from_key(key))
+
+    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
+        compile_module = importlib.import_module(".compile", type(self).__module__)
+        return compile_module.compile_variant(key, symbol_prefix)

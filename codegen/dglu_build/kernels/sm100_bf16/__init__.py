@@ -9,14 +9,12 @@ or cuDNN FE; its ``compile`` imports both (compile.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from dglu.contract.element_types import FLOAT_TYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
-from ..family import KernelFamily, package_sources
+from ..family import PackagedFamily, package_sources
 from . import interface, upstream
 from .config import Config
 
@@ -24,9 +22,11 @@ NAME = "sm100_bf16"
 OUTPUT_DTYPES = FLOAT_TYPES  # cuDNN FE's BF16 path: C and D each bf16, fp16 or fp32
 
 
-class Sm100Bf16Family(KernelFamily):
+class Sm100Bf16Family(PackagedFamily):
     """Blackwell, BF16 operands, cuDNN FE's kernel; ``experts`` is checked by ``check``."""
 
+    config = Config
+    interface = interface
     name = NAME
     architectures = ("sm_100a", "sm_103a")
     allowed = {
@@ -45,17 +45,6 @@ class Sm100Bf16Family(KernelFamily):
         "deterministic": (False,),
         "act_out": (False,),
     }
-
-    def check(self, key: Mapping[str, Any]) -> None:
-        Config.from_key(key)
-
-    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
-        return interface.entry(Config.from_key(key))
-
-    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
-        from .compile import compile_variant
-
-        return compile_variant(key, symbol_prefix)
 
     def sources(self) -> dict[str, str]:
         return {**package_sources(Path(__file__).parent), **upstream.sources()}

@@ -6,23 +6,23 @@ its ``compile`` imports it (compile.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from dglu.contract.element_types import FLOAT_TYPES as FLOAT_DTYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
-from ..family import KERNELS_DIR, KernelFamily, package_sources
+from ..family import KERNELS_DIR, PackagedFamily, package_sources
 from . import interface
 from .config import Config
 
 NAME = "sm90_bf16"
 
 
-class Sm90Bf16Family(KernelFamily):
+class Sm90Bf16Family(PackagedFamily):
     """Hopper, BF16 operands; every key field but deterministic/act_out shared with sm90_mxfp8."""
 
+    config = Config
+    interface = interface
     name = NAME
     architectures = ("sm_90a",)
     allowed = {
@@ -42,17 +42,6 @@ class Sm90Bf16Family(KernelFamily):
         "experts": (0,),  # any expert count, at run time
     }
     source_dirs: tuple[Path, ...] = (Path(__file__).parent, KERNELS_DIR / "blocks")
-
-    def check(self, key: Mapping[str, Any]) -> None:
-        Config.from_key(key)
-
-    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
-        return interface.entry(Config.from_key(key))
-
-    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
-        from .compile import compile_variant
-
-        return compile_variant(key, symbol_prefix)
 
     def sources(self) -> dict[str, str]:
         return package_sources(*self.source_dirs)

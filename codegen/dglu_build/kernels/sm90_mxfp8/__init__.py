@@ -8,14 +8,12 @@ are its sources too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
-from ..family import KernelFamily, package_sources
+from ..family import PackagedFamily, package_sources
 from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
 from . import interface
 from .config import Config
@@ -23,9 +21,11 @@ from .config import Config
 NAME = "sm90_mxfp8"
 
 
-class Sm90Mxfp8Family(KernelFamily):
+class Sm90Mxfp8Family(PackagedFamily):
     """Hopper, FP8 operands with E8M0 block scales; FP8 D with SFD_row/SFD_col."""
 
+    config = Config
+    interface = interface
     name = NAME
     architectures = ("sm_90a",)
     allowed = {
@@ -44,17 +44,6 @@ class Sm90Mxfp8Family(KernelFamily):
         "act_out": (False,),
         "experts": (0,),  # any expert count, at run time
     }
-
-    def check(self, key: Mapping[str, Any]) -> None:
-        Config.from_key(key)
-
-    def declare(self, key: Mapping[str, Any]) -> dict[str, Any]:
-        return interface.entry(Config.from_key(key))
-
-    def compile(self, key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict[str, Any]]:
-        from .compile import compile_variant
-
-        return compile_variant(key, symbol_prefix)
 
     def sources(self) -> dict[str, str]:
         return package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs)
