@@ -40,6 +40,15 @@ def test_contract_imports_only_the_standard_library() -> None:
     assert all(n == "dglu" or n.startswith("dglu.contract") for n in imported["dglu"]), imported["dglu"]
 
 
+def test_package_exports_every_error_class() -> None:
+    """dglu's lazy export table names each of dglu.errors' classes (it lists them itself so
+    that importing the contract imports no runtime module, dglu.errors included)."""
+    import dglu
+    import dglu.errors
+
+    assert {n for n, m in dglu._EXPORTS.items() if m == ".errors"} == set(dglu.errors.__all__)
+
+
 def test_package_names_resolve_on_first_use() -> None:
     probe = (
         "import sys, dglu; assert 'dglu.api' not in sys.modules; "

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
-from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import PackagedFamily, package_sources
 from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
@@ -28,21 +27,16 @@ class Sm90Mxfp8Family(PackagedFamily):
     interface = interface
     name = NAME
     architectures = ("sm_90a",)
+    # sm90_bf16's key fields, but for the operand and output dtypes and what the
+    # block-scaled composition does not build (2x1 clusters, deterministic, act_out)
     allowed = {
-        "arch": architectures,
+        **Sm90Bf16Family.allowed,
         "ab_dtype": FP8_DTYPES,
         "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
         "d_dtype": FP8_DTYPES,
-        "act_func": tuple(ACT_PARAM_DEFAULTS),
-        "dbias": (True, False),
-        "weight_mode": ("dense", "discrete"),
-        "b_major": ("k", "n"),
-        "tile_mn": ((128, 128), (128, 64)),
         "cluster_mn": ((1, 1),),
-        "scheduler": ("static", "dynamic"),
         "deterministic": (False,),
         "act_out": (False,),
-        "experts": (0,),  # any expert count, at run time
     }
 
     def sources(self) -> dict[str, str]:
