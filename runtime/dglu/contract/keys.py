@@ -5,7 +5,7 @@ values each kernel family allows are the family's own (the build side's plugins,
 dglu_build.kernels.registry); the runtime selects from manifest data alone. Activation
 constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
 it also names the variant's kernel symbols, so it must not change for existing keys: a
-``deterministic`` key appends ``_det`` and an ``act_out`` key (the kernel also writes
+``pingpong`` consumer appends ``_pp``, a ``deterministic`` key ``_det`` and an ``act_out`` key (the kernel also writes
 prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert count ``_e<n>``; their
 defaults (False, 0) add nothing.
 """
@@ -69,6 +69,12 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("cluster_n", int, "Cluster", "--cluster", "joint", "cluster_shape_mn", "cluster_shape_mn", 1),
     KeyField("scheduler", str, "Tile scheduler", "--scheduler", "value", "use_dynamic_sched", "use_dynamic_sched",
              "static"),
+    # how the MMA warpgroups share tiles: "cooperative" (both on each tile, accumulators
+    # staged for epilogue warpgroups) or "pingpong" (alternate tiles, the epilogue in their
+    # registers; the variant's name ending in _pp); the families' default is "cooperative"
+    KeyField("consumer", str, "Consumer schedule of the MMA warpgroups (Hopper): cooperative or pingpong",
+             "--consumer", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
+             "cooperative", "cooperative"),
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast"),
     KeyField("act_out", bool, "Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs)", "--act-out",
@@ -153,6 +159,8 @@ def variant_name(key: Mapping[str, Any]) -> str:
     if params != ACT_PARAM_DEFAULTS[key["act_func"]]:
         text = json.dumps(params, sort_keys=True)
         parts.append("p" + hashlib.sha256(text.encode()).hexdigest()[:8])
+    if key.get("consumer", KEY_FIELD_DEFAULTS["consumer"]) == "pingpong":
+        parts.append("pp")
     if key.get("deterministic", KEY_FIELD_DEFAULTS["deterministic"]):
         parts.append("det")
     if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):

@@ -13,7 +13,7 @@ from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import KERNELS_DIR, PackagedFamily, package_sources
 from . import interface
-from .config import Config
+from .config import CONSUMERS, Config
 
 NAME = "sm90_bf16"
 
@@ -37,6 +37,7 @@ class Sm90Bf16Family(PackagedFamily):
         "tile_mn": ((128, 128), (128, 64)),
         "cluster_mn": ((1, 1), (2, 1)),
         "scheduler": ("static", "dynamic"),
+        "consumer": CONSUMERS,
         "deterministic": (False, True),
         "act_out": (False, True),
         "experts": (0,),  # any expert count, at run time

@@ -41,6 +41,23 @@ if (
     > LAUNCH_REGISTERS * THREADS_PER_CTA
 ):
     raise AssertionError("the warp roles' setmaxnreg counts exceed the registers the CTA launches with")
+# The ping-pong consumer (consumer "pingpong", pingpong.py): 384 threads, the producer
+# warpgroup and two MMA warpgroups that own alternate tiles and run the epilogue on their
+# own accumulators (tile_m * tile_n / 128 fp32 registers per thread), so no staging buffer
+# and no epilogue warpgroups. 384 threads launch with 168 registers each; the MMA
+# warpgroups take 232 of the pool, the load warpgroup keeps 40.
+CONSUMERS = ("cooperative", "pingpong")
+PINGPONG_THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+PINGPONG_LAUNCH_REGISTERS = REGISTER_FILE // PINGPONG_THREADS_PER_CTA // 8 * 8
+PINGPONG_LOAD_REGISTERS = 40
+PINGPONG_MMA_REGISTERS = 232
+if (
+    PINGPONG_LOAD_REGISTERS * THREADS_PER_WARPGROUP + PINGPONG_MMA_REGISTERS * NUM_MMA_THREADS
+    > PINGPONG_LAUNCH_REGISTERS * PINGPONG_THREADS_PER_CTA
+):
+    raise AssertionError("the ping-pong roles' setmaxnreg counts exceed the registers the CTA launches with")
+# a warpgroup's accumulators of one tile stay in its registers through the epilogue
+PINGPONG_MAX_ACCUMULATORS = 128  # fp32 per thread: 128x128 tiles
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
 TILE_N_MULTIPLE = 64
 TILE_K = 64
@@ -163,6 +180,10 @@ class Config(OperandConfig):
     # the block-scaled contract's epilogue (the MXFP8 family's main kernel): dGeGLU reads C
     # as stored, and no round_dgrad_to_input_dtype flag (the BF16 contract's option)
     block_scaled_contract: bool = False
+    # "cooperative": both MMA warpgroups on each tile, accumulators staged for the epilogue
+    # warpgroups (kernel.py); "pingpong": each MMA warpgroup owns every other tile and runs
+    # its epilogue in registers (pingpong.py)
+    consumer: str = "cooperative"
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
@@ -172,6 +193,7 @@ class Config(OperandConfig):
             cluster_m=key["cluster_m"],
             deterministic=key.get("deterministic", False),
             act_out=key.get("act_out", False),
+            consumer=key.get("consumer", "cooperative"),
         )
         config.check()
         return config
@@ -190,6 +212,14 @@ class Config(OperandConfig):
             raise ValueError("a 2-CTA cluster walks its tiles statically: use scheduler 'static' with cluster_m 2")
         if self.cluster_m > 1 and self.discrete_weights:
             raise ValueError("2-CTA clusters are built for dense weights only: use cluster_m 1 with discrete weights")
+        if self.consumer not in CONSUMERS:
+            raise ValueError(f"consumer must be one of {list(CONSUMERS)}, got {self.consumer!r}")
+        if self.pingpong and self.accumulators_per_thread > PINGPONG_MAX_ACCUMULATORS:
+            raise ValueError(
+                f"consumer 'pingpong' keeps one warpgroup's tile of accumulators in registers: tile "
+                f"{self.tile_m}x{self.tile_n} needs {self.accumulators_per_thread} per thread, at most "
+                f"{PINGPONG_MAX_ACCUMULATORS} fit: use tile_n <= {PINGPONG_MAX_ACCUMULATORS * THREADS_PER_WARPGROUP // self.tile_m}"
+            )
         if self.num_stages < MIN_STAGES:
             raise ValueError(
                 f"tile {self.tile_m}x{self.tile_n} with C {self.c_dtype} and D {self.d_dtype} "
@@ -203,9 +233,29 @@ class Config(OperandConfig):
         return SlotRing(self.tile_m, self.c_dtype, self.d_dtype)
 
     @property
+    def pingpong(self) -> bool:
+        """Each MMA warpgroup owns alternate tiles and runs their epilogue in registers."""
+        return self.consumer == "pingpong"
+
+    @property
+    def accumulators_per_thread(self) -> int:
+        """fp32 accumulators a ping-pong MMA thread holds: one tile over one warpgroup."""
+        return self.tile_m * self.tile_n // THREADS_PER_WARPGROUP
+
+    @property
+    def threads_per_cta(self) -> int:
+        return PINGPONG_THREADS_PER_CTA if self.pingpong else THREADS_PER_CTA
+
+    @property
+    def tile_queue_readers(self) -> int:
+        """Threads that pop the tile queue: the MMA warpgroups, the block mover and (the
+        cooperative consumer's) epilogue warpgroups."""
+        return NUM_MMA_THREADS + WARP_SIZE + (0 if self.pingpong else EPILOGUE_THREADS)
+
+    @property
     def staging_bytes(self) -> int:
-        """The fp32 accumulators of one tile, staged for the epilogue."""
-        return self.tile_m * self.tile_n * ACC_BITS // 8
+        """The fp32 accumulators of one tile, staged for the epilogue (none in ping-pong)."""
+        return 0 if self.pingpong else self.tile_m * self.tile_n * ACC_BITS // 8
 
     @property
     def ab_bytes(self) -> int:
