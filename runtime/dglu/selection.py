@@ -1,8 +1,8 @@
 """Pick the prebuilt variant that matches a call.
 
 Every given field of a request must equal the variant's key (act_params: the compiled
-constants, compared as numbers). tile, cluster and scheduler take part only when the
-request gives them. Among the matches the largest tile wins, the first in selection order
+constants, compared as numbers). tile, cluster, scheduler and consumer take part only
+when the request gives them. Among the matches the largest tile wins, the first in selection order
 (dglu.manifest) among equals: the default does not depend on how a build orders variants.
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
@@ -52,6 +52,7 @@ class VariantRequest:
     cluster_m: int | None = None
     cluster_n: int | None = None
     scheduler: str | None = None
+    consumer: str | None = None  # the MMA warpgroups' schedule; no call argument sets it
     deterministic: bool = False
     act_out: bool = False
     experts: int | None = None  # the call's L; a variant of experts 0 takes any

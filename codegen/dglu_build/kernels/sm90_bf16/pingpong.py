@@ -384,27 +384,35 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
                     gate, x = gate * beta, x * beta
                 gates.append(gate)
                 inputs.append(x)
-                places.append((index, row, col, c, j, e))
+                places.append((index, row, col, c, j, e))  # at j * PAIR + e
         if cutlass.const_expr(not self.d_in_place):
             cute.arch.sync_warp()
         r = mi * FRAGMENT_ROWS + h
         prob = probs[r]
-        for gate, x, (index, row, col, c, j, e) in zip(gates, inputs, places):
-            grad = acc[index] * scale
-            d_gate, d_input, d_prob = self.activation(gate, x, self.act_params)
-            scaled = grad * prob
-            d_gate_out, d_input_out = self.output_stage.store_pair(
+        for j in cutlass.range_constexpr(self.blocks_per_group):
+            scaled, d_gates, d_inputs = [], [], []
+            for e in cutlass.range_constexpr(PAIR):
+                at = j * PAIR + e
+                index, row, col, c, _, _ = places[at]
+                grad = acc[index] * scale
+                d_gate, d_input, d_prob = self.activation(gates[at], inputs[at], self.act_params)
+                scaled.append(grad * prob)
+                d_gates.append(d_gate)
+                d_inputs.append(d_input)
+                dprob_rows[r] = dprob_rows[r] + grad * d_prob
+                if cutlass.const_expr(self.act_out):
+                    act_out_all[(row0 + row, n_tile * self.tile_n + col)] = (prob * d_prob).to(cutlass.BFloat16)
+            index, row, col, c, _, _ = places[j * PAIR]
+            stored_gates, stored_inputs = self.output_stage.store_pairs(
                 ring_d,
                 self.slot_offset(self.slots.d, slot, row, 0, c),
                 self.slot_offset(self.slots.d, slot, row, BLOCK_COLUMNS, c),
-                scaled, d_gate, d_input,
+                scaled, d_gates, d_inputs,
             )
-            dprob_rows[r] = dprob_rows[r] + grad * d_prob
-            at = ((j * PAIR + e) * slabs + (mi if slabs > 1 else 0)) * 2
-            column_sums[at] = column_sums[at] + d_gate_out.to(cutlass.Float32)
-            column_sums[at + 1] = column_sums[at + 1] + d_input_out.to(cutlass.Float32)
-            if cutlass.const_expr(self.act_out):
-                act_out_all[(row0 + row, n_tile * self.tile_n + col)] = (prob * d_prob).to(cutlass.BFloat16)
+            for e in cutlass.range_constexpr(PAIR):
+                at = ((j * PAIR + e) * slabs + (mi if slabs > 1 else 0)) * 2
+                column_sums[at] = column_sums[at] + stored_gates[e].to(cutlass.Float32)
+                column_sums[at + 1] = column_sums[at + 1] + stored_inputs[e].to(cutlass.Float32)
 
     def slot_offset(self, block: BlockShape, slot, row, col0: int, c):
         """Element offset, in a flat view of the slot ring in ``block``'s dtype, of group
