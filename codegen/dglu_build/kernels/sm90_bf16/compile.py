@@ -20,7 +20,7 @@ from . import NAME, interface
 from .config import SMEM_ARCH, SMEM_CAPACITY, Config
 from ..blocks.d_output import DPairStore
 from .kernel import Sm90Bf16Kernel
-from .pingpong import Sm90Bf16PingpongKernel
+from .registers import Sm90Bf16RegisterEpilogueKernel
 
 ARCH = "sm_90a"
 
@@ -73,8 +73,9 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
 
 
 def kernel_builder(config: Config) -> Sm90Bf16Kernel:
-    """The kernel of the variant's consumer: the ping-pong kernel with D stored as D's dtype
-    (the family's output stage), or the cooperative one."""
-    if config.pingpong:
-        return Sm90Bf16PingpongKernel(config, DPairStore(DTYPES[config.d_dtype]))
+    """The kernel of the variant's consumer: the register-epilogue kernel (ping-pong or
+    cooperative) with D stored as D's dtype (the family's output stage), or the staged
+    cooperative one."""
+    if config.register_epilogue:
+        return Sm90Bf16RegisterEpilogueKernel(config, DPairStore(DTYPES[config.d_dtype]))
     return Sm90Bf16Kernel(config)

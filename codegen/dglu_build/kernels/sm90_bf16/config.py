@@ -41,12 +41,13 @@ if (
     > LAUNCH_REGISTERS * THREADS_PER_CTA
 ):
     raise AssertionError("the warp roles' setmaxnreg counts exceed the registers the CTA launches with")
-# The ping-pong consumer (consumer "pingpong", pingpong.py): 384 threads, the producer
-# warpgroup and two MMA warpgroups that own alternate tiles and run the epilogue on their
-# own accumulators (tile_m * tile_n / 128 fp32 registers per thread), so no staging buffer
-# and no epilogue warpgroups. 384 threads launch with 168 registers each; the MMA
+# The consumers whose MMA warpgroups run the epilogue in registers (registers.py):
+# "pingpong" (each warpgroup owns alternate tiles) and "cooperative_rf" (both on each
+# tile, 64 rows each). 384 threads, the producer warpgroup and the two MMA warpgroups (no
+# staging buffer, no epilogue warpgroups); they launch with 168 registers each, the MMA
 # warpgroups take 232 of the pool, the load warpgroup keeps 40.
-CONSUMERS = ("cooperative", "pingpong")
+CONSUMERS = ("cooperative", "pingpong", "cooperative_rf")
+REGISTER_EPILOGUE_CONSUMERS = ("pingpong", "cooperative_rf")
 PINGPONG_THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
 PINGPONG_LAUNCH_REGISTERS = REGISTER_FILE // PINGPONG_THREADS_PER_CTA // 8 * 8
 PINGPONG_LOAD_REGISTERS = 40
@@ -56,8 +57,8 @@ if (
     > PINGPONG_LAUNCH_REGISTERS * PINGPONG_THREADS_PER_CTA
 ):
     raise AssertionError("the ping-pong roles' setmaxnreg counts exceed the registers the CTA launches with")
-# a warpgroup's accumulators of one tile stay in its registers through the epilogue
-PINGPONG_MAX_ACCUMULATORS = 128  # fp32 per thread: 128x128 tiles
+# an MMA thread's accumulators of one tile stay in its registers through the epilogue
+MAX_REGISTER_ACCUMULATORS = 128  # fp32 per thread: 128x128 ping-pong, 128x256 cooperative_rf tiles
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
 TILE_N_MULTIPLE = 64
 TILE_K = 64
@@ -182,7 +183,8 @@ class Config(OperandConfig):
     block_scaled_contract: bool = False
     # "cooperative": both MMA warpgroups on each tile, accumulators staged for the epilogue
     # warpgroups (kernel.py); "pingpong": each MMA warpgroup owns every other tile and runs
-    # its epilogue in registers (pingpong.py)
+    # its epilogue in registers; "cooperative_rf": both on each tile, the epilogue in their
+    # registers (registers.py)
     consumer: str = "cooperative"
 
     @classmethod
@@ -214,11 +216,12 @@ class Config(OperandConfig):
             raise ValueError("2-CTA clusters are built for dense weights only: use cluster_m 1 with discrete weights")
         if self.consumer not in CONSUMERS:
             raise ValueError(f"consumer must be one of {list(CONSUMERS)}, got {self.consumer!r}")
-        if self.pingpong and self.accumulators_per_thread > PINGPONG_MAX_ACCUMULATORS:
+        if self.register_epilogue and self.accumulators_per_thread > MAX_REGISTER_ACCUMULATORS:
+            widest = MAX_REGISTER_ACCUMULATORS * THREADS_PER_WARPGROUP * self.tile_warpgroups // self.tile_m
             raise ValueError(
-                f"consumer 'pingpong' keeps one warpgroup's tile of accumulators in registers: tile "
+                f"consumer {self.consumer!r} keeps a tile's accumulators in the MMA threads' registers: tile "
                 f"{self.tile_m}x{self.tile_n} needs {self.accumulators_per_thread} per thread, at most "
-                f"{PINGPONG_MAX_ACCUMULATORS} fit: use tile_n <= {PINGPONG_MAX_ACCUMULATORS * THREADS_PER_WARPGROUP // self.tile_m}"
+                f"{MAX_REGISTER_ACCUMULATORS} fit: use tile_n <= {widest}"
             )
         if self.num_stages < MIN_STAGES:
             raise ValueError(
@@ -238,24 +241,35 @@ class Config(OperandConfig):
         return self.consumer == "pingpong"
 
     @property
+    def register_epilogue(self) -> bool:
+        """The MMA warpgroups run the epilogue on their accumulators (no staging buffer)."""
+        return self.consumer in REGISTER_EPILOGUE_CONSUMERS
+
+    @property
+    def tile_warpgroups(self) -> int:
+        """MMA warpgroups that share one tile."""
+        return 1 if self.pingpong else NUM_MMA_WARPGROUPS
+
+    @property
     def accumulators_per_thread(self) -> int:
-        """fp32 accumulators a ping-pong MMA thread holds: one tile over one warpgroup."""
-        return self.tile_m * self.tile_n // THREADS_PER_WARPGROUP
+        """fp32 accumulators an MMA thread holds: one tile over its warpgroups."""
+        return self.tile_m * self.tile_n // (THREADS_PER_WARPGROUP * self.tile_warpgroups)
 
     @property
     def threads_per_cta(self) -> int:
-        return PINGPONG_THREADS_PER_CTA if self.pingpong else THREADS_PER_CTA
+        return PINGPONG_THREADS_PER_CTA if self.register_epilogue else THREADS_PER_CTA
 
     @property
     def tile_queue_readers(self) -> int:
         """Threads that pop the tile queue: the MMA warpgroups, the block mover and (the
         cooperative consumer's) epilogue warpgroups."""
-        return NUM_MMA_THREADS + WARP_SIZE + (0 if self.pingpong else EPILOGUE_THREADS)
+        return NUM_MMA_THREADS + WARP_SIZE + (0 if self.register_epilogue else EPILOGUE_THREADS)
 
     @property
     def staging_bytes(self) -> int:
-        """The fp32 accumulators of one tile, staged for the epilogue (none in ping-pong)."""
-        return 0 if self.pingpong else self.tile_m * self.tile_n * ACC_BITS // 8
+        """The fp32 accumulators of one tile, staged for the epilogue (none when the MMA
+        warpgroups run it in registers)."""
+        return 0 if self.register_epilogue else self.tile_m * self.tile_n * ACC_BITS // 8
 
     @property
     def ab_bytes(self) -> int:

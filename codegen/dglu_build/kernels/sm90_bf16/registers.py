@@ -1,29 +1,34 @@
-"""The sm90 BF16 kernel with a ping-pong consumer (key field consumer "pingpong").
+"""The sm90 BF16 kernels whose MMA warpgroups run the dGLU epilogue in their own registers
+(key field consumer "pingpong" or "cooperative_rf"; kernel.py's "cooperative" kernel
+stages the accumulators for epilogue warpgroups instead).
 
-384 threads, three warpgroups; what differs from kernel.py's cooperative kernel is who
-runs the epilogue:
+384 threads, three warpgroups:
 
 - warp 0 (the producer) and warp 1 (the block mover) as in kernel.py: A and B_g by TMA
   into the operand ring, each tile handed to every role through the tile queue, C
   streamed into a ring of EPILOGUE_SLOTS group slots and D stored back by TMA from it;
-- warpgroups 1 and 2 own alternate tiles of the CTA's walk: each runs the mainloop of its
-  tile (the whole 128 x tile_n tile over one warpgroup, its accumulators in registers)
-  and then the dGLU epilogue on those registers, while the other warpgroup runs the
-  next tile's mainloop. Two named barriers hand the tensor cores over in tile order: a
-  warpgroup starts a mainloop only once the other has issued the previous tile's.
+- warpgroups 1 and 2, the MMA warpgroups, run each tile's mainloop and then the dGLU
+  epilogue on the accumulators in their registers:
+  - "pingpong": each owns alternate tiles of the CTA's walk (the whole 128 x tile_n tile
+    over one warpgroup) and runs its epilogue while the other runs the next tile's
+    mainloop. Two named barriers hand the tensor cores over in tile order: a warpgroup
+    starts a mainloop only once the other has issued the previous tile's;
+  - "cooperative_rf": both work on every tile, 64 rows each (so a 128 x 256 tile fits
+    their registers), and the producer fills the next tile's stages during the epilogue.
 
 No fp32 staging buffer and no epilogue warpgroups: the shared memory they took goes to
-operand stages. The epilogue reads C and writes D in the slot ring in group order (the
-ring's barriers order the two warpgroups' epilogues, which the tile order already
-alternates); its output stage is an object the family passes in (blocks/d_output.py).
+operand stages and wider tiles. The epilogue reads C and writes D in the slot ring in
+group order (the ring's barriers order the two warpgroups' epilogues, which the tile order
+already alternates); its output stage is an object the family passes in
+(blocks/d_output.py).
 
-Per tile a thread holds the WGMMA accumulator fragment: rows 64 mi + 16 warp + lane / 4
-+ 8 h and column pairs 8 j + 2 (lane % 4) + {0, 1}. An epilogue group is 32 R columns
-(j = 4 g .. 4 g + 3): the gate of R column c of the group is slot column c and its input
-slot column 32 + c. dprob: each thread's 4 rows, summed over its columns, reduced over
-the lane quad; dbias: each thread's column sums over its rows, reduced over the 8 lanes
-of a warp that share the columns, one atomic (or, deterministic, one store per 16-row
-slab) per column and warp.
+A thread holds the WGMMA accumulator fragment: rows 64 mi + 16 w + lane / 4 + 8 h (w the
+warp among the tile's MMA warps) and column pairs 8 j + 2 (lane % 4) + {0, 1}. An
+epilogue group is 32 R columns (j = 4 g .. 4 g + 3): the gate of R column c of the group
+is slot column c and its input slot column 32 + c. dprob: each thread's rows, summed over
+its columns, reduced over the lane quad; dbias: each thread's column sums over its rows,
+reduced over the 8 lanes of a warp that share the columns, one atomic (or, deterministic,
+one store per 16-row slab) per column and warp.
 """
 
 import cutlass
@@ -65,6 +70,7 @@ TURN_THREADS = 2 * THREADS_PER_WARPGROUP  # one warpgroup arrives, the other wai
 # the lane bits over which a warp's threads share columns (lane / 4) and rows (lane % 4)
 COLUMN_LANE_BITS = (16, 8, 4)
 ROW_LANE_BITS = (2, 1)
+MMA_WARPS_PER_WARPGROUP = THREADS_PER_WARPGROUP // WARP_SIZE
 FRAGMENT_ROWS = 2  # rows per thread per 64-row WGMMA block (h: +0, +8)
 PAIR = 2  # adjacent columns per thread per 8-column block (e)
 
@@ -77,25 +83,31 @@ def set_registers(count: int) -> None:
         cute.arch.setmaxregister_decrease(count)
 
 
-class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
-    """Builds the kernels of one ping-pong variant; see the module docstring. The host
-    entry, producer, block mover and helper kernels are kernel.py's."""
+class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
+    """Builds the kernels of one "pingpong" or "cooperative_rf" variant; see the module
+    docstring. The host entry, producer, block mover and helper kernels are kernel.py's."""
 
     def __init__(self, config: Config, output_stage):
         super().__init__(config)
         self.output_stage = output_stage
+        self.pingpong = config.pingpong
+        # the warpgroups on one tile, and the threads that run a group's epilogue
+        self.tile_warpgroups = 1 if self.pingpong else 2
+        self.tile_threads = self.tile_warpgroups * THREADS_PER_WARPGROUP
+        self.turns = 2 if self.pingpong else 1  # warpgroups taking tiles in turn
         self.blocks_per_group = BLOCK_COLUMNS // 8  # 8-column accumulator blocks per group
-        self.m_blocks = self.tile_m // 64  # 64-row WGMMA blocks per tile
+        self.m_blocks = self.tile_m // 64 // self.tile_warpgroups  # 64-row WGMMA blocks per thread
 
     def _tiled_mma(self) -> cute.TiledMma:
-        """One warpgroup's MMA over the whole tile (tile_m / 64 WGMMA blocks of rows)."""
+        """The MMA of one tile: one warpgroup over all its rows (tile_m / 64 WGMMA blocks),
+        or two over 64 rows each."""
         return sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype,
             self.ab_dtype,
             warpgroup.OperandMajorMode.K,
             self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype,
-            (1, 1, 1),
+            (self.tile_warpgroups, 1, 1),
             tiler_mn=(64, self.tile_n),
         )
 
@@ -155,14 +167,16 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
         if tidx == 0:
             for slot in cutlass.range_constexpr(EPILOGUE_SLOTS):
                 cute.arch.mbarrier_init(c_full + slot, 1)
-                # one MMA warpgroup runs a group's epilogue
-                cute.arch.mbarrier_init(d_full + slot, THREADS_PER_WARPGROUP)
+                # the MMA threads of a tile run its groups' epilogue
+                cute.arch.mbarrier_init(d_full + slot, self.tile_threads)
         mainloop = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mainloop_barriers.data_ptr(),
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            # one warpgroup reads a stage: its 4 warps release it, in every CTA it was multicast to
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cluster_m * 4),
+            # a tile's MMA warps release a stage, in every CTA it was multicast to
+            consumer_group=pipeline.CooperativeGroup(
+                pipeline.Agent.Thread, self.cluster_m * self.tile_warpgroups * MMA_WARPS_PER_WARPGROUP
+            ),
             tx_count=self.ab_bytes,
             cta_layout_vmnk=cute.make_layout((1, self.cluster_m, 1, 1)),
             defer_sync=True,
@@ -203,6 +217,9 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
                 self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue)
         else:
             set_registers(PINGPONG_MMA_REGISTERS)
+            # the thread among the tile's MMA threads (cooperative_rf: warpgroup 2 takes the
+            # tile's first 64 rows); tidx % a power of two keeps its low bits known to the
+            # compiler, which merges the epilogue's paired shared-memory accesses
             ring_bytes = self.slots.bytes
             ring_c = cute.make_tensor(storage.sC.data_ptr(), cute.make_layout(ring_bytes * 8 // self.c_dtype.width))
             ring_d = cute.make_tensor(
@@ -211,26 +228,27 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
             )
             self.consume_pingpong(
                 mainloop, sA, sB, ring_c, ring_d, c_full, d_full, warpgroup_idx - 1,
-                tidx % THREADS_PER_WARPGROUP, k_tile_count, tiles, queue, offsets, alpha_ptr, beta_ptr, prob_ptr,
+                tidx % self.tile_threads, k_tile_count, tiles, queue, offsets, alpha_ptr, beta_ptr, prob_ptr,
                 dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, round_dgrad, act_out_ptr,
             )
 
     # ------------------------------------------------------------------ consumer
     @cute.jit
     def consume_pingpong(
-        self, mainloop, sA, sB, ring_c, ring_d, c_full, d_full, mine, wg_tidx, k_tile_count, tiles, queue,
+        self, mainloop, sA, sB, ring_c, ring_d, c_full, d_full, mine, mma_tidx, k_tile_count, tiles, queue,
         offsets, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
     ):
-        """MMA warpgroup ``mine`` (0 or 1): the mainloop and epilogue of the CTA's tiles
-        2 i + mine, skipping the other warpgroup's stages and epilogue groups.
+        """MMA warpgroup ``mine`` (0 or 1; ``mma_tidx`` its thread among the tile's MMA
+        threads): the mainloop and epilogue of each tile, or with "pingpong" those of the
+        CTA's tiles 2 i + mine, skipping the other warpgroup's stages and epilogue groups.
 
-        The tensor cores pass in tile order: before the mainloop of any tile but the
-        CTA's first, the warpgroup waits on its turn barrier, which the other warpgroup
-        arrives on once it has run the previous tile's mainloop and seen that a next
-        tile exists (so every arrive has its wait)."""
+        Ping-pong's tensor cores pass in tile order: before the mainloop of any tile but
+        the CTA's first, the warpgroup waits on its turn barrier, which the other
+        warpgroup arrives on once it has run the previous tile's mainloop and seen that
+        a next tile exists (so every arrive has its wait)."""
         num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
-        thr_mma = tiled_mma.get_slice(wg_tidx)
+        thr_mma = tiled_mma.get_slice(mma_tidx)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
@@ -249,17 +267,19 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
             m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             groups = self.groups_in_tile(n_tile, n)
             next_tile = tile
-            if ordinal % 2 == mine:
-                if ordinal > 0:
-                    cute.arch.barrier(barrier_id=my_turn, number_of_threads=TURN_THREADS)
+            if ordinal % self.turns == mine % self.turns:
+                if cutlass.const_expr(self.pingpong):
+                    if ordinal > 0:
+                        cute.arch.barrier(barrier_id=my_turn, number_of_threads=TURN_THREADS)
                 read_state, release_state = mma_tile(
                     tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count
                 )
                 next_tile = pop_tile(queue, queue_state)
-                if next_tile < num_tiles:
-                    cute.arch.barrier_arrive(barrier_id=their_turn, number_of_threads=TURN_THREADS)
+                if cutlass.const_expr(self.pingpong):
+                    if next_tile < num_tiles:
+                        cute.arch.barrier_arrive(barrier_id=their_turn, number_of_threads=TURN_THREADS)
                 self.epilogue_in_registers(
-                    acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, wg_tidx, offsets,
+                    acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, offsets,
                     alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
                 )
             else:
@@ -274,7 +294,7 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
     # ------------------------------------------------------------------ epilogue
     @cute.jit
     def epilogue_in_registers(
-        self, acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, wg_tidx, offsets,
+        self, acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
     ):
         """dGLU on one tile's accumulators ``acc``, group by group from the slot ring
@@ -286,7 +306,7 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
         store prob * GLU(X) in bf16. Deterministic mode: ``dprob_ptr`` and
         ``dbias_ws_ptr`` are dprob_parts [n_tiles, m] and dbias_parts [m_slabs, 2n]."""
         lane = cute.arch.lane_idx()
-        warp = cute.arch.make_warp_uniform(wg_tidx // WARP_SIZE)
+        warp = cute.arch.make_warp_uniform(mma_tidx // WARP_SIZE)  # 16 rows each per 64-row block
         row0 = m_tile * self.tile_m
         expert = expert_of_row(offsets, l, row0)
         alpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))[expert]
@@ -355,15 +375,21 @@ class Sm90Bf16PingpongKernel(Sm90Bf16Kernel):
                     else:
                         add_column_pair(dbias_ws[(expert, None)], column, column_sums[0], column_sums[1], BLOCK_COLUMNS)
 
-        # lane bits 1, 0 pick the row (mi, h): lane ends with its row's sum over the quad
-        reduce_scatter(dprob_rows, lane, ROW_LANE_BITS)
-        mi = lane % 4 // FRAGMENT_ROWS
+        # lanes of a quad hold partial sums of the same rows (mi, h): summed over the quad
+        # bits the rows do not spread over, then each lane keeps one row's sum
+        row_bits = ROW_LANE_BITS[len(ROW_LANE_BITS) - (rows_per_thread.bit_length() - 1):]
+        for width in ROW_LANE_BITS[: len(ROW_LANE_BITS) - len(row_bits)]:
+            for i in cutlass.range_constexpr(rows_per_thread):
+                dprob_rows[i] = dprob_rows[i] + cute.arch.shuffle_sync_bfly(dprob_rows[i], width)
+        reduce_scatter(dprob_rows, lane, row_bits)
+        mi = lane % rows_per_thread // FRAGMENT_ROWS
         h = lane % FRAGMENT_ROWS
         row = row0 + 64 * mi + 16 * warp + lane // 4 + 8 * h
-        if cutlass.const_expr(self.deterministic):
-            dprob_parts[(n_tile, row)] = dprob_rows[0]
-        else:
-            atomic_add_f32(dprob_all.iterator + row, dprob_rows[0])
+        if lane % 4 < rows_per_thread:
+            if cutlass.const_expr(self.deterministic):
+                dprob_parts[(n_tile, row)] = dprob_rows[0]
+            else:
+                atomic_add_f32(dprob_all.iterator + row, dprob_rows[0])
 
     @cute.jit
     def epilogue_row_block(
