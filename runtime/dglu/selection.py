@@ -26,6 +26,9 @@ __all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_me
 log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
+# open fields a missing-variant message does not list as "any": the expert count (shown as
+# given) and the consumer, which no call argument sets
+UNSHOWN_ANY = ("experts", "consumer")
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str | None:
@@ -105,7 +108,7 @@ def missing_variant_message(
     """
     wanted = request.wanted()
     sources = sources or {}
-    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name != "experts"]
+    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name not in UNSHOWN_ANY]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "
