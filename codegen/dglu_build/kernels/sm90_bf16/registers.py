@@ -11,8 +11,9 @@ stages the accumulators for epilogue warpgroups instead).
   epilogue on the accumulators in their registers:
   - "pingpong": each owns alternate tiles of the CTA's walk (the whole 128 x tile_n tile
     over one warpgroup) and runs its epilogue while the other runs the next tile's
-    mainloop. Two named barriers hand the tensor cores over in tile order: a warpgroup
-    starts a mainloop only once the other has issued the previous tile's;
+    mainloop. Named barriers hand the tensor cores, and the epilogue's slot ring, over in
+    tile order: a warpgroup starts a mainloop (an epilogue) only once the other has run
+    the previous tile's;
   - "cooperative_rf": both work on every tile, 64 rows each (so a 128 x 256 tile fits
     their registers), and the producer fills the next tile's stages during the epilogue.
 
@@ -64,8 +65,10 @@ from .config import (
 )
 from .kernel import Sm90Bf16Kernel
 
-# named barriers (0 is __syncthreads'): MMA warpgroup w may start its next mainloop
+# named barriers (0 is __syncthreads'): MMA warpgroup w may start its next mainloop, and
+# its next epilogue
 TURN_BARRIERS = (1, 2)
+EPILOGUE_TURN_BARRIERS = (3, 4)
 TURN_THREADS = 2 * THREADS_PER_WARPGROUP  # one warpgroup arrives, the other waits
 # the lane bits over which a warp's threads share columns (lane / 4) and rows (lane % 4)
 COLUMN_LANE_BITS = (16, 8, 4)
@@ -242,10 +245,11 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         threads): the mainloop and epilogue of each tile, or with "pingpong" those of the
         CTA's tiles 2 i + mine, skipping the other warpgroup's stages and epilogue groups.
 
-        Ping-pong's tensor cores pass in tile order: before the mainloop of any tile but
-        the CTA's first, the warpgroup waits on its turn barrier, which the other
-        warpgroup arrives on once it has run the previous tile's mainloop and seen that
-        a next tile exists (so every arrive has its wait)."""
+        Ping-pong's tensor cores and epilogues pass in tile order: before the mainloop
+        (and the epilogue) of any tile but the CTA's first, the warpgroup waits on its
+        turn barrier, which the other warpgroup arrives on once it has run the previous
+        tile's mainloop (epilogue) and seen that a next tile exists (so every arrive has
+        its wait)."""
         num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
@@ -258,6 +262,8 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         queue_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, TILE_QUEUE_DEPTH)
         my_turn = cute.arch.make_warp_uniform(TURN_BARRIERS[0] + mine)
         their_turn = cute.arch.make_warp_uniform(TURN_BARRIERS[1] - mine)
+        my_epilogue = cute.arch.make_warp_uniform(EPILOGUE_TURN_BARRIERS[0] + mine)
+        their_epilogue = cute.arch.make_warp_uniform(EPILOGUE_TURN_BARRIERS[1] - mine)
 
         tile = pop_tile(queue, queue_state)
         queue_state.advance()
@@ -278,10 +284,18 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
                 if cutlass.const_expr(self.pingpong):
                     if next_tile < num_tiles:
                         cute.arch.barrier_arrive(barrier_id=their_turn, number_of_threads=TURN_THREADS)
+                    # the epilogues take the slot ring's groups in order: a slot's barrier
+                    # tells its phases apart only by parity, so a warpgroup may not wait
+                    # for a group two phases ahead while the other still consumes the slot
+                    if ordinal > 0:
+                        cute.arch.barrier(barrier_id=my_epilogue, number_of_threads=TURN_THREADS)
                 self.epilogue_in_registers(
                     acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, offsets,
                     alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
                 )
+                if cutlass.const_expr(self.pingpong):
+                    if next_tile < num_tiles:
+                        cute.arch.barrier_arrive(barrier_id=their_epilogue, number_of_threads=TURN_THREADS)
             else:
                 read_state.advance(k_tile_count)
                 release_state.advance(k_tile_count)
