@@ -3,11 +3,12 @@
 A variant key has the fields of ``KEY_FIELDS`` (docs/manifest.md, VARIANT "key"). The
 values each kernel family allows are the family's own (the build side's plugins,
 dglu_build.kernels.registry); the runtime selects from manifest data alone. Activation
-constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name`` gives the readable, filesystem-safe name of a key:
-it also names the variant's kernel symbols, so it must not change for existing keys: a
-``pingpong`` consumer appends ``_pp`` (``cooperative_rf`` ``_crf``), a ``deterministic`` key ``_det`` and an ``act_out`` key (the kernel also writes
-prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert count ``_e<n>``; their
-defaults (False, 0) add nothing.
+constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name``
+gives the readable, filesystem-safe name of a key: it also names the variant's kernel
+symbols, so it must not change for existing keys: a ``pingpong`` consumer appends ``_pp``
+(``cooperative_rf`` ``_crf``), a ``deterministic`` key ``_det`` and an ``act_out`` key (the
+kernel also writes prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert
+count ``_e<n>``; their defaults ("cooperative", False, 0) add nothing.
 """
 
 from __future__ import annotations

@@ -48,15 +48,15 @@ if (
 # warpgroups take 232 of the pool, the load warpgroup keeps 40.
 CONSUMERS = ("cooperative", "pingpong", "cooperative_rf")
 REGISTER_EPILOGUE_CONSUMERS = ("pingpong", "cooperative_rf")
-PINGPONG_THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
-PINGPONG_LAUNCH_REGISTERS = REGISTER_FILE // PINGPONG_THREADS_PER_CTA // 8 * 8
-PINGPONG_LOAD_REGISTERS = 40
-PINGPONG_MMA_REGISTERS = 232
+REGISTER_EPILOGUE_THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+REGISTER_EPILOGUE_LAUNCH_REGISTERS = REGISTER_FILE // REGISTER_EPILOGUE_THREADS_PER_CTA // 8 * 8
+REGISTER_EPILOGUE_LOAD_REGISTERS = 40
+REGISTER_EPILOGUE_MMA_REGISTERS = 232
 if (
-    PINGPONG_LOAD_REGISTERS * THREADS_PER_WARPGROUP + PINGPONG_MMA_REGISTERS * NUM_MMA_THREADS
-    > PINGPONG_LAUNCH_REGISTERS * PINGPONG_THREADS_PER_CTA
+    REGISTER_EPILOGUE_LOAD_REGISTERS * THREADS_PER_WARPGROUP + REGISTER_EPILOGUE_MMA_REGISTERS * NUM_MMA_THREADS
+    > REGISTER_EPILOGUE_LAUNCH_REGISTERS * REGISTER_EPILOGUE_THREADS_PER_CTA
 ):
-    raise AssertionError("the ping-pong roles' setmaxnreg counts exceed the registers the CTA launches with")
+    raise AssertionError("the register-epilogue roles' setmaxnreg counts exceed the registers the CTA launches with")
 # an MMA thread's accumulators of one tile stay in its registers through the epilogue
 MAX_REGISTER_ACCUMULATORS = 128  # fp32 per thread: 128x128 ping-pong, 128x256 cooperative_rf tiles
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
@@ -257,7 +257,7 @@ class Config(OperandConfig):
 
     @property
     def threads_per_cta(self) -> int:
-        return PINGPONG_THREADS_PER_CTA if self.register_epilogue else THREADS_PER_CTA
+        return REGISTER_EPILOGUE_THREADS_PER_CTA if self.register_epilogue else THREADS_PER_CTA
 
     @property
     def tile_queue_readers(self) -> int:

@@ -50,9 +50,9 @@ from .config import (
     DTYPE_BITS,
     EPILOGUE_SLOTS,
     MOVER_WARP,
-    PINGPONG_LAUNCH_REGISTERS,
-    PINGPONG_LOAD_REGISTERS,
-    PINGPONG_MMA_REGISTERS,
+    REGISTER_EPILOGUE_LAUNCH_REGISTERS,
+    REGISTER_EPILOGUE_LOAD_REGISTERS,
+    REGISTER_EPILOGUE_MMA_REGISTERS,
     PRODUCER_WARP,
     RASTER_BAND,
     SWIZZLE_CHUNK_BITS,
@@ -80,9 +80,9 @@ PAIR = 2  # adjacent columns per thread per 8-column block (e)
 
 def set_registers(count: int) -> None:
     """setmaxnreg this warpgroup's registers per thread to ``count``, from the launch count."""
-    if count > PINGPONG_LAUNCH_REGISTERS:
+    if count > REGISTER_EPILOGUE_LAUNCH_REGISTERS:
         cute.arch.setmaxregister_increase(count)
-    elif count < PINGPONG_LAUNCH_REGISTERS:
+    elif count < REGISTER_EPILOGUE_LAUNCH_REGISTERS:
         cute.arch.setmaxregister_decrease(count)
 
 
@@ -210,7 +210,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         tiles = (num_m_tiles, num_n_tiles, num_tiles)
 
         if warpgroup_idx == 0:
-            set_registers(PINGPONG_LOAD_REGISTERS)
+            set_registers(REGISTER_EPILOGUE_LOAD_REGISTERS)
             if warp_idx == PRODUCER_WARP:
                 self.produce(
                     mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
@@ -219,7 +219,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             if warp_idx == MOVER_WARP:
                 self.move_blocks(tma_atom_c, mC_mn, tma_atom_d, mD_mn, sC, sD, c_full, d_full, n, tiles, queue)
         else:
-            set_registers(PINGPONG_MMA_REGISTERS)
+            set_registers(REGISTER_EPILOGUE_MMA_REGISTERS)
             # the thread among the tile's MMA threads (cooperative_rf: warpgroup 2 takes the
             # tile's first 64 rows); tidx % a power of two keeps its low bits known to the
             # compiler, which merges the epilogue's paired shared-memory accesses
