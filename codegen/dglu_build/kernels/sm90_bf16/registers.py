@@ -50,11 +50,11 @@ from .config import (
     DTYPE_BITS,
     EPILOGUE_SLOTS,
     MOVER_WARP,
+    PRODUCER_WARP,
+    RASTER_BAND,
     REGISTER_EPILOGUE_LAUNCH_REGISTERS,
     REGISTER_EPILOGUE_LOAD_REGISTERS,
     REGISTER_EPILOGUE_MMA_REGISTERS,
-    PRODUCER_WARP,
-    RASTER_BAND,
     SWIZZLE_CHUNK_BITS,
     THREADS_PER_WARPGROUP,
     TILE_K,
@@ -95,7 +95,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         self.output_stage = output_stage
         self.pingpong = config.pingpong
         # the warpgroups on one tile, and the threads that run a group's epilogue
-        self.tile_warpgroups = 1 if self.pingpong else 2
+        self.tile_warpgroups = config.tile_warpgroups
         self.tile_threads = self.tile_warpgroups * THREADS_PER_WARPGROUP
         self.turns = 2 if self.pingpong else 1  # warpgroups taking tiles in turn
         self.blocks_per_group = BLOCK_COLUMNS // 8  # 8-column accumulator blocks per group
