@@ -1,8 +1,8 @@
 """Pick the prebuilt variant that matches a call.
 
 Every given field of a request must equal the variant's key (act_params: the compiled
-constants, compared as numbers). tile, cluster and scheduler take part only when the
-request gives them. Among the matches the largest tile wins, the first in selection order
+constants, compared as numbers). tile, cluster, scheduler and consumer take part only
+when the request gives them. Among the matches the largest tile wins, the first in selection order
 (dglu.manifest) among equals: the default does not depend on how a build orders variants.
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
@@ -26,6 +26,9 @@ __all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_me
 log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
+# open fields a missing-variant message does not list as "any": the expert count (shown as
+# given) and the consumer, which no call argument sets
+UNSHOWN_ANY = ("experts", "consumer")
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str | None:
@@ -52,6 +55,7 @@ class VariantRequest:
     cluster_m: int | None = None
     cluster_n: int | None = None
     scheduler: str | None = None
+    consumer: str | None = None  # the MMA warpgroups' schedule; no call argument sets it
     deterministic: bool = False
     act_out: bool = False
     experts: int | None = None  # the call's L; a variant of experts 0 takes any
@@ -104,7 +108,7 @@ def missing_variant_message(
     """
     wanted = request.wanted()
     sources = sources or {}
-    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name != "experts"]
+    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name not in UNSHOWN_ANY]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "

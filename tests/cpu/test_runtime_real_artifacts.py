@@ -1,6 +1,7 @@
 """The runtime reads what the build writes: smoke.yaml plus variants with fp32 C and
-dsituglu, discrete N-major weights, the dynamic scheduler and a 2x1 cluster, compiled for
-real (needs CuTe DSL).
+dsituglu, discrete N-major weights, the dynamic scheduler, a 2x1 cluster and the register-
+epilogue consumers (ping-pong, cooperative_rf 128x256 with act_out), compiled
+for real (needs CuTe DSL).
 
 Everything a GPU launch would do short of the driver calls: parse the manifest, verify the
 cubins, select each variant from its own key, pack every kernel's parameters into exactly
@@ -37,6 +38,8 @@ EXTRA_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
     "  - {act_func: dgeglu, weight_mode: discrete, b_major: n, dbias: true}\n"
     "  - {act_func: dswiglu, scheduler: dynamic, dbias: false}\n"
     "  - {act_func: dswiglu, cluster_m: 2, dbias: true}\n"
+    "  - {act_func: dswiglu, consumer: pingpong, dbias: true}\n"
+    "  - {act_func: dgeglu, consumer: cooperative_rf, tile_n: 256, dbias: true, act_out: true}\n"
 )
 SPECS = load_specs(SMOKE_SPECS) + parse_specs(EXTRA_SPEC, "extra spec")
 

@@ -33,8 +33,10 @@ DEFAULTS_LINES = DEFAULTS.count("\n")
 ALLOWED = families()["sm90_bf16"].allowed  # the family of DEFAULTS' arch and ab_dtype
 # every family's architectures, as an error lists them
 ALL_ARCHS = ", ".join(repr(a) for a in dict.fromkeys(a for f in families().values() for a in f.allowed["arch"]))
-# Supported tile widths for the default tile_m of 128, and a tile other than the default.
-TILE_NS = [n for m, n in ALLOWED["tile_mn"] if m == 128]
+# Tile widths the default consumer builds for the default tile_m of 128 (128x256 fits
+# shared memory only without the staging buffer: consumer cooperative_rf), and a tile
+# other than the default.
+TILE_NS = [n for m, n in ALLOWED["tile_mn"] if m == 128 and n <= 128]
 OTHER_TILE = next(tile for tile in ALLOWED["tile_mn"] if tuple(tile) != (128, 128))
 
 

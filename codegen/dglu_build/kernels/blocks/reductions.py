@@ -33,17 +33,31 @@ def add_row_sums(
         if cutlass.const_expr(width >= rows):
             for i in cutlass.range_constexpr(rows):
                 row_sums[i] = row_sums[i] + cute.arch.shuffle_sync_bfly(row_sums[i], width)
-        else:
-            upper = (lane & width) != 0
-            for i in cutlass.range_constexpr(width):
-                send = cutlass.select_(upper, row_sums[i], row_sums[i + width])
-                keep = cutlass.select_(upper, row_sums[i + width], row_sums[i])
-                row_sums[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
+    reduce_scatter(row_sums, lane, tuple(width for width in BUTTERFLY_WIDTHS if width < rows))
     if lane < rows:
         if cutlass.const_expr(atomically):
             atomic_add_f32(out.iterator + row0 + lane, row_sums[0])
         else:
             out[row0 + lane] = row_sums[0]
+
+
+@cute.jit
+def reduce_scatter(values: cute.Tensor, lane: cutlass.Int32, widths: cutlass.Constexpr[tuple]):
+    """Butterfly reduce-scatter of the lanes' ``values`` (a register tensor of 2 ** len(widths)
+    * n) over the lane bits ``widths``: at each step a lane keeps the half of its values
+    selected by that bit of its lane index (the upper half when set) and adds in its
+    partner's partial sums of that half. values[0:n] end as the sums, over the lanes that
+    differ only in those bits, of the n values at index sum((lane & w != 0) * size / 2 **
+    (step + 1)) over the steps."""
+    size = cute.size(values)
+    for width in widths:
+        half = size // 2
+        upper = (lane & width) != 0
+        for i in cutlass.range_constexpr(half):
+            send = cutlass.select_(upper, values[i], values[i + half])
+            keep = cutlass.select_(upper, values[i + half], values[i])
+            values[i] = keep + cute.arch.shuffle_sync_bfly(send, width)
+        size = half
 
 
 def add_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance: int) -> None:

@@ -42,6 +42,7 @@ class Sm100Bf16Family(PackagedFamily):
         "tile_mn": ((256, 256), (256, 128), (128, 256), (128, 128)),
         "cluster_mn": ((2, 1), (1, 1)),
         "scheduler": ("static", "dynamic"),
+        "consumer": ("cooperative",),  # the key's default: cuDNN FE's kernel is its own
         "deterministic": (False,),
         "act_out": (False,),
     }

@@ -13,7 +13,7 @@ from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import KERNELS_DIR, PackagedFamily, package_sources
 from . import interface
-from .config import Config
+from .config import CONSUMERS, Config
 
 NAME = "sm90_bf16"
 
@@ -34,9 +34,10 @@ class Sm90Bf16Family(PackagedFamily):
         "dbias": (True, False),
         "weight_mode": ("dense", "discrete"),
         "b_major": ("k", "n"),
-        "tile_mn": ((128, 128), (128, 64)),
+        "tile_mn": ((128, 128), (128, 64), (128, 256)),  # 128x256: consumer cooperative_rf
         "cluster_mn": ((1, 1), (2, 1)),
         "scheduler": ("static", "dynamic"),
+        "consumer": CONSUMERS,
         "deterministic": (False, True),
         "act_out": (False, True),
         "experts": (0,),  # any expert count, at run time

@@ -18,7 +18,9 @@ from ..aot import PLACEHOLDER_EXTENTS, compile_family_variant
 from ..blocks.tma_helpers import DTYPES
 from . import NAME, interface
 from .config import SMEM_ARCH, SMEM_CAPACITY, Config
+from ..blocks.d_output import DPairStore
 from .kernel import Sm90Bf16Kernel
+from .registers import Sm90Bf16RegisterEpilogueKernel
 
 ARCH = "sm_90a"
 
@@ -66,5 +68,14 @@ def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, 
     check_smem_capacity()
     extents = {**PLACEHOLDER_EXTENTS, interface.DGRAD_ROUNDING_FLAG: 0}
     return compile_family_variant(
-        NAME, interface, config, Sm90Bf16Kernel(config), _host_pointers(config), extents, ARCH, symbol_prefix
+        NAME, interface, config, kernel_builder(config), _host_pointers(config), extents, ARCH, symbol_prefix
     )
+
+
+def kernel_builder(config: Config) -> Sm90Bf16Kernel:
+    """The kernel of the variant's consumer: the register-epilogue kernel (ping-pong or
+    cooperative) with D stored as D's dtype (the family's output stage), or the staged
+    cooperative one."""
+    if config.register_epilogue:
+        return Sm90Bf16RegisterEpilogueKernel(config, DPairStore(DTYPES[config.d_dtype]))
+    return Sm90Bf16Kernel(config)

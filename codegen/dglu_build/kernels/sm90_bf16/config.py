@@ -41,6 +41,24 @@ if (
     > LAUNCH_REGISTERS * THREADS_PER_CTA
 ):
     raise AssertionError("the warp roles' setmaxnreg counts exceed the registers the CTA launches with")
+# The consumers whose MMA warpgroups run the epilogue in registers (registers.py):
+# "pingpong" (each warpgroup owns alternate tiles) and "cooperative_rf" (both on each
+# tile, 64 rows each). 384 threads, the producer warpgroup and the two MMA warpgroups (no
+# staging buffer, no epilogue warpgroups); they launch with 168 registers each, the MMA
+# warpgroups take 232 of the pool, the load warpgroup keeps 40.
+CONSUMERS = ("cooperative", "pingpong", "cooperative_rf")
+REGISTER_EPILOGUE_CONSUMERS = ("pingpong", "cooperative_rf")
+REGISTER_EPILOGUE_THREADS_PER_CTA = (1 + NUM_MMA_WARPGROUPS) * THREADS_PER_WARPGROUP
+REGISTER_EPILOGUE_LAUNCH_REGISTERS = REGISTER_FILE // REGISTER_EPILOGUE_THREADS_PER_CTA // 8 * 8
+REGISTER_EPILOGUE_LOAD_REGISTERS = 40
+REGISTER_EPILOGUE_MMA_REGISTERS = 232
+if (
+    REGISTER_EPILOGUE_LOAD_REGISTERS * THREADS_PER_WARPGROUP + REGISTER_EPILOGUE_MMA_REGISTERS * NUM_MMA_THREADS
+    > REGISTER_EPILOGUE_LAUNCH_REGISTERS * REGISTER_EPILOGUE_THREADS_PER_CTA
+):
+    raise AssertionError("the register-epilogue roles' setmaxnreg counts exceed the registers the CTA launches with")
+# an MMA thread's accumulators of one tile stay in its registers through the epilogue
+MAX_REGISTER_ACCUMULATORS = 128  # fp32 per thread: 128x128 ping-pong, 128x256 cooperative_rf tiles
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
 TILE_N_MULTIPLE = 64
 TILE_K = 64
@@ -163,6 +181,11 @@ class Config(OperandConfig):
     # the block-scaled contract's epilogue (the MXFP8 family's main kernel): dGeGLU reads C
     # as stored, and no round_dgrad_to_input_dtype flag (the BF16 contract's option)
     block_scaled_contract: bool = False
+    # "cooperative": both MMA warpgroups on each tile, accumulators staged for the epilogue
+    # warpgroups (kernel.py); "pingpong": each MMA warpgroup owns every other tile and runs
+    # its epilogue in registers; "cooperative_rf": both on each tile, the epilogue in their
+    # registers (registers.py)
+    consumer: str = "cooperative"
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
@@ -172,6 +195,7 @@ class Config(OperandConfig):
             cluster_m=key["cluster_m"],
             deterministic=key.get("deterministic", False),
             act_out=key.get("act_out", False),
+            consumer=key.get("consumer", "cooperative"),
         )
         config.check()
         return config
@@ -190,6 +214,15 @@ class Config(OperandConfig):
             raise ValueError("a 2-CTA cluster walks its tiles statically: use scheduler 'static' with cluster_m 2")
         if self.cluster_m > 1 and self.discrete_weights:
             raise ValueError("2-CTA clusters are built for dense weights only: use cluster_m 1 with discrete weights")
+        if self.consumer not in CONSUMERS:
+            raise ValueError(f"consumer must be one of {list(CONSUMERS)}, got {self.consumer!r}")
+        if self.register_epilogue and self.accumulators_per_thread > MAX_REGISTER_ACCUMULATORS:
+            widest = MAX_REGISTER_ACCUMULATORS * THREADS_PER_WARPGROUP * self.tile_warpgroups // self.tile_m
+            raise ValueError(
+                f"consumer {self.consumer!r} keeps a tile's accumulators in the MMA threads' registers: tile "
+                f"{self.tile_m}x{self.tile_n} needs {self.accumulators_per_thread} per thread, at most "
+                f"{MAX_REGISTER_ACCUMULATORS} fit: use tile_n <= {widest}"
+            )
         if self.num_stages < MIN_STAGES:
             raise ValueError(
                 f"tile {self.tile_m}x{self.tile_n} with C {self.c_dtype} and D {self.d_dtype} "
@@ -203,9 +236,40 @@ class Config(OperandConfig):
         return SlotRing(self.tile_m, self.c_dtype, self.d_dtype)
 
     @property
+    def pingpong(self) -> bool:
+        """Each MMA warpgroup owns alternate tiles and runs their epilogue in registers."""
+        return self.consumer == "pingpong"
+
+    @property
+    def register_epilogue(self) -> bool:
+        """The MMA warpgroups run the epilogue on their accumulators (no staging buffer)."""
+        return self.consumer in REGISTER_EPILOGUE_CONSUMERS
+
+    @property
+    def tile_warpgroups(self) -> int:
+        """MMA warpgroups that share one tile."""
+        return 1 if self.pingpong else NUM_MMA_WARPGROUPS
+
+    @property
+    def accumulators_per_thread(self) -> int:
+        """fp32 accumulators an MMA thread holds: one tile over its warpgroups."""
+        return self.tile_m * self.tile_n // (THREADS_PER_WARPGROUP * self.tile_warpgroups)
+
+    @property
+    def threads_per_cta(self) -> int:
+        return REGISTER_EPILOGUE_THREADS_PER_CTA if self.register_epilogue else THREADS_PER_CTA
+
+    @property
+    def tile_queue_readers(self) -> int:
+        """Threads that pop the tile queue: the MMA warpgroups, the block mover and (the
+        cooperative consumer's) epilogue warpgroups."""
+        return NUM_MMA_THREADS + WARP_SIZE + (0 if self.register_epilogue else EPILOGUE_THREADS)
+
+    @property
     def staging_bytes(self) -> int:
-        """The fp32 accumulators of one tile, staged for the epilogue."""
-        return self.tile_m * self.tile_n * ACC_BITS // 8
+        """The fp32 accumulators of one tile, staged for the epilogue (none when the MMA
+        warpgroups run it in registers)."""
+        return 0 if self.register_epilogue else self.tile_m * self.tile_n * ACC_BITS // 8
 
     @property
     def ab_bytes(self) -> int:

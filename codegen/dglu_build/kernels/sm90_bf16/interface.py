@@ -15,7 +15,6 @@ from .config import (
     DTYPE_BITS,
     FINISH_THREADS,
     SWIZZLE_BITS,
-    THREADS_PER_CTA,
     TILE_K,
     Config,
 )
@@ -164,7 +163,7 @@ def main_kernel(config: Config) -> KernelDeclaration:
             *(Int32(flag) for flag in flags(config)),
             *([Pointer("act_out")] if config.act_out else []),
         ),
-        block=THREADS_PER_CTA,
+        block=config.threads_per_cta,
         grid={"rule": "persistent_tiles", "tile_m": config.tile_m, "tile_n": config.tile_n},
         cluster_m=config.cluster_m,
     )

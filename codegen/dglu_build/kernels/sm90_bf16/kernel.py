@@ -81,6 +81,7 @@ from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
+from ..blocks.mainloop import mma_tile
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import DTYPES, L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
@@ -567,7 +568,6 @@ class Sm90Bf16Kernel:
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
         acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
-        num_k_blocks = cute.size(tCrA, mode=[2])
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -576,32 +576,9 @@ class Sm90Bf16Kernel:
         tile = pop_tile(queue, queue_state)
         queue_state.advance()
         while tile < num_tiles:
-            acc.fill(0.0)
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
-            # Keep one k-tile of WGMMAs in flight: release a stage only once
-            # the WGMMAs that read it have completed.
-            for k_tile in range(cutlass.min(1, k_tile_count)):
-                mainloop.consumer_wait(read_state)
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                warpgroup.commit_group()
-                read_state.advance()
-            for k_tile in range(1, k_tile_count):
-                mainloop.consumer_wait(read_state)
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(1)
-                mainloop.consumer_release(release_state)
-                release_state.advance()
-                read_state.advance()
-            warpgroup.wait_group(0)
-            for k_tile in range(cutlass.min(1, k_tile_count)):
-                mainloop.consumer_release(release_state)
-                release_state.advance()
+            read_state, release_state = mma_tile(
+                tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count
+            )
 
             staging.producer_acquire(staging_state)
             if cutlass.const_expr(self.dgrad_rounding):

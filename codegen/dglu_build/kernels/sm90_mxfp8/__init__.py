@@ -28,13 +28,15 @@ class Sm90Mxfp8Family(PackagedFamily):
     name = NAME
     architectures = ("sm_90a",)
     # sm90_bf16's key fields, but for the operand and output dtypes and what the
-    # block-scaled composition does not build (2x1 clusters, deterministic, act_out)
+    # block-scaled composition does not build (2x1 clusters, the ping-pong consumer,
+    # deterministic, act_out)
     allowed = {
         **Sm90Bf16Family.allowed,
         "ab_dtype": FP8_DTYPES,
         "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
         "d_dtype": FP8_DTYPES,
         "cluster_mn": ((1, 1),),
+        "consumer": ("cooperative",),
         "deterministic": (False,),
         "act_out": (False,),
     }
