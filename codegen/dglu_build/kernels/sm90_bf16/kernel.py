@@ -186,23 +186,26 @@ class Sm90Bf16Kernel:
         d = box_smem_layout(*self.slots.d.box, self.d_dtype, self.slots.boxes)
         return a, b, c, d
 
-    def shared_storage(self):
+    def storage_fields(self) -> dict:
+        """The shared-memory struct's fields, in order: barriers, tile queue, A and B's
+        stages (as the MMA reads them), the staging buffer and the slot ring."""
         a_layout, b_layout, c_layout, _ = self._smem_layouts()
+        struct, i64 = cute.struct, cutlass.Int64
+        return {
+            "mainloop_barriers": struct.MemRange[i64, self.num_stages * 2],
+            "tile_queue_barriers": struct.MemRange[i64, TILE_QUEUE_DEPTH * 2],
+            "staging_barriers": struct.MemRange[i64, 2],
+            "c_full": struct.MemRange[i64, EPILOGUE_SLOTS],
+            "d_full": struct.MemRange[i64, EPILOGUE_SLOTS],
+            "tile_ids": struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH],
+            "sA": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024],
+            "sB": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024],
+            "staging": struct.Align[struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024],
+            "sC": struct.Align[struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024],
+        }
 
-        @cute.struct
-        class SharedStorage:
-            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            tile_queue_barriers: cute.struct.MemRange[cutlass.Int64, TILE_QUEUE_DEPTH * 2]
-            staging_barriers: cute.struct.MemRange[cutlass.Int64, 2]
-            c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
-            staging: cute.struct.Align[cute.struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024]
-
-        return SharedStorage
+    def shared_storage(self):
+        return cute.struct(type("SharedStorage", (), {"__annotations__": self.storage_fields()}))
 
     # --------------------------------------------------------------------- host
     @cute.jit
@@ -271,21 +274,31 @@ class Sm90Bf16Kernel:
     def operand_atoms(self, a, b, c, d_row, m, n, k, l) -> dict:
         """The main kernel's TMA atoms and tensors, by the tensor names interface.py gives
         A, B, C and D_row; traced inside a host entry (another family's too)."""
-        two_n = n * 2
+        return {**self.ab_atoms(a, b, m, n, k, l), **self.cd_atoms(c, d_row, m, n)}
+
+    def ab_atoms(self, a, b, m, n, k, l) -> dict:
+        """A's and B's TMA atoms and tensors (the mainloop operand path)."""
         a_mk = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
         if cutlass.const_expr(self.discrete_weights):
             b_nkl = cute.make_tensor(b, self.prologue.expert_b_layout(n, k))
         else:
             b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
-        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
+        a_smem, b_smem, _, _ = self._smem_layouts()
         b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else cpasync.CopyBulkTensorTileG2SOp()
         return {
             "a": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), a_mk, a_smem, (self.tile_m, TILE_K)),
             interface.b_tensor(self.config): tma_atom(
                 b_op, b_nkl, b_smem, (self.tile_n, TILE_K), num_multicast=self.cluster_m
             ),
+        }
+
+    def cd_atoms(self, c, d_row, m, n) -> dict:
+        """C's and D_row's TMA atoms and tensors (the slot ring's)."""
+        two_n = n * 2
+        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        _, _, c_smem, d_smem = self._smem_layouts()
+        return {
             "c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box),
             "d_row": tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box),
         }
@@ -334,6 +347,20 @@ class Sm90Bf16Kernel:
         # round_dgrad: declared (and passed) by the BF16 contract's kernels, act_out_ptr by
         # act_out variants only; None is a compile-time constant to the DSL, so a kernel
         # without them has no such parameter
+        self.run(
+            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+            act_out_ptr, None,
+        )
+
+    @cute.jit
+    def run(
+        self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+        act_out_ptr, operand_inputs,
+    ):
+        """The main kernel's body (``kernel``'s parameters); ``operand_inputs``: what another
+        family's operand path takes beside them (operand_buffers), None here."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -375,8 +402,7 @@ class Sm90Bf16Kernel:
         pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
         pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
 
-        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
-        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        loaded, operands = self.operand_buffers(storage, operand_inputs)
         sAcc = storage.staging.get_tensor(cute.make_layout((self.tile_m, self.tile_n), stride=(self.tile_n, 1)))
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
         if cutlass.const_expr(self.d_in_place):
@@ -400,7 +426,7 @@ class Sm90Bf16Kernel:
             set_registers(LOAD_REGISTERS)
             if warp_idx == PRODUCER_WARP:
                 self.produce(
-                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
+                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, *loaded, offsets, l, k_tile_count, tiles,
                     queue, b_desc_ws_ptr,
                 )
             if warp_idx == MOVER_WARP:
@@ -421,7 +447,7 @@ class Sm90Bf16Kernel:
         else:
             set_registers(MMA_REGISTERS)
             self.consume(
-                mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue,
+                mainloop, staging, operands, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue,
                 offsets, alpha_ptr, l, round_dgrad,
             )
 
@@ -550,7 +576,7 @@ class Sm90Bf16Kernel:
 
     @cute.jit
     def consume(
-        self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue, offsets, alpha_ptr, l,
+        self, mainloop, staging, operands, sAcc, mma_tidx, k_tile_count, tiles, queue, offsets, alpha_ptr, l,
         round_dgrad,
     ):
         """The two MMA warpgroups: each tile's mainloop, then its accumulators into
@@ -563,11 +589,11 @@ class Sm90Bf16Kernel:
         num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
+        sA, sB = self.mma_operands(operands)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
         acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
-        num_k_blocks = cute.size(tCrA, mode=[2])
         read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         staging_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -579,29 +605,10 @@ class Sm90Bf16Kernel:
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
             warpgroup.fence()
-            # Keep one k-tile of WGMMAs in flight: release a stage only once
-            # the WGMMAs that read it have completed.
-            for k_tile in range(cutlass.min(1, k_tile_count)):
-                mainloop.consumer_wait(read_state)
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                warpgroup.commit_group()
-                read_state.advance()
-            for k_tile in range(1, k_tile_count):
-                mainloop.consumer_wait(read_state)
-                for kb in cutlass.range_constexpr(num_k_blocks):
-                    coord = (None, None, kb, read_state.index)
-                    cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
-                warpgroup.commit_group()
-                warpgroup.wait_group(1)
-                mainloop.consumer_release(release_state)
-                release_state.advance()
-                read_state.advance()
-            warpgroup.wait_group(0)
-            for k_tile in range(cutlass.min(1, k_tile_count)):
-                mainloop.consumer_release(release_state)
-                release_state.advance()
+            read_state, release_state = self.accumulate(
+                mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+                operands, mma_tidx, tile, tiles, offsets, l,
+            )
 
             staging.producer_acquire(staging_state)
             if cutlass.const_expr(self.dgrad_rounding):
@@ -618,6 +625,40 @@ class Sm90Bf16Kernel:
             staging_state.advance()
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
+
+    @cute.jit
+    def accumulate(
+        self, mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+        operands, mma_tidx, tile, tiles, offsets, l,
+    ):
+        """Mainloop operand path, consumer side: one tile's k-tiles into ``acc``; returns the
+        pipeline states advanced past them. ``operands`` (operand_buffers) and the tile's
+        coordinates are for an operand path that transforms stages before its WGMMAs."""
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        # Keep one k-tile of WGMMAs in flight: release a stage only once
+        # the WGMMAs that read it have completed.
+        for k_tile in range(cutlass.min(1, k_tile_count)):
+            mainloop.consumer_wait(read_state)
+            for kb in cutlass.range_constexpr(num_k_blocks):
+                coord = (None, None, kb, read_state.index)
+                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+            warpgroup.commit_group()
+            read_state.advance()
+        for k_tile in range(1, k_tile_count):
+            mainloop.consumer_wait(read_state)
+            for kb in cutlass.range_constexpr(num_k_blocks):
+                coord = (None, None, kb, read_state.index)
+                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+            warpgroup.commit_group()
+            warpgroup.wait_group(1)
+            mainloop.consumer_release(release_state)
+            release_state.advance()
+            read_state.advance()
+        warpgroup.wait_group(0)
+        for k_tile in range(cutlass.min(1, k_tile_count)):
+            mainloop.consumer_release(release_state)
+            release_state.advance()
+        return read_state, release_state
 
     @cute.jit
     def stage(self, acc, sAcc, tCcC, scale=None):
@@ -765,7 +806,22 @@ class Sm90Bf16Kernel:
         return box_base + (first_row + k + rows_8) * block.box_cols + swizzled
 
     # ------------------------------------------------------------- hook points
-    # What a family variant changes is confined to these two methods.
+    # What a family variant changes is confined to these methods: the mainloop operand
+    # path (operand_buffers, mma_operands, b_operand, accumulate) and store_d_pair.
+    def operand_buffers(self, storage, operand_inputs):
+        """Mainloop operand path: the shared-memory tensors the producer's TMA loads (A's
+        and B's stages), and what the MMA warpgroups take (mma_operands reads it and
+        accumulate gets it); ``operand_inputs``: run's (None: BF16 operands need nothing)."""
+        a_smem, b_smem, _, _ = self._smem_layouts()
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        return (sA, sB), (sA, sB)
+
+    @staticmethod
+    def mma_operands(operands):
+        """The staged A and B tensors the WGMMAs read, of ``operands`` (operand_buffers)."""
+        return operands
+
     @cute.jit
     def b_operand(self, tBgB, n_tile, expert, b_desc_ws_ptr):
         """Mainloop operand path: B's k-tiles of ``n_tile`` for ``expert``, and the descriptor

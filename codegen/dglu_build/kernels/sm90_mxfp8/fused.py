@@ -1,0 +1,210 @@
+"""The sm90 MXFP8 family's one-pass mainloop: the sm90 BF16 kernel with FP8 operands decoded
+in shared memory (blocks/mxfp8_decode.py), no decoded A or B in global memory.
+
+The kernel is sm90_bf16's (kernel.py) but for its mainloop operand path (the hook points):
+- the producer's TMA loads FP8 tiles of A (K-major) and B (K- or N-major; dense, or one
+  expert's matrix through b_descriptors' descriptor) unswizzled into ``stages`` FP8 stages;
+- the two MMA warpgroups, before each k-tile's WGMMAs, read the k-tile's scale bytes
+  (SFA, SFB: global memory, L1), wait for the stage, decode it into one of two BF16 buffers
+  (128-byte swizzled, K-major for both operands), release the stage, and meet at a named
+  barrier; the WGMMAs of the k-tile before keep running meanwhile. The decode of k-tile j
+  writes the buffer the WGMMAs of k-tile j - 2 read: each warpgroup waits for its own
+  WGMMAs of k-tile j - 1 before the barrier of k-tile j, so that buffer is free.
+
+Everything after the mainloop (staging, epilogue, block mover) is the BF16 kernel's, with
+an fp32 D: the quantizer is still a separate pass (kernel.py, ``quantize_d``).
+"""
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.tensor_utils as tensor_utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from ..blocks.expert_search import expert_of_row
+from ..blocks.helper_kernels import DescriptorPrologue
+from ..blocks.mxfp8 import ATOM_BYTES, FP8_FORMATS, SF_VEC, gmem_array, k_atoms, row_atoms
+from ..blocks.mxfp8_decode import PIECE, StageDecoder
+from ..blocks.tile_scheduler import tile_coords
+from ..blocks.tma_helpers import DTYPES, box_smem_layout, tma_atom
+from ..sm90_bf16.config import (
+    DESCRIPTOR_THREADS,
+    NUM_MMA_THREADS,
+    RASTER_BAND,
+    TILE_K,
+    Config as Bf16Config,
+)
+from ..sm90_bf16.interface import b_tensor
+from ..sm90_bf16.kernel import Sm90Bf16Kernel
+from .config import DECODED_STAGES, FusedGeometry
+
+DECODE_BARRIER = 1  # named barrier of the two MMA warpgroups (0 is __syncthreads)
+
+
+class Sm90Mxfp8Fused(Sm90Bf16Kernel):
+    """The fused kernel of one MXFP8 variant; see the module docstring."""
+
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry):
+        super().__init__(main)
+        self.fp8_dtype = DTYPES[fp8_dtype]
+        kind, _ = FP8_FORMATS[self.fp8_dtype]
+        # decoded B is K-major whatever B's own major
+        self.b_layout = tensor_utils.LayoutEnum.ROW_MAJOR
+        self.prologue = DescriptorPrologue(self.fp8_dtype, self.b_n_major, DESCRIPTOR_THREADS)
+        self.num_stages = geometry.stages
+        self.ab_bytes = geometry.stage_bytes
+        self.decode_a = StageDecoder(self.tile_m, TILE_K, False, NUM_MMA_THREADS, kind)
+        self.decode_b = StageDecoder(self.tile_n, TILE_K, self.b_n_major, NUM_MMA_THREADS, kind)
+
+    # ------------------------------------------------------------------ layouts
+    def _fp8_layouts(self):
+        """The FP8 stages TMA fills: unswizzled boxes, K contiguous (A, K-major B) or N (N-major B)."""
+        stages = self.num_stages
+        a = cute.make_layout((self.tile_m, TILE_K, stages), stride=(TILE_K, 1, self.tile_m * TILE_K))
+        b_stride = (1, self.tile_n) if self.b_n_major else (TILE_K, 1)
+        b = cute.make_layout((self.tile_n, TILE_K, stages), stride=(*b_stride, self.tile_n * TILE_K))
+        return a, b
+
+    def _smem_layouts(self):
+        """The decoded BF16 buffers (the WGMMA's operands) and the C and D views of the slot ring."""
+        row_major = tensor_utils.LayoutEnum.ROW_MAJOR
+        bf16 = cutlass.BFloat16
+        a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, bf16, DECODED_STAGES)
+        b = sm90_utils.make_smem_layout_b(row_major, self.tile_shape_mnk, bf16, DECODED_STAGES)
+        c = box_smem_layout(*self.slots.c.box, self.c_dtype, self.slots.boxes)
+        d = box_smem_layout(*self.slots.d.box, self.d_dtype, self.slots.boxes)
+        return a, b, c, d
+
+    def storage_fields(self) -> dict:
+        """The BF16 kernel's fields (its A and B: the decoded buffers), then the FP8 stages."""
+        a8_layout, b8_layout = self._fp8_layouts()
+        struct = cute.struct
+        return {
+            **super().storage_fields(),
+            "sA8": struct.Align[struct.MemRange[self.fp8_dtype, cute.cosize(a8_layout)], 1024],
+            "sB8": struct.Align[struct.MemRange[self.fp8_dtype, cute.cosize(b8_layout)], 1024],
+        }
+
+    # --------------------------------------------------------------------- main
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        tma_atom_d: cute.CopyAtom,
+        mD_mn: cute.Tensor,
+        offsets_ptr: cute.Pointer,
+        alpha_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        prob_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        dbias_ws_ptr: cute.Pointer,
+        b_desc_ws_ptr: cute.Pointer,
+        tile_counter_ptr: cute.Pointer,
+        sfa_ptr: cute.Pointer,
+        sfb_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        l: cutlass.Int32,
+    ):
+        """The BF16 kernel's parameters (no rounding flag, no act_out) and the scale factors:
+        SFA, and SFB (dense) or sfb_ptrs (discrete)."""
+        m, k = mA_mk.shape
+        self.run(
+            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
+            (sfa_ptr, sfb_ptr, m, n, k),
+        )
+
+    def ab_atoms(self, a, b, m, n, k, l) -> dict:
+        """FP8 A and B (dense K- or N-major, or one expert's template) into the FP8 stages."""
+        a_mk = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
+        if cutlass.const_expr(self.discrete_weights):
+            b_nkl = cute.make_tensor(b, self.prologue.expert_b_layout(n, k))
+        elif cutlass.const_expr(self.b_n_major):
+            b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(1, n, n * k)))
+        else:
+            b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
+        a8, b8 = self._fp8_layouts()
+        op = cpasync.CopyBulkTensorTileG2SOp()
+        return {
+            "a": tma_atom(op, a_mk, a8, (self.tile_m, TILE_K)),
+            b_tensor(self.config): tma_atom(op, b_nkl, b8, (self.tile_n, TILE_K)),
+        }
+
+    # ------------------------------------------------------------- hook points
+    def operand_buffers(self, storage, operand_inputs):
+        """TMA loads the FP8 stages; the MMA warpgroups take the decoded buffers, word views
+        of both for the decoder, and ``operand_inputs`` (the scale factors, m, n, k)."""
+        a8, b8 = self._fp8_layouts()
+        a_smem, b_smem, _, _ = self._smem_layouts()
+        sA8 = storage.sA8.get_tensor(a8)
+        sB8 = storage.sB8.get_tensor(b8)
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        # 32-bit word views of the same bytes for the decoder
+        words = cutlass.Int32
+        pieces = lambda rows: self.num_stages * rows * TILE_K // PIECE  # noqa: E731
+        a8_words = cute.make_tensor(cute.recast_ptr(storage.sA8.data_ptr(), dtype=words),
+                                    cute.make_layout((PIECE // 4, pieces(self.tile_m))))
+        if cutlass.const_expr(self.b_n_major):
+            b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
+                                        cute.make_layout(self.num_stages * self.tile_n * TILE_K // 4))
+        else:
+            b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
+                                        cute.make_layout((PIECE // 4, pieces(self.tile_n))))
+        chunks = lambda rows: DECODED_STAGES * rows * TILE_K // PIECE  # noqa: E731
+        a_chunks = cute.make_tensor(cute.recast_ptr(storage.sA.data_ptr(), dtype=words),
+                                    cute.make_layout((4, chunks(self.tile_m))))
+        b_chunks = cute.make_tensor(cute.recast_ptr(storage.sB.data_ptr(), dtype=words),
+                                    cute.make_layout((4, chunks(self.tile_n))))
+        return (sA8, sB8), (sA, sB, a8_words, b8_words, a_chunks, b_chunks, operand_inputs)
+
+    @staticmethod
+    def mma_operands(operands):
+        return operands[0], operands[1]
+
+    @cute.jit
+    def accumulate(
+        self, mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+        operands, mma_tidx, tile, tiles, offsets, l,
+    ):
+        """The k-tiles of one tile: decode each stage, then its WGMMAs (module docstring)."""
+        _, _, a8_words, b8_words, a_chunks, b_chunks, (sfa_ptr, sfb_ptr, m, n, k) = operands
+        num_m_tiles, num_n_tiles, _ = tiles
+        m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
+        expert = expert_of_row(offsets, l, m_tile * self.tile_m)
+        atoms_k = k_atoms(k)
+        blocks = (k + SF_VEC - 1) // SF_VEC
+        if cutlass.const_expr(self.discrete_weights):
+            sfb_address = gmem_array(sfb_ptr, cutlass.Int64, l, 8)[expert]
+        else:
+            expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
+            sfb_address = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
+        num_k_blocks = cute.size(tCrA, mode=[2])
+        for k_tile in range(k_tile_count):
+            buffer = k_tile % DECODED_STAGES
+            a_scales = self.decode_a.scales(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, k_tile, atoms_k, m, blocks)
+            b_scales = self.decode_b.scales(mma_tidx, sfb_address, n_tile * self.tile_n, k_tile, atoms_k, n, blocks)
+            mainloop.consumer_wait(read_state)
+            self.decode_a.decode(mma_tidx, a8_words, read_state.index, a_chunks, buffer, a_scales)
+            self.decode_b.decode(mma_tidx, b8_words, read_state.index, b_chunks, buffer, b_scales)
+            mainloop.consumer_release(read_state)
+            read_state.advance()
+            release_state.advance()
+            # the decoded stores, to the WGMMAs (async proxy); the WGMMAs of the k-tile before
+            # done in both warpgroups once they pass the barrier
+            cute.arch.fence_proxy("async.shared", space="cta")
+            warpgroup.wait_group(0)
+            cute.arch.barrier(barrier_id=DECODE_BARRIER, number_of_threads=NUM_MMA_THREADS)
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(num_k_blocks):
+                coord = (None, None, kb, buffer)
+                cute.gemm(tiled_mma, acc, tCrA[coord], tCrB[coord], acc)
+            warpgroup.commit_group()
+        warpgroup.wait_group(0)
+        return read_state, release_state
