@@ -8,8 +8,9 @@ The kernel is sm90_bf16's (kernel.py) but for its mainloop operand path (the hoo
   (SFA, SFB: global memory, L1), wait for the stage, decode it into one of two BF16 buffers
   (128-byte swizzled, K-major for both operands), release the stage, and meet at a named
   barrier; the WGMMAs of the k-tile before keep running meanwhile. The decode of k-tile j
-  writes the buffer the WGMMAs of k-tile j - 2 read: each warpgroup waits for its own
-  WGMMAs of k-tile j - 1 before the barrier of k-tile j, so that buffer is free.
+  (counted over all of the CTA's tiles) writes the buffer the WGMMAs of k-tile j - 2 read:
+  each warpgroup waits for its own WGMMAs of k-tile j - 1 before the barrier of k-tile j, so
+  that buffer is free.
 
 Everything after the mainloop (staging, epilogue, block mover) is the BF16 kernel's, with
 an fp32 D: the quantizer is still a separate pass (kernel.py, ``quantize_d``).
@@ -187,7 +188,9 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             sfb_address = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
         num_k_blocks = cute.size(tCrA, mode=[2])
         for k_tile in range(k_tile_count):
-            buffer = k_tile % DECODED_STAGES
+            # alternate over every k-tile the CTA decodes, across tiles too: a warpgroup done
+            # with a tile must not decode into the buffer the other's last WGMMAs still read
+            buffer = read_state.count % DECODED_STAGES
             a_scales = self.decode_a.scales(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, k_tile, atoms_k, m, blocks)
             b_scales = self.decode_b.scales(mma_tidx, sfb_address, n_tile * self.tile_n, k_tile, atoms_k, n, blocks)
             mainloop.consumer_wait(read_state)
