@@ -187,15 +187,18 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
             sfb_address = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
         num_k_blocks = cute.size(tCrA, mode=[2])
+        a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m)
+        b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n)
         for k_tile in range(k_tile_count):
             # alternate over every k-tile the CTA decodes, across tiles too: a warpgroup done
             # with a tile must not decode into the buffer the other's last WGMMAs still read
             buffer = read_state.count % DECODED_STAGES
-            a_scales = self.decode_a.scales(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, k_tile, atoms_k, m, blocks)
-            b_scales = self.decode_b.scales(mma_tidx, sfb_address, n_tile * self.tile_n, k_tile, atoms_k, n, blocks)
+            # A's tiles hold owned rows only (below M); B's last n-tile may pass N
+            a_scales = self.decode_a.scales(a_tile, k_tile, blocks, False)
+            b_scales = self.decode_b.scales(b_tile, k_tile, blocks, True)
             mainloop.consumer_wait(read_state)
-            self.decode_a.decode(mma_tidx, a8_words, read_state.index, a_chunks, buffer, a_scales)
-            self.decode_b.decode(mma_tidx, b8_words, read_state.index, b_chunks, buffer, b_scales)
+            self.decode_a.decode(mma_tidx, a_tile, a8_words, read_state.index, a_chunks, buffer, a_scales)
+            self.decode_b.decode(mma_tidx, b_tile, b8_words, read_state.index, b_chunks, buffer, b_scales)
             mainloop.consumer_release(read_state)
             read_state.advance()
             release_state.advance()
