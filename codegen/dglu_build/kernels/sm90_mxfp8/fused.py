@@ -4,8 +4,8 @@ in shared memory (blocks/mxfp8_decode.py), no decoded A or B in global memory.
 The kernel is sm90_bf16's (kernel.py) but for its mainloop operand path (the hook points):
 - the producer's TMA loads FP8 tiles of A (K-major) and B (K- or N-major; dense, or one
   expert's matrix through b_descriptors' descriptor) unswizzled into ``stages`` FP8 stages;
-- the two MMA warpgroups, before each k-tile's WGMMAs, read the k-tile's scale bytes
-  (SFA, SFB: global memory, L1), wait for the stage, decode it into one of two BF16 buffers
+- the two MMA warpgroups, before each k-tile's WGMMAs, read the next k-tile's scale bytes
+  (SFA, SFB: global memory, L1; their rows' addresses found once a tile), wait for the stage, decode it into one of two BF16 buffers
   (128-byte swizzled, K-major for both operands), release the stage, and meet at a named
   barrier; the WGMMAs of the k-tile before keep running meanwhile. The decode of k-tile j
   (counted over all of the CTA's tiles) writes the buffer the WGMMAs of k-tile j - 2 read:
@@ -189,16 +189,22 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         num_k_blocks = cute.size(tCrA, mode=[2])
         a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m)
         b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n)
+        # each k-tile's scale bytes are read a k-tile ahead (their L2 latency behind a decode);
+        # A's tiles hold owned rows only (below M), B's last n-tile may pass N
+        a_scales = self.decode_a.scales(a_tile, 0, blocks, False)
+        b_scales = self.decode_b.scales(b_tile, 0, blocks, True)
         for k_tile in range(k_tile_count):
             # alternate over every k-tile the CTA decodes, across tiles too: a warpgroup done
             # with a tile must not decode into the buffer the other's last WGMMAs still read
             buffer = read_state.count % DECODED_STAGES
-            # A's tiles hold owned rows only (below M); B's last n-tile may pass N
-            a_scales = self.decode_a.scales(a_tile, k_tile, blocks, False)
-            b_scales = self.decode_b.scales(b_tile, k_tile, blocks, True)
+            # past the last k-tile: blocks past K, nothing read
+            next_a = self.decode_a.scales(a_tile, k_tile + 1, blocks, False)
+            next_b = self.decode_b.scales(b_tile, k_tile + 1, blocks, True)
             mainloop.consumer_wait(read_state)
             self.decode_a.decode(mma_tidx, a_tile, a8_words, read_state.index, a_chunks, buffer, a_scales)
             self.decode_b.decode(mma_tidx, b_tile, b8_words, read_state.index, b_chunks, buffer, b_scales)
+            a_scales = next_a
+            b_scales = next_b
             mainloop.consumer_release(read_state)
             read_state.advance()
             release_state.advance()
