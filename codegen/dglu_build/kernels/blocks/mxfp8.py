@@ -397,11 +397,11 @@ def write_effective_offsets(
     m: cutlass.Int32,
     l: cutlass.Int32,
     single_group: cutlass.Int32,
+    tidx: cutlass.Int32,
     threads: cutlass.Constexpr,
 ):
-    """One block's threads: offsets_ws = padded_offsets, or [m] when single_group != 0 (then
-    padded_offsets is never read)."""
-    tidx, _, _ = cute.arch.thread_idx()
+    """One block's threads (``tidx`` of ``threads``): offsets_ws = padded_offsets, or [m] when
+    single_group != 0 (then padded_offsets is never read)."""
     offsets_ws = gmem_array(offsets_ws_ptr, cutlass.Int32, l, 4)
     if single_group != 0:
         if tidx == 0:
@@ -429,7 +429,8 @@ class EffectiveOffsets:
         single_group: cutlass.Int32,
     ):
         """offsets_ws = padded_offsets, or [m] when single_group != 0."""
-        write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, self.threads)
+        tidx, _, _ = cute.arch.thread_idx()
+        write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, tidx, self.threads)
 
 
 class DequantizeA:
@@ -457,9 +458,10 @@ class DequantizeA:
     ):
         """out[r, j] = bf16(a[r, j] * 2^(SFA(r, j//32) - 127)); offsets_ws = padded_offsets,
         or [m] when single_group != 0 (then offsets is never read)."""
+        tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         if bidx == 0:
-            write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, self.threads)
+            write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, tidx, self.threads)
         pieces = thread_pieces(self.threads)
         dequantize_pieces(a_ptr.toint(), sfa_ptr.toint(), out_ptr.toint(), pieces, m, k, self.kind)
 

@@ -350,24 +350,27 @@ class Sm90Bf16Kernel:
         self.run(
             tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
             beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
-            act_out_ptr, None,
+            act_out_ptr, None, None,
         )
 
     @cute.jit
     def run(
         self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
         beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
-        act_out_ptr, operand_inputs,
+        act_out_ptr, operand_inputs, output_inputs,
     ):
-        """The main kernel's body (``kernel``'s parameters); ``operand_inputs``: what another
-        family's operand path takes beside them (operand_buffers), None here."""
+        """The main kernel's body (``kernel``'s parameters); ``operand_inputs`` and
+        ``output_inputs``: what another family's operand path (operand_buffers) and output
+        stage (group_done) take beside them, None here. ``tma_atom_d`` None: the output stage
+        stores D itself (the block mover only recycles the slots)."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
 
         if warp_idx == 0:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_c, tma_atom_d):
-                cpasync.prefetch_descriptor(atom)
+                if cutlass.const_expr(atom is not None):
+                    cpasync.prefetch_descriptor(atom)
 
         a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
         storage = utils.SmemAllocator().allocate(self.shared_storage())
@@ -442,7 +445,7 @@ class Sm90Bf16Kernel:
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
-                round_dgrad, act_out_ptr,
+                round_dgrad, act_out_ptr, output_inputs,
             )
         else:
             set_registers(MMA_REGISTERS)
@@ -513,10 +516,14 @@ class Sm90Bf16Kernel:
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
         gC = cute.local_tile(mC_mn, self.slots.c.box, (None, None))
-        gD = cute.local_tile(mD_mn, self.slots.d.box, (None, None))
         one = cute.make_layout(1)
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
-        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
+        tDsD, tDgD = None, None  # no D atom: the epilogue stored D itself
+        if cutlass.const_expr(tma_atom_d is not None):
+            gD = cute.local_tile(mD_mn, self.slots.d.box, (None, None))
+            tDsD, tDgD = cpasync.tma_partition(
+                tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2)
+            )
         groups_per_n_tile = self.tile_n // BLOCK_COLUMNS
         if cutlass.const_expr(EPILOGUE_SLOTS != 2):
             raise ValueError(f"move_blocks keeps the targets of 2 slots in registers; EPILOGUE_SLOTS is {EPILOGUE_SLOTS}")
@@ -561,9 +568,15 @@ class Sm90Bf16Kernel:
                     column: cutlass.Int32):
         """Wait for the epilogue of ``group``, store its D block to (``m_tile``, group
         ``column``), and wait until the store has read the slot (so the slot can take
-        the next C)."""
+        the next C); with no D atom, only the wait."""
         slot = group % EPILOGUE_SLOTS
         cute.arch.mbarrier_wait(d_full + slot, (group // EPILOGUE_SLOTS) % 2)
+        if cutlass.const_expr(tma_atom_d is not None):
+            self.store_d_block(tma_atom_d, tDsD, tDgD, slot, m_tile, column)
+
+    @cute.jit
+    def store_d_block(self, tma_atom_d, tDsD, tDgD, slot, m_tile: cutlass.Int32, column: cutlass.Int32):
+        """``slot``'s D block to (``m_tile``, group ``column``) by TMA, waited until read."""
         for box in cutlass.range_constexpr(self.slots.d.boxes):
             cute.copy(
                 tma_atom_d,
@@ -682,6 +695,7 @@ class Sm90Bf16Kernel:
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, round_dgrad, act_out_ptr,
+        output_inputs,
     ):
         """The epilogue warpgroups: dGLU on each tile's staged accumulators, group by group.
 
@@ -769,9 +783,10 @@ class Sm90Bf16Kernel:
                     dprob_rows[r] = dprob_rows[r] + grad * d_prob
                     if cutlass.const_expr(self.act_out):
                         act_out_all[(row0 + r, n_tile * self.tile_n + pair)] = (prob * d_prob).to(cutlass.BFloat16)
-                # D is in shared memory: make it visible to the TMA store
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.mbarrier_arrive(d_full + slot)
+                self.group_done(
+                    ring_d, slot, d_full, m_tile * self.tile_m, 2 * n_tile * self.tile_n + g * GROUP_COLUMNS,
+                    epi_tidx, output_inputs,
+                )
                 if cutlass.const_expr(self.with_dbias):
                     column = 2 * n_tile * self.tile_n + g * GROUP_COLUMNS + lane
                     if cutlass.const_expr(self.deterministic):
@@ -807,7 +822,8 @@ class Sm90Bf16Kernel:
 
     # ------------------------------------------------------------- hook points
     # What a family variant changes is confined to these methods: the mainloop operand
-    # path (operand_buffers, mma_operands, b_operand, accumulate) and store_d_pair.
+    # path (operand_buffers, mma_operands, b_operand, accumulate) and the output stage
+    # (store_d_pair, group_done).
     def operand_buffers(self, storage, operand_inputs):
         """Mainloop operand path: the shared-memory tensors the producer's TMA loads (A's
         and B's stages), and what the MMA warpgroups take (mma_operands reads it and
@@ -836,6 +852,15 @@ class Sm90Bf16Kernel:
             return tBgB_n, expert_descriptor(b_desc_ws_ptr, expert, cute.AddressSpace.generic)
         else:
             return tBgB[(None, n_tile, None, expert)], None
+
+    @cute.jit
+    def group_done(self, ring_d, slot, d_full, tile_row, group_column, epi_tidx, output_inputs):
+        """Epilogue output stage, once a thread has written its rows of a group's D into
+        ``slot``: hand the slot to the block mover, which stores it by TMA (``tile_row``,
+        ``group_column``: the block's first row and D column; ``output_inputs``: run's)."""
+        # D is in shared memory: make it visible to the TMA store
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.mbarrier_arrive(d_full + slot)
 
     @cute.jit
     def store_d_pair(self, ring_d, slot, first_row, k: int, lane, rows_8: int, scaled, d_gate, d_input):
