@@ -30,12 +30,15 @@ from ..sm90_bf16.config import (
 CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
 ACC_DTYPE = "fp32"  # the unquantized D the quantizers read
-# The build choice of the fused kernel's mainloop: "workspaces" (the dequantizers write
-# decoded A and B to global memory, the BF16 kernel reads them: validated on the H200) or
-# "mainloop" (fused.py decodes the FP8 stages in shared memory: CPU-checked only). It
-# enters the family's build key (sources()), so changing it rebuilds the family.
+# The build choice of the family's kernels: "workspaces" (the dequantizers write decoded A
+# and B to global memory, the BF16 kernel reads them and writes an fp32 D that quantize_d
+# reads: the default), "mainloop" (fused.py decodes the FP8 stages in shared memory; the
+# fp32 D and quantize_d as before) or "one-pass" (the mainloop decode and the quantizer in
+# the fused kernel's epilogue: no fp32 D). It enters the family's build key (sources()),
+# so changing it rebuilds the family. bench/RESULTS.md (issue 26) has what each was
+# verified and measured on.
 DECODE_CHOICE_VARIABLE = "DGLU_SM90_MXFP8_DECODE"
-DECODE_CHOICES = ("workspaces", "mainloop")
+DECODE_CHOICES = ("workspaces", "mainloop", "one-pass")
 DECODED_STAGES = 2  # BF16 buffers the mainloop decode alternates between
 MIN_FP8_STAGES = 2
 BF16_BYTES = 2
@@ -77,7 +80,8 @@ class Config(OperandConfig):
     """One variant of the family, as the kernels see it (A, B and D in "e4m3" or "e5m2");
     ``from_key`` checks it builds."""
 
-    mainloop_decode: bool = field(default_factory=lambda: decode_choice() == "mainloop")
+    mainloop_decode: bool = field(default_factory=lambda: decode_choice() != "workspaces")
+    epilogue_quantize: bool = field(default_factory=lambda: decode_choice() == "one-pass")
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:

@@ -25,14 +25,31 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DescriptorPrologue
-from ..blocks.mxfp8 import ATOM_BYTES, FP8_FORMATS, SF_VEC, gmem_array, k_atoms, row_atoms
+from ..blocks.mxfp8 import (
+    ATOM_BYTES,
+    FP8_FORMATS,
+    SF_VEC,
+    col_sf_offset,
+    gmem_array,
+    gmem_vector,
+    k_atoms,
+    matrix_index,
+    quantize_block,
+    row_atoms,
+    sf_offset,
+    store_byte,
+)
 from ..blocks.mxfp8_decode import PIECE, StageDecoder
 from ..blocks.tile_scheduler import tile_coords
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, tma_atom
 from ..sm90_bf16.config import (
     DESCRIPTOR_THREADS,
+    DTYPE_BITS,
+    EPILOGUE_THREADS,
+    GROUP_COLUMNS,
     NUM_MMA_THREADS,
     RASTER_BAND,
+    SWIZZLE_CHUNK_BITS,
     TILE_K,
     Config as Bf16Config,
 )
@@ -41,13 +58,17 @@ from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from .config import DECODED_STAGES, FusedGeometry
 
 DECODE_BARRIER = 1  # named barrier of the two MMA warpgroups (0 is __syncthreads)
+EPILOGUE_BARRIER = 2  # named barrier of the two epilogue warpgroups (the one-pass quantizer)
+SWIZZLE_ROWS = 8  # the 128-byte swizzle repeats every 8 rows
 
 
 class Sm90Mxfp8Fused(Sm90Bf16Kernel):
     """The fused kernel of one MXFP8 variant; see the module docstring."""
 
-    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry):
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str | None = None):
         super().__init__(main)
+        # the FP8 D of the one-pass kernel's quantizer (its PTX name and 1/max)
+        self.d_kind, self.d_rcp = FP8_FORMATS[DTYPES[d_dtype]] if d_dtype else (None, None)
         self.fp8_dtype = DTYPES[fp8_dtype]
         kind, _ = FP8_FORMATS[self.fp8_dtype]
         # decoded B is K-major whatever B's own major
@@ -220,3 +241,116 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             warpgroup.commit_group()
         warpgroup.wait_group(0)
         return read_state, release_state
+
+
+class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
+    """The mainloop decode and the quantizer in the epilogue: no fp32 D in global memory.
+
+    The epilogue writes each group's fp32 D into its slot of the ring as the BF16 kernel does
+    (dbias and dprob from those unquantized values); then, instead of the block mover's TMA
+    store, the 256 epilogue threads meet at a named barrier and quantize the slot's 128 x 64
+    block from shared memory with blocks/mxfp8.py's quantize_block, as QuantizeD does a
+    32-row tile of the fp32 D (the same values, the same operations, so the same bytes):
+    thread t takes the 32-block t % 2 of row t // 2 (D_row, SFD_row), and column t % 64 of
+    the 32-row block t // 64 (D_col, SFD_col, dense or discrete_col_sfd). The block mover only
+    recycles the slots."""
+
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_a: cute.CopyAtom,
+        mA_mk: cute.Tensor,
+        tma_atom_b: cute.CopyAtom,
+        mB_nkl: cute.Tensor,
+        tma_atom_c: cute.CopyAtom,
+        mC_mn: cute.Tensor,
+        offsets_ptr: cute.Pointer,
+        alpha_ptr: cute.Pointer,
+        beta_ptr: cute.Pointer,
+        prob_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
+        dbias_ws_ptr: cute.Pointer,
+        b_desc_ws_ptr: cute.Pointer,
+        tile_counter_ptr: cute.Pointer,
+        sfa_ptr: cute.Pointer,
+        sfb_ptr: cute.Pointer,
+        d_row_ptr: cute.Pointer,
+        d_col_ptr: cute.Pointer,
+        sfd_row_ptr: cute.Pointer,
+        sfd_col_ptr: cute.Pointer,
+        norm_const_ptr: cute.Pointer,
+        n: cutlass.Int32,
+        l: cutlass.Int32,
+        discrete_col_sfd: cutlass.Int32,
+    ):
+        """The mainloop-decode kernel's parameters without D's atom, then the outputs:
+        D_row, D_col, SFD_row, SFD_col, norm_const, and the discrete_col_sfd flag."""
+        m, k = mA_mk.shape
+        outputs = (d_row_ptr, d_col_ptr, sfd_row_ptr, sfd_col_ptr, norm_const_ptr, offsets_ptr, m, n * 2, l,
+                   discrete_col_sfd)
+        self.run(
+            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, None, None, offsets_ptr, alpha_ptr,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
+            (sfa_ptr, sfb_ptr, m, n, k), outputs,
+        )
+
+    def slot_offset(self, slot, row, col: int | cutlass.Int32):
+        """Element offset, in the flat fp32 view of the ring, of D (``row``, ``col``) of a
+        group in ``slot`` (ring_offset's swizzle, for any row and column)."""
+        block = self.slots.d
+        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[block.dtype]
+        box, within = col // block.box_cols, col % block.box_cols
+        box_base = (slot * self.slots.slot_boxes + box) * self.tile_m * block.box_cols
+        return box_base + row * block.box_cols + ((within // chunk) ^ (row % SWIZZLE_ROWS)) * chunk + within % chunk
+
+    @cute.jit
+    def group_done(self, ring_d, slot, d_full, tile_row, group_column, epi_tidx, output_inputs):
+        """Quantize the group's D block from its slot (class docstring), then free the slot."""
+        d_row_ptr, d_col_ptr, sfd_row_ptr, sfd_col_ptr, norm_const_ptr, offsets_ptr, m, n2, l, discrete = output_inputs
+        cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
+        norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]
+        t = cutlass.Uint32(epi_tidx)
+        self.quantize_row(ring_d, slot, tile_row, group_column, cutlass.Int32(t >> 1), cutlass.Int32(t & 1),
+                          d_row_ptr, sfd_row_ptr, norm_const, n2)
+        self.quantize_column(ring_d, slot, tile_row, group_column, cutlass.Int32(t & (GROUP_COLUMNS - 1)),
+                             cutlass.Int32(t >> 6), d_col_ptr, sfd_col_ptr, norm_const, offsets_ptr, m, n2, l,
+                             discrete)
+        # the slot's reads before the next C's TMA load into it
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.mbarrier_arrive(d_full + slot)
+
+    @cute.jit
+    def quantize_row(self, ring_d, slot, tile_row, group_column, row, block, d_row_ptr, sfd_row_ptr, norm_const, n2):
+        """32-block ``block`` (0: gates, 1: inputs) of the group's ``row``: D_row and SFD_row."""
+        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[self.slots.d.dtype]
+        chunks = cute.make_tensor(ring_d.iterator, cute.make_layout((chunk, cute.size(ring_d) // chunk)))
+        values = cute.make_rmem_tensor((chunk, SF_VEC // chunk), cutlass.Float32)
+        for q in cutlass.range_constexpr(SF_VEC // chunk):
+            # chunk q of the block: the slot's box ``block`` (32 fp32 columns), swizzled
+            at = self.slot_offset(slot, row, block * SF_VEC + q * chunk) // chunk
+            cute.autovec_copy(chunks[None, at], values[None, q])
+        words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+        byte = quantize_block(values, words, norm_const, self.d_kind, self.d_rcp, True)
+        d_row = tile_row + row
+        column = group_column + block * SF_VEC
+        element = matrix_index(d_row, n2, column)
+        cute.autovec_copy(words, gmem_vector(d_row_ptr.toint() + element, cutlass.Int32, SF_VEC // 4, 16))
+        store_byte(sfd_row_ptr.toint() + cutlass.Int64(sf_offset(d_row, column // SF_VEC, k_atoms(n2))), byte)
+
+    @cute.jit
+    def quantize_column(self, ring_d, slot, tile_row, group_column, column, row_block, d_col_ptr, sfd_col_ptr,
+                        norm_const, offsets_ptr, m, n2, l, discrete):
+        """``column`` of the group over the tile's 32-row block ``row_block``: D_col and SFD_col
+        (a warp's threads share the row block, as col_sf_offset's expert search needs)."""
+        values = cute.make_rmem_tensor(SF_VEC, cutlass.Float32)
+        for j in cutlass.range_constexpr(SF_VEC):
+            values[j] = ring_d[self.slot_offset(slot, row_block * SF_VEC + j, column)]
+        words = cute.make_rmem_tensor(SF_VEC // 4, cutlass.Int32)
+        byte = quantize_block(values, words, norm_const, self.d_kind, self.d_rcp, False)
+        first = tile_row + row_block * SF_VEC
+        d_column = group_column + column
+        for j in cutlass.range_constexpr(SF_VEC):
+            code = (words[j // 4] >> (8 * (j % 4))) & 0xFF
+            store_byte(d_col_ptr.toint() + matrix_index(first + j, n2, d_column), code)
+        offset = col_sf_offset(offsets_ptr, d_column, first // SF_VEC, m, n2, l, discrete)
+        store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)

@@ -122,7 +122,8 @@ _OPERAND_VIEWS = {
 def _view_names(config: Config) -> list[str]:
     decoded = ("a_op", "b_op")  # the mainloop decode reads A and B themselves
     return [v for v in _OPERAND_VIEWS if (v != "c_op" or config.c_widened)
-            and not (config.mainloop_decode and v in decoded)]
+            and not (config.mainloop_decode and v in decoded)
+            and not (config.epilogue_quantize and v == "d_acc")]
 
 
 def views(config: Config) -> dict[str, dict]:
@@ -150,7 +151,8 @@ def workspaces(config: Config) -> dict[str, dict]:
         **decoded,
         **({"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}}
            if config.c_widened else {}),
-        "d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"},
+        **({} if config.epilogue_quantize else
+           {"d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"}}),
         # padded_offsets, or [M] with use_single_group_runtime_offsets: written by dequant_a
         # (effective_offsets with the mainloop decode)
         "offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"},
@@ -197,6 +199,17 @@ def _mainloop_decode_main(config: Config) -> KernelDeclaration:
     return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
 
 
+def _one_pass_main(config: Config) -> KernelDeclaration:
+    """The one-pass kernel (fused.py's Sm90Mxfp8OnePass): the mainloop-decode kernel's
+    parameters without D's descriptor, then its outputs, and the discrete_col_sfd flag."""
+    declared = _mainloop_decode_main(config)
+    params = [p for p in declared.params if not (isinstance(p, TmaTensor) and p.tensor == "d_acc")]
+    scalars = [p for p in params if isinstance(p, Int32)]
+    outputs = [Pointer(name) for name in ("d_row", "d_col", "sfd_row", "sfd_col", "norm_const")]
+    params = [p for p in params if not isinstance(p, Int32)] + outputs + scalars + [Int32("discrete_col_sfd")]
+    return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
+
+
 EFFECTIVE_OFFSETS = KernelDeclaration(
     role="effective_offsets",
     params=(Pointer("padded_offsets"), Pointer("offsets_ws"), Int32("m"), Int32("l"),
@@ -232,7 +245,7 @@ def kernels(config: Config) -> list[KernelDeclaration]:
     )
     if config.mainloop_decode:
         operands = [EFFECTIVE_OFFSETS, *([bf16.B_DESCRIPTORS] if config.discrete_weights else [])]
-        main = _mainloop_decode_main(config)
+        main = _one_pass_main(config) if config.epilogue_quantize else _mainloop_decode_main(config)
     else:
         operands = [dequant_a, dequant_b]
         main = _renamed_main(config)
@@ -241,7 +254,7 @@ def kernels(config: Config) -> list[KernelDeclaration]:
         *([widen_c] if config.c_widened else []),
         main,
         *([bf16.DBIAS_FINISH] if config.dbias else []),
-        quantize_d,
+        *([] if config.epilogue_quantize else [quantize_d]),
     ]
 
 
@@ -270,6 +283,8 @@ def tma_rules(config: Config) -> dict[str, dict]:
     if config.mainloop_decode:
         renamed = {name: rule for name, rule in renamed.items() if name not in ("a", "b")}
         renamed = {**_fp8_operand_rules(config), **renamed}
+    if config.epilogue_quantize:
+        del renamed["d_acc"]
     return renamed
 
 

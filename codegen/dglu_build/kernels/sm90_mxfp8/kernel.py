@@ -29,7 +29,7 @@ from ..declaration import launch_arguments
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
-from .fused import Sm90Mxfp8Fused
+from .fused import Sm90Mxfp8Fused, Sm90Mxfp8OnePass
 
 
 class Sm90Mxfp8Kernels:
@@ -39,7 +39,10 @@ class Sm90Mxfp8Kernels:
         self.config = config
         ab, d = DTYPES[config.ab_dtype], DTYPES[config.d_dtype]
         if config.mainloop_decode:
-            self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry)
+            if config.epilogue_quantize:
+                self.main = Sm90Mxfp8OnePass(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
+            else:
+                self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry)
             self.operand_kernels = {
                 "effective_offsets": EffectiveOffsets(CONVERT_THREADS).kernel,
                 "b_descriptors": self.main.prologue.kernel,
