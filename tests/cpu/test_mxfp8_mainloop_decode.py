@@ -89,3 +89,22 @@ def test_shared_memory_holds_two_fp8_stages_beside_the_decoded_buffers(monkeypat
     assert geometry.stages == 2
     assert geometry.stage_bytes == (128 + 128) * 64
     assert _config(monkeypatch, tile_n=64).geometry.stages > 2
+
+
+@pytest.mark.parametrize(("weight_mode", "b_major"), WEIGHTS)
+def test_the_one_pass_kernel_quantizes_in_its_epilogue(monkeypatch, weight_mode: str, b_major: str) -> None:
+    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "one-pass")
+    config = Config.from_key({**KEY, "weight_mode": weight_mode, "b_major": b_major})
+    assert config.mainloop_decode and config.epilogue_quantize
+    kernels = {kernel.role: kernel for kernel in interface.kernels(config)}
+    assert "quantize_d" not in kernels and "dequant_a" not in kernels
+    params = kernels["main"].params
+    assert "d_acc" not in [p.tensor for p in params if isinstance(p, TmaTensor)]
+    pointers = [p.tensor for p in params if isinstance(p, Pointer)]
+    assert pointers[-5:] == ["d_row", "d_col", "sfd_row", "sfd_col", "norm_const"]
+    assert [p.scalar for p in params if not isinstance(p, (TmaTensor, Pointer))] == ["n", "l", "discrete_col_sfd"]
+    assert "d_acc" not in interface.tma_rules(config) and "d_acc" not in interface.views(config)
+    # no workspace grows with M, N or K: what is left is O(L) (dbias sums, offsets, descriptors)
+    workspaces = _bytes(config, 4096, 1024, 2048, 8)
+    assert workspaces == _bytes(config, 8192, 1024, 4096, 8)
+    assert set(interface.workspaces(config)) <= {"dbias_ws", "offsets_ws", "b_desc_ws", "tile_counter"}
