@@ -4,7 +4,8 @@ Hopper has FP8 tensor cores but no block-scaled MMA, and MXFP8 scales change eve
 along both A's rows and B's columns. This family decodes A and B exactly (an FP8 value
 times a power of two fits BF16) into BF16 workspaces, runs the sm90 BF16 family's fused
 kernel on them with an fp32 D, and quantizes that D into D_row and D_col with their scale
-factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules.
+factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules;
+the build choices (DECODE_CHOICES) decode and quantize inside the fused kernel instead.
 """
 
 from __future__ import annotations

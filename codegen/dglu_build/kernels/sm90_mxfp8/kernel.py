@@ -1,5 +1,10 @@
 """The sm90 MXFP8 family's kernels, composed: decode, the BF16 fused kernel, quantize.
 
+This is the default build (config.DECODE_CHOICES "workspaces"); "mainloop" replaces
+``dequant_a``/``dequant_b`` by ``effective_offsets`` (and ``b_descriptors`` with discrete
+weights) and decodes in the fused kernel (fused.py), "one-pass" also drops ``quantize_d``
+(the fused kernel's epilogue quantizes).
+
 Per call, in launch order (interface.kernels):
 - ``dequant_a``: A (M, K) FP8 times its E8M0 scales -> BF16 workspace, exactly; it also
   writes the effective expert offsets (padded_offsets, or [M] for a single group whose rows
