@@ -139,7 +139,7 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         self.run(
             tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
             beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
-            (sfa_ptr, sfb_ptr, m, n, k),
+            (sfa_ptr, sfb_ptr, m, n, k), None,
         )
 
     def ab_atoms(self, a, b, m, n, k, l) -> dict:
