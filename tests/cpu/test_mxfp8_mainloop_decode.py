@@ -108,3 +108,27 @@ def test_the_one_pass_kernel_quantizes_in_its_epilogue(monkeypatch, weight_mode:
     workspaces = _bytes(config, 4096, 1024, 2048, 8)
     assert workspaces == _bytes(config, 8192, 1024, 4096, 8)
     assert set(interface.workspaces(config)) <= {"dbias_ws", "offsets_ws", "b_desc_ws", "tile_counter"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("choice", ["mainloop", "one-pass"])
+@pytest.mark.parametrize(("weight_mode", "b_major"), [("dense", "k"), ("discrete", "n")])
+def test_each_choice_compiles_within_shared_memory_and_registers(
+    monkeypatch, choice: str, weight_mode: str, b_major: str
+) -> None:
+    """The fused kernel of each build choice compiles (no GPU), launches the declared kernels,
+    fits sm_90's shared memory, and keeps its stack to the staging addresses the MMA
+    warpgroups spill (11-14 words; the loops themselves use no local memory: SASS, RESULTS)."""
+    pytest.importorskip("cutlass", reason="compiling needs CuTe DSL")
+    from dglu_build.cubin_info import read_cubin
+    from dglu_build.kernels.sm90_bf16.config import SMEM_ARCH, SMEM_CAPACITY
+
+    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, choice)
+    key = {**KEY, "weight_mode": weight_mode, "b_major": b_major}
+    cubin, fields = FAMILY.compile(key, "dglu_test")
+    roles = [kernel["role"] for kernel in fields["kernels"]]
+    assert roles == [kernel.role for kernel in interface.kernels(Config.from_key(key))]
+    (main,) = [kernel for kernel in fields["kernels"] if kernel["role"] == "main"]
+    assert main["dynamic_smem_bytes"] <= SMEM_CAPACITY[SMEM_ARCH] - 1024
+    frame = read_cubin(cubin).kernels[main["symbol"]].frame_bytes
+    assert frame <= 64
