@@ -30,10 +30,6 @@ SWIZZLE_ROWS = 8  # the 128-byte swizzle repeats every 8 rows
 N_MAJOR_ROWS = 4  # rows per N-major thread: one 32-bit word of FP8 bytes per K
 
 
-def pieces_per_row(tile_k: int) -> int:
-    return tile_k // PIECE
-
-
 E8M0_ONE = 127  # the E8M0 byte of 1.0
 ATOM_ROWS, ATOM_BYTES, GROUP_ROWS, GROUP_BYTES = 128, 512, 32, 4  # the SF atom (blocks/mxfp8.sf_offset)
 ROW_BYTES = 16  # SF bytes of one row % 32 within an atom
@@ -73,7 +69,7 @@ class StageDecoder:
 
     def __init__(self, rows: int, tile_k: int, n_major: bool, threads: int, kind: str):
         self.rows, self.tile_k, self.n_major, self.threads, self.kind = rows, tile_k, n_major, threads, kind
-        self.row_pieces = pieces_per_row(tile_k)
+        self.row_pieces = tile_k // PIECE
         if n_major:
             self.quads = rows // N_MAJOR_ROWS  # 4-row groups along the tile
             if self.quads & (self.quads - 1):

@@ -18,7 +18,6 @@ an fp32 D: the quantizer is still a separate pass (kernel.py, ``quantize_d``).
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 import cutlass.tensor_utils as tensor_utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
