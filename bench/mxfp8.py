@@ -133,8 +133,14 @@ def measure_shape(
     from .mxfp8_problem import make_mxfp8_sets
     from .timing import time_calls
 
+    from .mxfp8_problem import operand_bytes, workspace_bytes
+
     sets = make_mxfp8_sets(shape, device, seed)
-    record: dict[str, Any] = {"buffer_sets": len(sets)}
+    record: dict[str, Any] = {"buffer_sets": len(sets), "operand_bytes": operand_bytes(shape)}
+    try:
+        record["workspace_bytes"] = workspace_bytes(shape)
+    except Exception as exc:  # recorded; the measurements still run
+        record["workspace_bytes"] = error_record(exc)
     runs = candidates(_built_bf16_op(sets[0].bf16, record), unfused)
     try:
         record["compile_s"] = _first_call_s(unfused, sets[0])

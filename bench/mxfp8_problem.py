@@ -98,6 +98,45 @@ def make_mxfp8_sets(shape: Shape, device: Any, seed: int) -> list[Mxfp8Set]:
     return [make_mxfp8_set(shape, device, generator) for _ in range(count)]
 
 
+# --- memory -----------------------------------------------------------------------------------
+
+FAMILY = "sm90_mxfp8"
+# the bench call's key fields (run_mxfp8): dswiglu, dbias, dense K-major B, static, e4m3/bf16/e4m3
+CALL_KEY = {"act_func": "dswiglu", "dbias": True, "weight_mode": "dense", "b_major": "k", "scheduler": "static",
+            "ab_dtype": "e4m3", "c_dtype": "bf16", "d_dtype": "e4m3"}
+
+
+def operand_bytes(shape: Shape) -> int:
+    """Bytes of the op's own tensors in HBM: FP8 A and B with one E8M0 byte per 32 of K,
+    bf16 C, FP8 D_row and D_col with their scale bytes, prob and dprob (fp32), dbias (bf16)."""
+    m, n2, k, l = shape.m, 2 * shape.n, shape.k, shape.l
+    a = m * k + m * k // SF_VEC
+    b = l * shape.n * k + l * shape.n * k // SF_VEC
+    d = 2 * (m * n2 + m * n2 // SF_VEC)
+    return a + b + 2 * m * n2 + d + 2 * 4 * m + 2 * l * n2
+
+
+def workspace_bytes(shape: Shape) -> dict[str, Any]:
+    """Per workspace, the bytes the installed MXFP8 variant of the bench's call allocates for
+    ``shape`` (its manifest's rules), and their total; the variant's name."""
+    from dglu.contract.element_types import ELEMENT_TYPES
+    from dglu.contract.reader import full_variant
+    from dglu.manifest import installed_variants
+
+    entry = next(
+        v for v in installed_variants()
+        if v.family == FAMILY and all(getattr(v.key, f) == value for f, value in CALL_KEY.items())
+    )
+    variant = full_variant(entry)
+    scalars = {"m": shape.m, "n": shape.n, "k": shape.k, "l": shape.l}
+    for name, expression in variant.scalars.items():
+        scalars[name] = expression.value(scalars)
+    each = {
+        name: rule.count.value(scalars) * ELEMENT_TYPES[rule.dtype].size for name, rule in variant.workspaces.items()
+    }
+    return {"variant": variant.name, "total": sum(each.values()), "each": each}
+
+
 # --- the candidates --------------------------------------------------------------------------
 
 

@@ -6,8 +6,16 @@ from cutlass.cute.nvgpu import warpgroup
 
 
 @cute.jit
-def mma_tile(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count):
-    """acc = the tile's A B^T over ``k_tile_count`` k-tiles, read from the stages of the
+def start_tile(tiled_mma, acc):
+    """Zero ``acc`` and set the WGMMAs to accumulate into it, fenced for the tile's first WGMMA."""
+    acc.fill(0.0)
+    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+    warpgroup.fence()
+
+
+@cute.jit
+def mma_k_tiles(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count):
+    """acc += the tile's A B^T over ``k_tile_count`` k-tiles, read from the stages of the
     ``mainloop`` pipeline at ``read_state`` and released at ``release_state``; returns
     both states advanced past the tile (the caller rebinds them: a traced loop rebinds
     its carried values, not the caller's names).
@@ -16,9 +24,6 @@ def mma_tile(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_
     that read it have completed.
     """
     num_k_blocks = cute.size(tCrA, mode=[2])
-    acc.fill(0.0)
-    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-    warpgroup.fence()
     for k_tile in range(cutlass.min(1, k_tile_count)):
         mainloop.consumer_wait(read_state)
         for kb in cutlass.range_constexpr(num_k_blocks):
@@ -41,3 +46,10 @@ def mma_tile(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_
         mainloop.consumer_release(release_state)
         release_state.advance()
     return read_state, release_state
+
+
+@cute.jit
+def mma_tile(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count):
+    """acc = the tile's A B^T: ``start_tile`` then ``mma_k_tiles`` (same arguments and result)."""
+    start_tile(tiled_mma, acc)
+    return mma_k_tiles(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count)

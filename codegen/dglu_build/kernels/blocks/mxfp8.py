@@ -390,6 +390,49 @@ def dequantize_pieces(
             cute.autovec_copy(bf16_words, dst)
 
 
+@cute.jit
+def write_effective_offsets(
+    offsets_ptr: cute.Pointer,
+    offsets_ws_ptr: cute.Pointer,
+    m: cutlass.Int32,
+    l: cutlass.Int32,
+    single_group: cutlass.Int32,
+    tidx: cutlass.Int32,
+    threads: cutlass.Constexpr,
+):
+    """One block's threads (``tidx`` of ``threads``): offsets_ws = padded_offsets, or [m] when
+    single_group != 0 (then padded_offsets is never read)."""
+    offsets_ws = gmem_array(offsets_ws_ptr, cutlass.Int32, l, 4)
+    if single_group != 0:
+        if tidx == 0:
+            offsets_ws[0] = m
+    else:
+        offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
+        for t in cutlass.range(tidx, l, threads):
+            offsets_ws[t] = offsets[t]
+
+
+class EffectiveOffsets:
+    """The effective expert offsets every later kernel reads (DequantizeA writes them where
+    it runs): one block."""
+
+    def __init__(self, threads: int):
+        self.threads = check_threads(threads)
+
+    @cute.kernel
+    def kernel(
+        self,
+        offsets_ptr: cute.Pointer,
+        offsets_ws_ptr: cute.Pointer,
+        m: cutlass.Int32,
+        l: cutlass.Int32,
+        single_group: cutlass.Int32,
+    ):
+        """offsets_ws = padded_offsets, or [m] when single_group != 0."""
+        tidx, _, _ = cute.arch.thread_idx()
+        write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, tidx, self.threads)
+
+
 class DequantizeA:
     """A (M, K) FP8 K-major with SFA -> bf16 (M, K) K-major; block 0 also writes offsets_ws.
     M * K/16 items (threads), each dequantizing 2 pieces of 8 elements (``thread_pieces``:
@@ -418,14 +461,7 @@ class DequantizeA:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         if bidx == 0:
-            offsets_ws = gmem_array(offsets_ws_ptr, cutlass.Int32, l, 4)
-            if single_group != 0:
-                if tidx == 0:
-                    offsets_ws[0] = m
-            else:
-                offsets = gmem_array(offsets_ptr, cutlass.Int32, l, 4)
-                for t in cutlass.range(tidx, l, self.threads):
-                    offsets_ws[t] = offsets[t]
+            write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, tidx, self.threads)
         pieces = thread_pieces(self.threads)
         dequantize_pieces(a_ptr.toint(), sfa_ptr.toint(), out_ptr.toint(), pieces, m, k, self.kind)
 

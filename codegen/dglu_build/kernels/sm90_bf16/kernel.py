@@ -81,7 +81,7 @@ from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
-from ..blocks.mainloop import mma_tile
+from ..blocks.mainloop import mma_k_tiles, start_tile
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import DTYPES, L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
@@ -187,23 +187,26 @@ class Sm90Bf16Kernel:
         d = box_smem_layout(*self.slots.d.box, self.d_dtype, self.slots.boxes)
         return a, b, c, d
 
-    def shared_storage(self):
+    def storage_fields(self) -> dict:
+        """The shared-memory struct's fields, in order: barriers, tile queue, A and B's
+        stages (as the MMA reads them), the staging buffer and the slot ring."""
         a_layout, b_layout, c_layout, _ = self._smem_layouts()
+        struct, i64 = cute.struct, cutlass.Int64
+        return {
+            "mainloop_barriers": struct.MemRange[i64, self.num_stages * 2],
+            "tile_queue_barriers": struct.MemRange[i64, TILE_QUEUE_DEPTH * 2],
+            "staging_barriers": struct.MemRange[i64, 2],
+            "c_full": struct.MemRange[i64, EPILOGUE_SLOTS],
+            "d_full": struct.MemRange[i64, EPILOGUE_SLOTS],
+            "tile_ids": struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH],
+            "sA": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024],
+            "sB": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024],
+            "staging": struct.Align[struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024],
+            "sC": struct.Align[struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024],
+        }
 
-        @cute.struct
-        class SharedStorage:
-            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            tile_queue_barriers: cute.struct.MemRange[cutlass.Int64, TILE_QUEUE_DEPTH * 2]
-            staging_barriers: cute.struct.MemRange[cutlass.Int64, 2]
-            c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
-            staging: cute.struct.Align[cute.struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024]
-
-        return SharedStorage
+    def shared_storage(self):
+        return cute.struct(type("SharedStorage", (), {"__annotations__": self.storage_fields()}))
 
     # --------------------------------------------------------------------- host
     @cute.jit
@@ -272,21 +275,31 @@ class Sm90Bf16Kernel:
     def operand_atoms(self, a, b, c, d_row, m, n, k, l) -> dict:
         """The main kernel's TMA atoms and tensors, by the tensor names interface.py gives
         A, B, C and D_row; traced inside a host entry (another family's too)."""
-        two_n = n * 2
+        return {**self.ab_atoms(a, b, m, n, k, l), **self.cd_atoms(c, d_row, m, n)}
+
+    def ab_atoms(self, a, b, m, n, k, l) -> dict:
+        """A's and B's TMA atoms and tensors (the mainloop operand path)."""
         a_mk = cute.make_tensor(a, cute.make_layout((m, k), stride=(k, 1)))
         if cutlass.const_expr(self.discrete_weights):
             b_nkl = cute.make_tensor(b, self.prologue.expert_b_layout(n, k))
         else:
             b_nkl = cute.make_tensor(b, cute.make_layout((n, k, l), stride=(k, 1, n * k)))
-        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
+        a_smem, b_smem, _, _ = self._smem_layouts()
         b_op = cpasync.CopyBulkTensorTileG2SMulticastOp() if self.cluster_m > 1 else cpasync.CopyBulkTensorTileG2SOp()
         return {
             "a": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), a_mk, a_smem, (self.tile_m, TILE_K)),
             interface.b_tensor(self.config): tma_atom(
                 b_op, b_nkl, b_smem, (self.tile_n, TILE_K), num_multicast=self.cluster_m
             ),
+        }
+
+    def cd_atoms(self, c, d_row, m, n) -> dict:
+        """C's and D_row's TMA atoms and tensors (the slot ring's)."""
+        two_n = n * 2
+        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        _, _, c_smem, d_smem = self._smem_layouts()
+        return {
             "c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box),
             "d_row": tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box),
         }
@@ -335,13 +348,30 @@ class Sm90Bf16Kernel:
         # round_dgrad: declared (and passed) by the BF16 contract's kernels, act_out_ptr by
         # act_out variants only; None is a compile-time constant to the DSL, so a kernel
         # without them has no such parameter
+        self.run(
+            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+            act_out_ptr, None, None,
+        )
+
+    @cute.jit
+    def run(
+        self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+        act_out_ptr, operand_inputs, output_inputs,
+    ):
+        """The main kernel's body (``kernel``'s parameters); ``operand_inputs`` and
+        ``output_inputs``: what another family's operand path (operand_buffers) and output
+        stage (group_done) take beside them, None here. ``tma_atom_d`` None: the output stage
+        stores D itself (the block mover only recycles the slots)."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
 
         if warp_idx == 0:
             for atom in (tma_atom_a, tma_atom_b, tma_atom_c, tma_atom_d):
-                cpasync.prefetch_descriptor(atom)
+                if cutlass.const_expr(atom is not None):
+                    cpasync.prefetch_descriptor(atom)
 
         a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
         storage = utils.SmemAllocator().allocate(self.shared_storage())
@@ -376,8 +406,7 @@ class Sm90Bf16Kernel:
         pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
         pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
 
-        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
-        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        loaded, operands = self.operand_buffers(storage, operand_inputs)
         sAcc = storage.staging.get_tensor(cute.make_layout((self.tile_m, self.tile_n), stride=(self.tile_n, 1)))
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
         if cutlass.const_expr(self.d_in_place):
@@ -401,7 +430,7 @@ class Sm90Bf16Kernel:
             set_registers(LOAD_REGISTERS)
             if warp_idx == PRODUCER_WARP:
                 self.produce(
-                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
+                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, *loaded, offsets, l, k_tile_count, tiles,
                     queue, b_desc_ws_ptr,
                 )
             if warp_idx == MOVER_WARP:
@@ -417,12 +446,12 @@ class Sm90Bf16Kernel:
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
                 alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
-                round_dgrad, act_out_ptr,
+                round_dgrad, act_out_ptr, output_inputs,
             )
         else:
             set_registers(MMA_REGISTERS)
             self.consume(
-                mainloop, staging, sA, sB, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue,
+                mainloop, staging, operands, sAcc, tidx - THREADS_PER_WARPGROUP, k_tile_count, tiles, queue,
                 offsets, alpha_ptr, l, round_dgrad,
             )
 
@@ -488,10 +517,14 @@ class Sm90Bf16Kernel:
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
         gC = cute.local_tile(mC_mn, self.slots.c.box, (None, None))
-        gD = cute.local_tile(mD_mn, self.slots.d.box, (None, None))
         one = cute.make_layout(1)
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
-        tDsD, tDgD = cpasync.tma_partition(tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2))
+        tDsD, tDgD = None, None  # no D atom: the epilogue stored D itself
+        if cutlass.const_expr(tma_atom_d is not None):
+            gD = cute.local_tile(mD_mn, self.slots.d.box, (None, None))
+            tDsD, tDgD = cpasync.tma_partition(
+                tma_atom_d, 0, one, cute.group_modes(sD, 0, 2), cute.group_modes(gD, 0, 2)
+            )
         groups_per_n_tile = self.tile_n // BLOCK_COLUMNS
         if cutlass.const_expr(EPILOGUE_SLOTS != 2):
             raise ValueError(f"move_blocks keeps the targets of 2 slots in registers; EPILOGUE_SLOTS is {EPILOGUE_SLOTS}")
@@ -536,9 +569,15 @@ class Sm90Bf16Kernel:
                     column: cutlass.Int32):
         """Wait for the epilogue of ``group``, store its D block to (``m_tile``, group
         ``column``), and wait until the store has read the slot (so the slot can take
-        the next C)."""
+        the next C); with no D atom, only the wait."""
         slot = group % EPILOGUE_SLOTS
         cute.arch.mbarrier_wait(d_full + slot, (group // EPILOGUE_SLOTS) % 2)
+        if cutlass.const_expr(tma_atom_d is not None):
+            self.store_d_block(tma_atom_d, tDsD, tDgD, slot, m_tile, column)
+
+    @cute.jit
+    def store_d_block(self, tma_atom_d, tDsD, tDgD, slot, m_tile: cutlass.Int32, column: cutlass.Int32):
+        """``slot``'s D block to (``m_tile``, group ``column``) by TMA, waited until read."""
         for box in cutlass.range_constexpr(self.slots.d.boxes):
             cute.copy(
                 tma_atom_d,
@@ -551,7 +590,7 @@ class Sm90Bf16Kernel:
 
     @cute.jit
     def consume(
-        self, mainloop, staging, sA, sB, sAcc, mma_tidx, k_tile_count, tiles, queue, offsets, alpha_ptr, l,
+        self, mainloop, staging, operands, sAcc, mma_tidx, k_tile_count, tiles, queue, offsets, alpha_ptr, l,
         round_dgrad,
     ):
         """The two MMA warpgroups: each tile's mainloop, then its accumulators into
@@ -564,6 +603,7 @@ class Sm90Bf16Kernel:
         num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
+        sA, sB = self.mma_operands(operands)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
@@ -576,8 +616,10 @@ class Sm90Bf16Kernel:
         tile = pop_tile(queue, queue_state)
         queue_state.advance()
         while tile < num_tiles:
-            read_state, release_state = mma_tile(
-                tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count
+            start_tile(tiled_mma, acc)
+            read_state, release_state = self.accumulate(
+                mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+                operands, mma_tidx, tile, tiles, offsets, l,
             )
 
             staging.producer_acquire(staging_state)
@@ -595,6 +637,16 @@ class Sm90Bf16Kernel:
             staging_state.advance()
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
+
+    @cute.jit
+    def accumulate(
+        self, mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+        operands, mma_tidx, tile, tiles, offsets, l,
+    ):
+        """Mainloop operand path, consumer side: one tile's k-tiles into ``acc``; returns the
+        pipeline states advanced past them. ``operands`` (operand_buffers) and the tile's
+        coordinates are for an operand path that transforms stages before its WGMMAs."""
+        return mma_k_tiles(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count)
 
     @cute.jit
     def stage(self, acc, sAcc, tCcC, scale=None):
@@ -618,6 +670,7 @@ class Sm90Bf16Kernel:
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
         alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, round_dgrad, act_out_ptr,
+        output_inputs,
     ):
         """The epilogue warpgroups: dGLU on each tile's staged accumulators, group by group.
 
@@ -705,9 +758,10 @@ class Sm90Bf16Kernel:
                     dprob_rows[r] = dprob_rows[r] + grad * d_prob
                     if cutlass.const_expr(self.act_out):
                         act_out_all[(row0 + r, n_tile * self.tile_n + pair)] = (prob * d_prob).to(cutlass.BFloat16)
-                # D is in shared memory: make it visible to the TMA store
-                cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.mbarrier_arrive(d_full + slot)
+                self.group_done(
+                    ring_d, slot, d_full, m_tile * self.tile_m, 2 * n_tile * self.tile_n + g * GROUP_COLUMNS,
+                    epi_tidx, output_inputs,
+                )
                 if cutlass.const_expr(self.with_dbias):
                     column = 2 * n_tile * self.tile_n + g * GROUP_COLUMNS + lane
                     if cutlass.const_expr(self.deterministic):
@@ -742,7 +796,23 @@ class Sm90Bf16Kernel:
         return box_base + (first_row + k + rows_8) * block.box_cols + swizzled
 
     # ------------------------------------------------------------- hook points
-    # What a family variant changes is confined to these two methods.
+    # What a family variant changes is confined to these methods: the mainloop operand
+    # path (operand_buffers, mma_operands, b_operand, accumulate) and the output stage
+    # (store_d_pair, group_done).
+    def operand_buffers(self, storage, operand_inputs):
+        """Mainloop operand path: the shared-memory tensors the producer's TMA loads (A's
+        and B's stages), and what the MMA warpgroups take (mma_operands reads it and
+        accumulate gets it); ``operand_inputs``: run's (None: BF16 operands need nothing)."""
+        a_smem, b_smem, _, _ = self._smem_layouts()
+        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
+        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        return (sA, sB), (sA, sB)
+
+    @staticmethod
+    def mma_operands(operands):
+        """The staged A and B tensors the WGMMAs read, of ``operands`` (operand_buffers)."""
+        return operands
+
     @cute.jit
     def b_operand(self, tBgB, n_tile, expert, b_desc_ws_ptr):
         """Mainloop operand path: B's k-tiles of ``n_tile`` for ``expert``, and the descriptor
@@ -757,6 +827,15 @@ class Sm90Bf16Kernel:
             return tBgB_n, expert_descriptor(b_desc_ws_ptr, expert, cute.AddressSpace.generic)
         else:
             return tBgB[(None, n_tile, None, expert)], None
+
+    @cute.jit
+    def group_done(self, ring_d, slot, d_full, tile_row, group_column, epi_tidx, output_inputs):
+        """Epilogue output stage, once a thread has written its rows of a group's D into
+        ``slot``: hand the slot to the block mover, which stores it by TMA (``tile_row``,
+        ``group_column``: the block's first row and D column; ``output_inputs``: run's)."""
+        # D is in shared memory: make it visible to the TMA store
+        cute.arch.fence_proxy("async.shared", space="cta")
+        cute.arch.mbarrier_arrive(d_full + slot)
 
     @cute.jit
     def store_d_pair(self, ring_d, slot, first_row, k: int, lane, rows_8: int, scaled, d_gate, d_input):

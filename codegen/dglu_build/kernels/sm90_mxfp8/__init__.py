@@ -15,7 +15,7 @@ from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 from ..family import PackagedFamily, package_sources
 from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
 from . import interface
-from .config import Config
+from .config import DECODE_CHOICE_VARIABLE, Config, decode_choice
 
 NAME = "sm90_mxfp8"
 
@@ -42,7 +42,9 @@ class Sm90Mxfp8Family(PackagedFamily):
     }
 
     def sources(self) -> dict[str, str]:
-        return package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs)
+        """The kernels' files, and the build's decode choice (config.decode_choice)."""
+        return {**package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs),
+                DECODE_CHOICE_VARIABLE: decode_choice()}
 
 
 FAMILY = Sm90Mxfp8Family()

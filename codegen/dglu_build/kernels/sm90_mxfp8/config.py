@@ -4,22 +4,76 @@ Hopper has FP8 tensor cores but no block-scaled MMA, and MXFP8 scales change eve
 along both A's rows and B's columns. This family decodes A and B exactly (an FP8 value
 times a power of two fits BF16) into BF16 workspaces, runs the sm90 BF16 family's fused
 kernel on them with an fp32 D, and quantizes that D into D_row and D_col with their scale
-factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules.
+factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules;
+the build choices (DECODE_CHOICES) decode and quantize inside the fused kernel instead.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 
-from ..sm90_bf16.config import FINISH_THREADS, Config as Bf16Config, OperandConfig, operand_fields
+from ..sm90_bf16.config import (
+    FINISH_THREADS,
+    SMEM_ARCH,
+    SMEM_CAPACITY,
+    SMEM_RESERVED,
+    TILE_K,
+    Config as Bf16Config,
+    OperandConfig,
+    operand_fields,
+)
 
 CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
 ACC_DTYPE = "fp32"  # the unquantized D the quantizers read
+# The build choice of the family's kernels: "workspaces" (the dequantizers write decoded A
+# and B to global memory, the BF16 kernel reads them and writes an fp32 D that quantize_d
+# reads: the default), "mainloop" (fused.py decodes the FP8 stages in shared memory; the
+# fp32 D and quantize_d as before) or "one-pass" (the mainloop decode and the quantizer in
+# the fused kernel's epilogue: no fp32 D). It enters the family's build key (sources()),
+# so changing it rebuilds the family. bench/RESULTS.md (issue 26) has what each was
+# verified and measured on.
+DECODE_CHOICE_VARIABLE = "DGLU_SM90_MXFP8_DECODE"
+DECODE_CHOICES = ("workspaces", "mainloop", "one-pass")
+DECODED_STAGES = 2  # BF16 buffers the mainloop decode alternates between
+MIN_FP8_STAGES = 2
+BF16_BYTES = 2
+
+
+def decode_choice() -> str:
+    """The build's decode choice (DECODE_CHOICE_VARIABLE; default "workspaces")."""
+    choice = os.environ.get(DECODE_CHOICE_VARIABLE, DECODE_CHOICES[0])
+    if choice not in DECODE_CHOICES:
+        raise ValueError(f"{DECODE_CHOICE_VARIABLE}: got {choice!r}, need one of {list(DECODE_CHOICES)}")
+    return choice
+
+
+@dataclass(frozen=True)
+class FusedGeometry:
+    """The mainloop-decode kernel's shared memory: FP8 stages beside DECODED_STAGES BF16
+    buffers and the BF16 kernel's staging buffer and slot ring."""
+
+    tile_m: int
+    tile_n: int
+    epilogue_bytes: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.tile_m + self.tile_n) * TILE_K
+
+    @property
+    def decoded_bytes(self) -> int:
+        return DECODED_STAGES * self.stage_bytes * BF16_BYTES
+
+    @property
+    def stages(self) -> int:
+        free = SMEM_CAPACITY[SMEM_ARCH] - SMEM_RESERVED - self.epilogue_bytes - self.decoded_bytes
+        return free // self.stage_bytes
 
 
 @dataclass(frozen=True)
@@ -27,12 +81,37 @@ class Config(OperandConfig):
     """One variant of the family, as the kernels see it (A, B and D in "e4m3" or "e5m2");
     ``from_key`` checks it builds."""
 
+    mainloop_decode: bool = field(default_factory=lambda: decode_choice() != "workspaces")
+    epilogue_quantize: bool = field(default_factory=lambda: decode_choice() == "one-pass")
+
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
         config = cls(**operand_fields(key))
         config.main.check()
+        if config.mainloop_decode and config.geometry.stages < MIN_FP8_STAGES:
+            raise ValueError(
+                f"tile {config.tile_m}x{config.tile_n} leaves shared memory for {config.geometry.stages} FP8 "
+                f"stages beside the decoded buffers; the mainloop decode needs {MIN_FP8_STAGES}"
+            )
         return config
+
+    @property
+    def geometry(self) -> FusedGeometry:
+        main = self.main
+        return FusedGeometry(self.tile_m, self.tile_n, main.staging_bytes + main.slots.bytes)
+
+    @property
+    def fused_main(self) -> Bf16Config:
+        """The mainloop-decode kernel's BF16 configuration: the decoded operands' (BF16, so
+        the epilogue's), with B's weight mode and major as the call's."""
+        return replace(self.main, discrete_weights=self.discrete_weights, b_n_major=self.b_n_major)
+
+    @property
+    def fused_main_declared(self) -> Bf16Config:
+        """``fused_main`` with the FP8 operand dtype: what the manifest declares of its B
+        (the discrete template's dtype) and parameters."""
+        return replace(self.fused_main, ab_dtype=self.ab_dtype)
 
     @property
     def c_widened(self) -> bool:

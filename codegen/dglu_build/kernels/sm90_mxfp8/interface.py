@@ -120,38 +120,56 @@ _OPERAND_VIEWS = {
 
 
 def _view_names(config: Config) -> list[str]:
-    return [v for v in _OPERAND_VIEWS if v != "c_op" or config.c_widened]
+    decoded = ("a_op", "b_op")  # the mainloop decode reads A and B themselves
+    return [v for v in _OPERAND_VIEWS if (v != "c_op" or config.c_widened)
+            and not (config.mainloop_decode and v in decoded)
+            and not (config.epilogue_quantize and v == "d_acc")]
 
 
 def views(config: Config) -> dict[str, dict]:
-    """The fused kernel's TMA views of the workspaces."""
-    return {
+    """The fused kernel's TMA views of the workspaces (and, decoding in the mainloop with
+    discrete weights, the template of one expert's FP8 B that b_descriptors copies)."""
+    found = {
         name: {"of": of, "dtype": dtype, "shape": shape, "strides": strides,
                "address_align_down": bf16.TMA_ALIGN_BYTES}
         for name, (of, dtype, shape, strides) in _OPERAND_VIEWS.items()
         if name in _view_names(config)
     }
+    if config.mainloop_decode:
+        found.update(bf16.views(config.fused_main_declared))
+    return found
 
 
 def workspaces(config: Config) -> dict[str, dict]:
-    """Decoded operands, the fp32 D, the effective offsets, and the BF16 kernel's own."""
-    found = {
+    """Decoded operands (unless decoded in the mainloop), the fp32 D, the effective offsets,
+    and the BF16 kernel's own."""
+    decoded = {} if config.mainloop_decode else {
         "a_bf16": {"dtype": "bf16", "count": "m*k", "align": 128, "zero": "never"},
         "b_bf16": {"dtype": "bf16", "count": "l*n*k", "align": 128, "zero": "never"},
+    }
+    found = {
+        **decoded,
         **({"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}}
            if config.c_widened else {}),
-        "d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"},
+        **({} if config.epilogue_quantize else
+           {"d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"}}),
         # padded_offsets, or [M] with use_single_group_runtime_offsets: written by dequant_a
+        # (effective_offsets with the mainloop decode)
         "offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"},
     }
-    return {**found, **bf16.workspaces(config.main)}
+    main = config.fused_main if config.mainloop_decode else config.main
+    return {**found, **bf16.workspaces(main)}
 
 
 def main_tensor_names(config: Config) -> dict[str, str]:
     """The BF16 family's names of the fused kernel's tensors -> this family's: its views of
-    the workspaces (C itself unless it is widened) and the effective offsets."""
-    return {"a": "a_op", "b": "b_op", "c": "c_op" if config.c_widened else "c", "d_row": "d_acc",
-            "padded_offsets": "offsets_ws"}
+    the workspaces (C itself unless it is widened; A and B themselves with the mainloop
+    decode) and the effective offsets."""
+    names = {"a": "a_op", "b": "b_op", "c": "c_op" if config.c_widened else "c", "d_row": "d_acc",
+             "padded_offsets": "offsets_ws"}
+    if config.mainloop_decode:
+        names.update(a="a", b="b")
+    return names
 
 
 def _renamed_main(config: Config) -> KernelDeclaration:
@@ -163,6 +181,42 @@ def _renamed_main(config: Config) -> KernelDeclaration:
         for p in declared.params
     )
     return KernelDeclaration(declared.role, params, declared.block, declared.grid, declared.cluster_m)
+
+
+def _mainloop_decode_main(config: Config) -> KernelDeclaration:
+    """The mainloop-decode kernel (fused.py): the BF16 kernel's parameters over FP8 A and B
+    (or B's expert template), this family's C, fp32 D and effective offsets, then the scale
+    factors."""
+    names = main_tensor_names(config)
+    declared = bf16.main_kernel(config.fused_main_declared)
+    params = [
+        p._replace(tensor=names.get(p.tensor, p.tensor)) if isinstance(p, (TmaTensor, Pointer)) else p
+        for p in declared.params
+    ]
+    scalars = [p for p in params if isinstance(p, Int32)]
+    sfb = "sfb_ptrs" if config.discrete_weights else "sfb"
+    params = [p for p in params if not isinstance(p, Int32)] + [Pointer("sfa"), Pointer(sfb), *scalars]
+    return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
+
+
+def _one_pass_main(config: Config) -> KernelDeclaration:
+    """The one-pass kernel (fused.py's Sm90Mxfp8OnePass): the mainloop-decode kernel's
+    parameters without D's descriptor, then its outputs, and the discrete_col_sfd flag."""
+    declared = _mainloop_decode_main(config)
+    params = [p for p in declared.params if not (isinstance(p, TmaTensor) and p.tensor == "d_acc")]
+    scalars = [p for p in params if isinstance(p, Int32)]
+    outputs = [Pointer(name) for name in ("d_row", "d_col", "sfd_row", "sfd_col", "norm_const")]
+    params = [p for p in params if not isinstance(p, Int32)] + outputs + scalars + [Int32("discrete_col_sfd")]
+    return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
+
+
+EFFECTIVE_OFFSETS = KernelDeclaration(
+    role="effective_offsets",
+    params=(Pointer("padded_offsets"), Pointer("offsets_ws"), Int32("m"), Int32("l"),
+            Int32("use_single_group_runtime_offsets")),
+    block=CONVERT_THREADS,
+    grid={"rule": "elementwise", "count": "1"},  # one block
+)
 
 
 def _elementwise(role: str, params: tuple, count: str) -> KernelDeclaration:
@@ -189,21 +243,49 @@ def kernels(config: Config) -> list[KernelDeclaration]:
          Int32("discrete_col_sfd")),
         "d_tile_items",
     )
+    if config.mainloop_decode:
+        operands = [EFFECTIVE_OFFSETS, *([bf16.B_DESCRIPTORS] if config.discrete_weights else [])]
+        main = _one_pass_main(config) if config.epilogue_quantize else _mainloop_decode_main(config)
+    else:
+        operands = [dequant_a, dequant_b]
+        main = _renamed_main(config)
     return [
-        dequant_a,
-        dequant_b,
+        *operands,
         *([widen_c] if config.c_widened else []),
-        _renamed_main(config),
+        main,
         *([bf16.DBIAS_FINISH] if config.dbias else []),
-        quantize_d,
+        *([] if config.epilogue_quantize else [quantize_d]),
     ]
 
 
+def _fp8_operand_rules(config: Config) -> dict[str, dict]:
+    """The mainloop decode's TMA rules of FP8 A and B: unswizzled boxes of one tile's k-tile
+    (TILE_K bytes of K, or tile_n bytes of N-major B), as fused.py's FP8 stages hold them."""
+    common = {"swizzle": "none", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none",
+              "dtype": config.ab_dtype}
+    tile_k = bf16.TILE_K
+    if config.discrete_weights:
+        b = {"b_expert": {**common, "dims": [0, 1] if config.b_n_major else [1, 0],
+                          "box": [config.tile_n, tile_k] if config.b_n_major else [tile_k, config.tile_n]}}
+    elif config.b_n_major:
+        b = {"b": {**common, "dims": [0, 1, 2], "box": [config.tile_n, tile_k, 1]}}
+    else:
+        b = {"b": {**common, "dims": [1, 0, 2], "box": [tile_k, config.tile_n, 1]}}
+    return {"a": {**common, "dims": [1, 0], "box": [tile_k, config.tile_m]}, **b}
+
+
 def tma_rules(config: Config) -> dict[str, dict]:
-    """The BF16 kernel's TMA rules, renamed onto the views (C stays C unless widened)."""
+    """The BF16 kernel's TMA rules, renamed onto the views (C stays C unless widened); with
+    the mainloop decode, FP8 A's and B's own."""
     rules = bf16.tma_rules(config.main)
     names = main_tensor_names(config)
-    return {names[tensor]: rule for tensor, rule in rules.items()}
+    renamed = {names[tensor]: rule for tensor, rule in rules.items()}
+    if config.mainloop_decode:
+        renamed = {name: rule for name, rule in renamed.items() if name not in ("a", "b")}
+        renamed = {**_fp8_operand_rules(config), **renamed}
+    if config.epilogue_quantize:
+        del renamed["d_acc"]
+    return renamed
 
 
 def tma_extents(config: Config, tensor: str) -> list[str]:

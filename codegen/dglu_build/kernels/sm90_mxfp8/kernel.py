@@ -1,5 +1,10 @@
 """The sm90 MXFP8 family's kernels, composed: decode, the BF16 fused kernel, quantize.
 
+This is the default build (config.DECODE_CHOICES "workspaces"); "mainloop" replaces
+``dequant_a``/``dequant_b`` by ``effective_offsets`` (and ``b_descriptors`` with discrete
+weights) and decodes in the fused kernel (fused.py), "one-pass" also drops ``quantize_d``
+(the fused kernel's epilogue quantizes).
+
 Per call, in launch order (interface.kernels):
 - ``dequant_a``: A (M, K) FP8 times its E8M0 scales -> BF16 workspace, exactly; it also
   writes the effective expert offsets (padded_offsets, or [M] for a single group whose rows
@@ -23,12 +28,13 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from ..blocks.mxfp8 import DequantizeA, DequantizeB, QuantizeD, WidenC
+from ..blocks.mxfp8 import DequantizeA, DequantizeB, EffectiveOffsets, QuantizeD, WidenC
 from ..blocks.tma_helpers import DTYPES
 from ..declaration import launch_arguments
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
+from .fused import Sm90Mxfp8Fused, Sm90Mxfp8OnePass
 
 
 class Sm90Mxfp8Kernels:
@@ -36,10 +42,22 @@ class Sm90Mxfp8Kernels:
 
     def __init__(self, config: Config):
         self.config = config
-        self.main = Sm90Bf16Kernel(config.main)
         ab, d = DTYPES[config.ab_dtype], DTYPES[config.d_dtype]
-        self.dequant_a = DequantizeA(ab, CONVERT_THREADS)
-        self.dequant_b = DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS)
+        if config.mainloop_decode:
+            if config.epilogue_quantize:
+                self.main = Sm90Mxfp8OnePass(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
+            else:
+                self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry)
+            self.operand_kernels = {
+                "effective_offsets": EffectiveOffsets(CONVERT_THREADS).kernel,
+                "b_descriptors": self.main.prologue.kernel,
+            }
+        else:
+            self.main = Sm90Bf16Kernel(config.main)
+            self.operand_kernels = {
+                "dequant_a": DequantizeA(ab, CONVERT_THREADS).kernel,
+                "dequant_b": DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS).kernel,
+            }
         self.widen_c = WidenC(DTYPES[config.c_dtype], CONVERT_THREADS) if config.c_widened else None
         self.quantize_d = QuantizeD(d, CONVERT_THREADS)
         self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
@@ -47,8 +65,7 @@ class Sm90Mxfp8Kernels:
     def kernel_functions(self) -> dict:
         """The DSL kernel of each declared role, bound to its builder."""
         return {
-            "dequant_a": self.dequant_a.kernel,
-            "dequant_b": self.dequant_b.kernel,
+            **self.operand_kernels,
             **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
             "main": self.main.kernel,
             "dbias_finish": self.main.finish.kernel,
@@ -96,7 +113,8 @@ class Sm90Mxfp8Kernels:
         launches the variant's kernels; the runtime computes grids and encodes descriptors
         itself from the manifest."""
         widened = self.config.c_widened
-        atoms = self.main.operand_atoms(a_bf16, b_bf16, c_bf16 if widened else c, d_f32, m, n, k, l)
+        a_op, b_op = (a, b) if self.config.mainloop_decode else (a_bf16, b_bf16)
+        atoms = self.main.operand_atoms(a_op, b_op, c_bf16 if widened else c, d_f32, m, n, k, l)
         views = interface.main_tensor_names(self.config)
         two_n = n * 2
         values = {
@@ -109,7 +127,7 @@ class Sm90Mxfp8Kernels:
             "discrete_col_sfd": discrete_col_sfd,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
             # last: C's TMA atom replaces its pointer when the fused kernel reads C itself
-            **{views[tensor]: atom for tensor, atom in atoms.items()},
+            **{views.get(tensor, tensor): atom for tensor, atom in atoms.items()},
         }
         # recorded for the manifest: the fused kernel's dynamic shared memory
         self.smem_bytes = self.main.shared_storage().size_in_bytes()
