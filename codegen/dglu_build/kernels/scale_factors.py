@@ -16,8 +16,9 @@ SF_ALLOCATION = (
 
 
 def scale_factor_argument(row_atoms: str, col_atoms: str, l: str | int, pitch: str, size: str, io: str,
-                          dtype: str = "e8m0") -> dict:
+                          dtype: str = "e8m0", align: int = 1) -> dict:
     """A scale-factor ARGUMENT: ``row_atoms`` x ``col_atoms`` atoms (EXPRESSIONs), ``pitch``
-    bytes per 128 rows, ``size`` bytes per expert, of the scale ``dtype`` (one byte)."""
+    bytes per 128 rows, ``size`` bytes per expert, of the scale ``dtype`` (one byte), its
+    address a multiple of ``align``."""
     return {"shape": [32, 4, row_atoms, 4, col_atoms, l], "strides": [16, 4, pitch, 1, SF_ATOM_BYTES, size],
-            "dtypes": [dtype], "io": io, "align": 1, "allocation": SF_ALLOCATION}
+            "dtypes": [dtype], "io": io, "align": align, "allocation": SF_ALLOCATION}

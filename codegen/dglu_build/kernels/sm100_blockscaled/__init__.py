@@ -11,7 +11,9 @@ or cuDNN FE; its ``compile`` imports both (compile.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
@@ -20,7 +22,7 @@ from .. import cudnn_fe as upstream
 from ..family import PackagedFamily, package_sources
 from ..sm100_bf16 import Sm100Bf16Family
 from . import interface
-from .config import FP4, Config
+from .config import FP4, SFD_FRAME_BYTES, Config
 
 NAME = "sm100_blockscaled"
 
@@ -44,6 +46,13 @@ class Sm100BlockScaledFamily(PackagedFamily):
 
     def sources(self) -> dict[str, str]:
         return {**package_sources(Path(__file__).parent), **upstream.sources()}
+
+    def local_frame_bytes(self, key: Mapping[str, Any], role: str) -> int:
+        """The SFD quantizer's per-thread 32-byte array (PTX: ``.local .align 32 .b8
+        __local_depot0[32]``) gives the MXFP8 main kernel a 48-byte frame; ptxas 13.0 and 13.3
+        report "48 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" for it
+        (docs/blackwell.md). NVFP4 kernels and the helper have none."""
+        return SFD_FRAME_BYTES if role == "main" and Config.parse(key).generate_sfd else 0
 
     def notices(self) -> dict[str, bytes]:
         """cuDNN FE's Apache-2.0 LICENSE.txt and NOTICE: its kernel is in these cubins."""

@@ -75,7 +75,11 @@ def _scale_factors(config: Config, rows128: Any, rest: Any, stride_rows: Any, gr
 
 def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: int = 4096) -> dict[str, Any]:
     """The keyword arguments of the kernel's ``__call__`` that cute.compile traces:
-    ``shapes`` "symbolic" (dglu's) or "cudnn" (cuDNN FE's own, for this ``n`` and ``k``)."""
+    ``shapes`` "symbolic" (dglu's), "cudnn" (cuDNN FE's default path, for this ``n`` and
+    ``k``: dense with a static dbias, discrete with static N and K) or "static" (cuDNN FE's
+    static path, CUDNN_FE_GROUPED_GEMM_DYNAMIC_MNKL=0: only M symbolic)."""
+    if shapes not in ("symbolic", "cudnn", "static"):
+        raise ValueError(f"shapes: 'symbolic', 'cudnn' or 'static', got {shapes!r}")
     symbolic = shapes == "symbolic"
     ab, sf, f32, i32 = DTYPES[config.ab_dtype], DTYPES[config.recipe.sf_dtype], cutlass.Float32, cutlass.Int32
     c_dtype, d_dtype = DTYPES[config.c_dtype], DTYPES[config.d_dtype]
@@ -90,7 +94,13 @@ def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: i
         return make_fake_compact_tensor(dtype, (valid_m, cols, 1), stride_order=row_major, assumed_align=16)
 
     static_discrete = config.discrete_weights and not symbolic
-    if static_discrete:
+    static_dense = not config.discrete_weights and shapes == "static"
+    if static_dense:
+        a, c = rows(ab, k), rows(c_dtype, 2 * n)
+        d, d_col = rows(d_dtype, 2 * n), rows(d_dtype, 2 * n)
+        rest_k = cdiv(cdiv(k, vec), 4)
+        sfa = _scale_factors(config, m128, rest_k, rest_k * SF_STRIDE_DIVISIBILITY)
+    elif static_discrete:
         a = make_fake_tensor(ab, (valid_m, k, 1), stride=(k, 1, PROB_SAMPLE_M * k), assumed_align=32 if config.fp4 else 16)
         c = make_fake_tensor(c_dtype, (valid_m, 2 * n, 1), stride=(2 * n, 1, PROB_SAMPLE_M * 2 * n), assumed_align=16)
         d, d_col = rows(d_dtype, 2 * n), rows(d_dtype, 2 * n)
@@ -107,16 +117,29 @@ def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: i
         n_value, k_value = i32(n if static_discrete else 0), i32(k if static_discrete else 0)
         b_stride = cutlass.Int64((n if config.b_n_major else k) if static_discrete else 0)
         b_major = OperandMajorMode.MN if config.b_n_major else OperandMajorMode.K
+    elif static_dense:
+        b = make_fake_tensor(ab, (n, k, experts), stride=(k, 1, n * k), assumed_align=16)
+        n_atoms = cdiv(n, 128)
+        sfb = make_fake_tensor(DTYPES[config.recipe.sf_dtype], (32, 4, n_atoms, 4, rest_k, experts),
+                               stride=(16, 4, rest_k * SF_STRIDE_DIVISIBILITY, 1, SF_STRIDE_DIVISIBILITY,
+                                       n_atoms * rest_k * SF_STRIDE_DIVISIBILITY), assumed_align=16)
+        n_value, k_value, b_stride = i32(0), i32(0), cutlass.Int64(0)
+        b_major = OperandMajorMode.K
     else:
         l_sym = _sym()
         b = make_fake_compact_tensor(ab, (_sym(), _sym(k_div), l_sym), stride_order=row_major, assumed_align=16)
         sfb = _scale_factors(config, _sym(), rest_k, _sym(SF_STRIDE_DIVISIBILITY), groups=l_sym)
         n_value, k_value, b_stride = i32(0), i32(0), cutlass.Int64(0)
         b_major = OperandMajorMode.K
-    prob_stride = (1, PROB_SAMPLE_M, PROB_SAMPLE_M)
+
+    def prob() -> Any:  # (valid_m, 1, 1): unit-mode strides from cuDNN FE's sample, compact on its static path
+        if static_dense:
+            return make_fake_compact_tensor(f32, (valid_m, 1, 1), stride_order=(0, 1, 2), assumed_align=16)
+        return make_fake_tensor(f32, (valid_m, 1, 1), stride=(1, PROB_SAMPLE_M, PROB_SAMPLE_M), assumed_align=16)
+
     sfd_row = sfd_col = norm_const = amax = dbias = None
     if config.generate_sfd:
-        if static_discrete:
+        if static_discrete or static_dense:
             rest_n2 = cdiv(cdiv(2 * n, vec), 4)
             sfd_row = _scale_factors(config, m128, rest_n2, rest_n2 * SF_STRIDE_DIVISIBILITY)
             sfd_col = _scale_factors(config, cdiv(2 * n, 128), _sym(), _sym(SF_STRIDE_DIVISIBILITY))
@@ -137,8 +160,7 @@ def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: i
         "workspace_ptr": make_ptr(cutlass.Uint8, 128, cute.AddressSpace.gmem, assumed_align=128),
         "c": c, "d": d, "d_col": d_col, "sfa": sfa, "sfd_row_tensor": sfd_row, "sfd_col_tensor": sfd_col,
         "amax_tensor": amax, "norm_const_tensor": norm_const, **per_expert,
-        "prob": make_fake_tensor(f32, (valid_m, 1, 1), stride=prob_stride, assumed_align=16),
-        "dprob": make_fake_tensor(f32, (valid_m, 1, 1), stride=prob_stride, assumed_align=16),
+        "prob": prob(), "dprob": prob(),
         "dbias_tensor": dbias,
         "max_active_clusters": PLACEHOLDER_CLUSTERS,
         "stream": make_fake_stream(use_tvm_ffi_env_stream=False),

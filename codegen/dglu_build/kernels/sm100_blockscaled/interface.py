@@ -9,7 +9,7 @@ the launch-parity tier checks the values against the DSL's own host code
 
 - the scale-factor TMA descriptors are over the seed's permuted buffers read as whole
   512-byte atoms (128 rows x 4 blocks): SFA as (256 x u16, row atoms, K atoms), SFB as
-  (64 x u64, row atoms, K atoms, L), one atom per box (the views below);
+  (64 x u64, row atoms, K atoms, L), a box holding the atoms of one CTA's rows (the views below);
 - a TMA tensor's extents for SFA/SFB are its atom counts (ceil(rows/128), ceil(K/(4*vec)));
 - SFD_row and SFD_col (MXFP8) are {pointer, row atoms, column atoms, pitch} structs.
 
@@ -30,6 +30,7 @@ ALIGN_BYTES = bf16.ALIGN_BYTES
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
 SWIZZLES = {32: "32B", 64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
 TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
+SF_ATOM_ROWS = 128
 SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
 SFB_ITEM = ("u64", 64)
 FP4_STORAGE = "e2m1x2"  # torch.float4_e2m1fn_x2 (or uint8): two FP4 values a byte
@@ -38,6 +39,11 @@ FP4_STORAGE = "e2m1x2"  # torch.float4_e2m1fn_x2 (or uint8): two FP4 values a by
 def storage_dtype(config: Config) -> str:
     """The manifest dtype of A and B."""
     return FP4_STORAGE if config.fp4 else config.ab_dtype
+
+
+def _scale_factors(row_atoms: str, col_atoms: str, l: str | int, pitch: str, size: str, io: str, dtype: str) -> dict:
+    """A scale-factor ARGUMENT, 16-byte aligned: the kernel reads it by TMA."""
+    return scale_factor_argument(row_atoms, col_atoms, l, pitch, size, io, dtype, ALIGN_BYTES)
 
 
 def scalars(config: Config) -> dict[str, str]:
@@ -85,18 +91,18 @@ def arguments(config: Config) -> dict[str, dict]:
         b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8), "sfb_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
     else:
         b = {"b": _argument(["n", "k", "l"], bf16._b_strides(config), ab, "in"),
-             "sfb": scale_factor_argument("n_atoms", "k_atoms", "l", "k_pitch", "sfb_bytes", "in", sf)}
+             "sfb": _scale_factors("n_atoms", "k_atoms", "l", "k_pitch", "sfb_bytes", "in", sf)}
     sfd = {}
     if config.generate_sfd:
         sfd = {
             "d_col": _matrix("m", "n2", config.d_dtype, "out"),
-            "sfd_row": scale_factor_argument("m_atoms", "n2_atoms", 1, "n2_pitch", "sfd_row_bytes", "out", sf),
-            "sfd_col": scale_factor_argument("n2_atoms", "m_atoms", 1, "m_pitch", "sfd_col_bytes", "out", sf),
+            "sfd_row": _scale_factors("m_atoms", "n2_atoms", 1, "n2_pitch", "sfd_row_bytes", "out", sf),
+            "sfd_col": _scale_factors("n2_atoms", "m_atoms", 1, "m_pitch", "sfd_col_bytes", "out", sf),
             "norm_const": _argument([1], [1], "fp32", "in", align=4),
         }
     return {
         "a": _matrix("m", "k", ab, "in"),
-        "sfa": scale_factor_argument("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf),
+        "sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf),
         **b,
         "c": _matrix("m", "n2", config.c_dtype, "in"),
         "d_row": _matrix("m", "n2", config.d_dtype, "out"),
@@ -130,12 +136,11 @@ def views(config: Config) -> dict[str, dict]:
     sfb_of, experts = ("sfb_ptrs", 1) if config.discrete_weights else ("sfb", "l")
     found = {
         "sfa_atoms": {"of": "sfa", "dtype": sfa_type, "shape": [sfa_items, "m_atoms", "k_atoms"],
-                      "strides": [1, "sfa_pitch", sfa_items]},
+                      "strides": [1, "sfa_pitch", sfa_items], "address_align_down": ALIGN_BYTES},
         "sfb_atoms": {"of": sfb_of, "dtype": sfb_type, "shape": [sfb_items, "n_atoms", "k_atoms", experts],
-                      "strides": [1, "sfb_pitch", sfb_items, "sfb_items"]},
+                      "strides": [1, "sfb_pitch", sfb_items, "sfb_items"], "address_align_down": ALIGN_BYTES},
     }
     if config.discrete_weights:
-        found["sfb_atoms"]["address_align_down"] = ALIGN_BYTES
         strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
         found["b_expert"] = {"of": "b_ptrs", "dtype": storage_dtype(config), "shape": ["n", "k", 1], "strides": strides,
                              "address_align_down": ALIGN_BYTES}
@@ -212,9 +217,9 @@ def kernels(config: Config) -> list[KernelDeclaration]:
 
 def tma_rules(config: Config) -> dict[str, dict]:
     """TMA descriptors, innermost first: A (K, M) and B (K, N, L) in 128-byte K boxes with
-    128-byte swizzle (each CTA of a pair loads half of B's N); the scale factors one atom
-    a box, unswizzled; C, D_row and D_col (2N, M) in epilogue tiles of 32 columns by 128
-    rows, swizzled by the bytes of one row."""
+    128-byte swizzle (each CTA of a pair loads half of B's N); the scale factors unswizzled,
+    a box the atoms of a CTA's rows of A or B; C, D_row and D_col (2N, M) in epilogue tiles
+    of 32 columns by 128 rows, swizzled by the bytes of one row."""
     common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
     ab = {**common, "dtype": storage_dtype(config), "swizzle": "128B"}
     rows, cols = EPILOGUE_TILE
@@ -224,14 +229,19 @@ def tma_rules(config: Config) -> dict[str, dict]:
         return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
                 "swizzle": SWIZZLES[cols * DTYPE_BITS[dtype] // 8]}
 
-    def atoms(item: tuple[str, int], rank: int) -> dict:
-        return {**common, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": [item[1], *[1] * (rank - 1)]}
+    def atoms(item: tuple[str, int], rows: int, rank: int) -> dict:  # a box: the atoms of a CTA's rows
+        box = [item[1], rows // SF_ATOM_ROWS, *[1] * (rank - 2)]
+        return {**common, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": box}
 
+    if config.b_n_major:  # N innermost (discrete FP8 B): a 128-byte swizzle row holds tile_k of N
+        b_rule = {**ab, "dims": [0, 1, 2], "box": [tile_k, tile_k, 1]}
+    else:
+        b_rule = {**ab, "dims": [1, 0, 2], "box": [tile_k, config.b_box_n, 1]}
     return {
         "a": {**ab, "dims": [1, 0], "box": [tile_k, config.cta_tile_m]},
-        bf16.b_tensor(config): {**ab, "dims": [1, 0, 2], "box": [tile_k, config.b_box_n, 1]},
-        "sfa_atoms": atoms(SFA_ITEM, 3),
-        "sfb_atoms": atoms(SFB_ITEM, 4),
+        bf16.b_tensor(config): b_rule,
+        "sfa_atoms": atoms(SFA_ITEM, config.cta_tile_m, 3),
+        "sfb_atoms": atoms(SFB_ITEM, config.b_box_n, 4),
         "c": epilogue(config.c_dtype),
         "d_row": epilogue(config.d_dtype),
         **({"d_col": epilogue(config.d_dtype)} if config.generate_sfd else {}),
