@@ -178,7 +178,7 @@ def blockscaled_samples(config: Any, m: int, n: int, k: int) -> dict[str, Any]:
     import torch
 
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn,
-              "e5m2": torch.float8_e5m2, "e2m1": torch.float4_e2m1fn_x2, "e8m0": torch.float8_e8m0fnu}
+              "e5m2": torch.float8_e5m2, "e2m1x2": torch.float4_e2m1fn_x2, "e8m0": torch.float8_e8m0fnu}
     experts, vec, sf = config.experts, config.recipe.sf_vec_size, dtypes[config.recipe.sf_dtype]
     ab = dtypes[config.ab_dtype]
     k_storage = k // 2 if config.fp4 else k

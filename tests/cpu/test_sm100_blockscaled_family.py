@@ -31,17 +31,17 @@ KEY = {
     "act_params": {}, "dbias": False, "weight_mode": "dense", "b_major": "k", "tile_m": 256, "tile_n": 256,
     "cluster_m": 2, "cluster_n": 1, "scheduler": "static", "experts": 8,
 }
-NVFP4 = {"ab_dtype": "e2m1", "d_dtype": "bf16"}
+NVFP4 = {"ab_dtype": "e2m1x2", "d_dtype": "bf16"}
 
 
 def test_the_registry_finds_the_family_for_fp8_and_fp4_operands_on_blackwell_only():
     assert families()["sm100_blockscaled"] is FAMILY
     for arch in ("sm_100a", "sm_103a"):
-        for ab in ("e4m3", "e5m2", "e2m1"):
+        for ab in ("e4m3", "e5m2", "e2m1x2"):
             assert family_for({"arch": arch, "ab_dtype": ab}) is FAMILY
     assert family_for({"arch": "sm_90a", "ab_dtype": "e4m3"}).name == "sm90_mxfp8"
     with pytest.raises(ValueError, match="no kernel family builds"):
-        family_for({"arch": "sm_90a", "ab_dtype": "e2m1"})
+        family_for({"arch": "sm_90a", "ab_dtype": "e2m1x2"})
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_the_registry_finds_the_family_for_fp8_and_fp4_operands_on_blackwell_onl
     [
         ({"d_dtype": "bf16"}, "d_dtype: MXFP8 operands (e4m3) write D as ['e4m3']"),
         ({"d_dtype": "e5m2"}, "e5m2 D fails in cuDNN FE 1.32.0's own compile"),
-        ({**NVFP4, "d_dtype": "e4m3"}, "d_dtype: NVFP4 operands (e2m1) write D as ['bf16', 'fp16', 'fp32']"),
+        ({**NVFP4, "d_dtype": "e4m3"}, "d_dtype: NVFP4 operands (e2m1x2) write D as ['bf16', 'fp16', 'fp32']"),
         ({**NVFP4, "d_dtype": "fp32"}, "d_dtype: FP4 operands with fp32 D need dbias"),
         ({**NVFP4, "weight_mode": "discrete", "b_major": "n"}, "b_major: FP4 B must be K-major"),
         ({"b_major": "n"}, "b_major: N-major dense B is not built for symbolic N and K"),
@@ -73,7 +73,7 @@ def test_spec_files_refuse_values_the_family_does_not_allow():
     with pytest.raises(SpecError, match=r"fields \(tile_m, tile_n\): got \(128, 128\)"):
         parse_specs(_spec(tile_m=128, tile_n=128, cluster_m=1))
     (variant,) = parse_specs(_spec(**NVFP4))
-    assert variant.name == variant_name({**KEY, **NVFP4}) == "sm100a_e2m1_bf16_bf16_dswiglu_nodbias_dense_k_256x256_2x1_static_e8"
+    assert variant.name == variant_name({**KEY, **NVFP4}) == "sm100a_e2m1x2_bf16_bf16_dswiglu_nodbias_dense_k_256x256_2x1_static_e8"
 
 
 def test_sources_hash_the_pinned_distribution_and_the_family_package():

@@ -53,7 +53,7 @@ def _key(**fields: Any) -> dict[str, Any]:
     return {**base, **fields}
 
 
-NVFP4 = {"ab_dtype": "e2m1", "d_dtype": "bf16"}
+NVFP4 = {"ab_dtype": "e2m1x2", "d_dtype": "bf16"}
 CASES = [
     Case("mxfp8_dswiglu_dense", _key(), 2048, 4096),
     Case("nvfp4_dswiglu_dense", _key(**NVFP4), 2048, 4096),
@@ -80,11 +80,11 @@ def test_dglu_compiles_cudnn_fes_block_scaled_configuration_byte_for_byte(case):
 
 def test_the_cases_cover_both_recipes_three_activations_dense_discrete_and_both_architectures():
     keys = [case.key for case in CASES]
-    assert {key["ab_dtype"] for key in keys} == {"e4m3", "e2m1"}
+    assert {key["ab_dtype"] for key in keys} == {"e4m3", "e2m1x2"}
     assert {key["act_func"] for key in keys} == {"dswiglu", "dgeglu", "dsituglu"}
     assert {key["dbias"] for key in keys} == {True, False}
     assert {key["weight_mode"] for key in keys} == {"dense", "discrete"}
     assert {key["arch"] for key in keys} == {"sm_100a", "sm_103a"}
     assert {case.shapes for case in CASES} == {"symbolic", "cudnn"}
     assert {(key["ab_dtype"], key["weight_mode"]) for key in keys} == {
-        (ab, mode) for ab in ("e4m3", "e2m1") for mode in ("dense", "discrete")}
+        (ab, mode) for ab in ("e4m3", "e2m1x2") for mode in ("dense", "discrete")}

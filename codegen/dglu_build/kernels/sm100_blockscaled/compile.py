@@ -31,7 +31,7 @@ from ..sm100_bf16.config import M_ALIGNED
 
 DTYPES = {
     "bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32,
-    "e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2, "e2m1": cutlass.Float4E2M1FN,
+    "e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2, "e2m1x2": cutlass.Float4E2M1FN,
     "e8m0": cutlass.Float8E8M0FNU,
 }
 SF_STRIDE_DIVISIBILITY = 512  # one 128-row x 4-block atom of scale factors

@@ -42,7 +42,7 @@ class Recipe(NamedTuple):
 # ("None to integer conversion is not supported"), as dglu's does
 MXFP8 = Recipe("mxfp8", "e8m0", 32, ("e4m3",))
 NVFP4 = Recipe("nvfp4", "e4m3", 16, ("bf16", "fp16", "fp32"))
-FP4 = "e2m1"
+FP4 = "e2m1x2"  # the operand's element type: float4_e2m1fn_x2 (two E2M1 values a byte)
 RECIPES = {"e4m3": MXFP8, "e5m2": MXFP8, FP4: NVFP4}
 AMAX_D_DTYPES = ("bf16", "fp16")  # cuDNN FE's wrapper passes amax for these D dtypes only
 AB_BITS = {"e4m3": 8, "e5m2": 8, FP4: 4}

@@ -13,8 +13,8 @@ the launch-parity tier checks the values against the DSL's own host code
 - a TMA tensor's extents for SFA/SFB are its atom counts (ceil(rows/128), ceil(K/(4*vec)));
 - SFD_row and SFD_col (MXFP8) are {pointer, row atoms, column atoms, pitch} structs.
 
-FP4 operands (float4_e2m1fn_x2 or uint8, two values a byte) are declared in their storage
-shape: for an FP4 variant the problem's ``k`` counts bytes of a row of A (K/2 values'
+FP4 operands (``e2m1x2``: torch.float4_e2m1fn_x2, two values a byte) are declared in their
+storage shape: for an FP4 variant the problem's ``k`` counts bytes of a row of A (K/2 values'
 pairs) and ``k_values`` = 2k is the GEMM's K, which the kernel's parameters carry.
 """
 
@@ -33,14 +33,6 @@ TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
 SF_ATOM_ROWS = 128
 SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
 SFB_ITEM = ("u64", 64)
-FP4_STORAGE = "e2m1x2"  # torch.float4_e2m1fn_x2 (or uint8): two FP4 values a byte
-
-
-def storage_dtype(config: Config) -> str:
-    """The manifest dtype of A and B."""
-    return FP4_STORAGE if config.fp4 else config.ab_dtype
-
-
 def _scale_factors(row_atoms: str, col_atoms: str, l: str | int, pitch: str, size: str, io: str, dtype: str) -> dict:
     """A scale-factor ARGUMENT, 16-byte aligned: the kernel reads it by TMA."""
     return scale_factor_argument(row_atoms, col_atoms, l, pitch, size, io, dtype, ALIGN_BYTES)
@@ -86,7 +78,7 @@ def _matrix(rows: str, cols: str, dtype: str, io: str) -> dict:
 
 def arguments(config: Config) -> dict[str, dict]:
     """The op's tensor arguments this variant takes, in the order they are checked."""
-    ab, sf, per_expert = storage_dtype(config), config.recipe.sf_dtype, _argument(["l"], [1], "fp32", "in")
+    ab, sf, per_expert = config.ab_dtype, config.recipe.sf_dtype, _argument(["l"], [1], "fp32", "in")
     if config.discrete_weights:
         b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8), "sfb_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
     else:
@@ -142,7 +134,7 @@ def views(config: Config) -> dict[str, dict]:
     }
     if config.discrete_weights:
         strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
-        found["b_expert"] = {"of": "b_ptrs", "dtype": storage_dtype(config), "shape": ["n", "k", 1], "strides": strides,
+        found["b_expert"] = {"of": "b_ptrs", "dtype": config.ab_dtype, "shape": ["n", "k", 1], "strides": strides,
                              "address_align_down": ALIGN_BYTES}
     return found
 
@@ -221,9 +213,9 @@ def tma_rules(config: Config) -> dict[str, dict]:
     a box the atoms of a CTA's rows of A or B; C, D_row and D_col (2N, M) in epilogue tiles
     of 32 columns by 128 rows, swizzled by the bytes of one row."""
     common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
-    ab = {**common, "dtype": storage_dtype(config), "swizzle": "128B"}
+    ab = {**common, "dtype": config.ab_dtype, "swizzle": "128B"}
     rows, cols = EPILOGUE_TILE
-    tile_k = TILE_K_BYTES * 8 // DTYPE_BITS[storage_dtype(config)]
+    tile_k = TILE_K_BYTES * 8 // DTYPE_BITS[config.ab_dtype]
 
     def epilogue(dtype: str) -> dict:
         return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
