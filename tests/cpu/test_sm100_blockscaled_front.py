@@ -126,3 +126,17 @@ def test_hopper_refuses_fp4_naming_the_argument_before_anything_else(h200):
         api.grouped_gemm_dglu(**_call(sf_vec_size=32, sfa_tensor=None))
     assert str(raised.value).startswith("a_tensor:") and "no FP4 tensor cores on Hopper" in str(raised.value)
     assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_the_class_api_says_fp4_runs_through_the_wrapper(b200):
+    fake, runs = b200
+    call = _call()
+    samples = {"sample_a": call["a_tensor"], "sample_c": call["c_tensor"],
+               "sample_d_row": torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16), "sample_sfa": call["sfa_tensor"],
+               "sample_b": call["b_tensor"], "sample_sfb": call["sfb_tensor"],
+               "sample_padded_offsets": call["padded_offsets"], "sample_alpha": call["alpha_tensor"],
+               "sample_beta": call["beta_tensor"], "sample_prob": call["prob_tensor"],
+               "sample_dprob": call["dprob_tensor"], "sf_vec_size": 16}
+    with pytest.raises(NotImplementedError, match="^sample_a: FP4 operands"):
+        api.GroupedGemmDglu(**samples).check_support()
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
