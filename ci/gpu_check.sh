@@ -5,7 +5,8 @@
 #   2. check that `dglu` imports from there, runs one real call, and never imports cutlass;
 #   3. run the GPU tests against the installed wheel (DGLU_USE_INSTALLED=1) and its variants
 #      only (DGLU_CUBIN_PATH unset, an empty user variant directory): on Hopper the sm90
-#      matrix, on Blackwell (10.0, 10.3) tests/gpu/test_sm100_gpu.py, which also compares with
+#      matrix, on Blackwell (10.0, 10.3) tests/gpu/test_sm100_gpu.py (BF16) and
+#      tests/gpu/test_sm100_blockscaled_gpu.py (MXFP8, NVFP4), which also compare with
 #      cudnn.grouped_gemm_dglu_wrapper_sm100 where cuDNN FE is importable;
 #   4. print ONE summary line: GPU CHECK: N passed, M failed, S skipped (device: ..., wheel: ...)
 # pytest's log and junit XML (and the summary) go to $OUT/ when $OUT is set. Without pytest

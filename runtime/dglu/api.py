@@ -35,6 +35,7 @@ from . import runner
 from .arguments import refused_value
 from .arrays import as_torch
 from .blockscaled import (
+    FP4_TYPE,
     check_operand_family,
     check_single_group,
     check_vector_f32,
@@ -67,7 +68,7 @@ WRAPPER_SETTINGS = (
     "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
     "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
     "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
-    "round_dgrad_to_input_dtype", "block_scaled", "dense_b_major",
+    "round_dgrad_to_input_dtype", "block_scaled", "dense_b_major", "fp4",
 )  # fmt: skip
 _PAIRS = (WRAPPER_SETTINGS.index("mma_tiler_mn"), WRAPPER_SETTINGS.index("cluster_shape_mn"))
 
@@ -100,14 +101,14 @@ def _wrapper_config(
     """The wrapper's checked configuration: weights, options, D_row's dtype, dbias."""
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
-    block_scaled = options["block_scaled"]
-    discrete = wrapper_discrete(n, b_dtype, block_scaled) if mode == DISCRETE else None
+    block_scaled, fp4 = options["block_scaled"], options["fp4"]
+    discrete = wrapper_discrete(n, b_dtype, block_scaled, fp4) if mode == DISCRETE else None
     checked = check_options(**options)
     if block_scaled:
         checked = checked._replace(b_major=block_scaled_b_major(mode, checked.b_major, dense_b_major))
     else:
         check_b_major(mode, checked.b_major)
-    d_dtype_name = output_dtype_name("d_dtype", d_dtype, block_scaled)
+    d_dtype_name = output_dtype_name("d_dtype", d_dtype, block_scaled and not fp4)  # FP4: bf16/fp16/fp32 D
     if not isinstance(generate_dbias, bool):
         raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
     return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
@@ -235,6 +236,12 @@ def grouped_gemm_dglu(
     and d_col_tensor (M, 2N, 1) FP8, sfd_row_tensor and sfd_col_tensor E8M0 (SFD_col in the
     per-expert layout with discrete_col_sfd=True), dprob and dbias (from the unquantized D)
     as above; amax_tensor is None (Hopper has no FP4 path that produces it).
+    On Blackwell (sm100_blockscaled variants installed): the same MXFP8 call (D e4m3), and
+    NVFP4: A and B torch.float4_e2m1fn_x2 (K/2 bytes a row), sfa/sfb torch.float8_e4m3fn,
+    sf_vec_size=16, no norm_const, d_dtype bf16 (default), fp16 or fp32; returns d_row_tensor,
+    amax_tensor (L, 2, 1) fp32 (zeroed before the kernel's atomic max, so an expert with no
+    rows reads 0 where cuDNN FE's wrapper, which fills it with -inf, gives -inf), d_col and
+    the SFD tensors None (the kernel quantizes no D for FP4 operands).
     use_single_group_runtime_offsets=True (one expert) takes its rows from A's shape and
     never reads padded_offsets (an int32 (1,) tensor still). vector_f32 has no effect on
     Hopper; epilogue_op (None, "identity", "relu", "srelu") is checked and, as in NVIDIA's
@@ -250,9 +257,9 @@ def grouped_gemm_dglu(
     block_scaled = is_block_scaled(
         getattr(a_tensor, "dtype", None), sfa_tensor, sfb_tensor, sfb_ptrs, norm_const_tensor
     )
-    dense_major = "k"
+    dense_major, fp4 = "k", False
     if block_scaled:  # 1. the operands' dtype family
-        check_operand_family(
+        fp4 = FP4_TYPE == check_operand_family(
             named_tensors(False, **{r: t for r, t in (("a", a_tensor), ("b", b_tensor), ("sfa", sfa_tensor),
                                                         ("sfb", sfb_tensor)) if t is not None}),
             b_dtype,
@@ -281,7 +288,7 @@ def grouped_gemm_dglu(
         geglu_alpha, glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
         b_major, epilogue_op, use_dynamic_sched, cd_major, d_dtype, generate_dbias,
         deterministic, act_out if activation_tensor is None else True,
-        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major,
+        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major, fp4,
     )  # fmt: skip
     key = _request_key(settings, a_tensor, c_tensor, padded_offsets)
     try:
@@ -294,8 +301,11 @@ def grouped_gemm_dglu(
     # 3. missing tensors
     if block_scaled:
         weights_sf = {"sfb_ptrs": sfb_ptrs} if discrete else {"sfb_tensor": sfb_tensor}
-        require({"sfa_tensor": sfa_tensor, **weights_sf, "norm_const_tensor": norm_const_tensor},
-                "FP8 operands (MXFP8: the E8M0 scale factors of A and B, and norm_const)")
+        if fp4:
+            require({"sfa_tensor": sfa_tensor, **weights_sf}, "FP4 operands (NVFP4: the E4M3 scale factors of A and B)")
+        else:
+            require({"sfa_tensor": sfa_tensor, **weights_sf, "norm_const_tensor": norm_const_tensor},
+                    "FP8 operands (MXFP8: the E8M0 scale factors of A and B, and norm_const)")
     if padded_offsets is None or alpha_tensor is None or beta_tensor is None or prob_tensor is None or (
         dprob_tensor is None
     ):
@@ -309,10 +319,12 @@ def grouped_gemm_dglu(
     weights = (b_ptrs, sfb_ptrs) if discrete else (b_tensor, sfb_tensor)
     common = (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor)
     if block_scaled:
-        tensors = (a_tensor, sfa_tensor, *weights, c_tensor, norm_const_tensor, *common)
+        tensors = (a_tensor, sfa_tensor, *weights, c_tensor, *(() if fp4 else (norm_const_tensor,)), *common)
     else:
         tensors = (a_tensor, weights[0], c_tensor, *common)
     roles = _WRAPPER_ROLES[discrete, block_scaled]
+    if fp4:  # NVFP4 quantizes no D: no norm_const
+        roles = tuple(role for role in roles if role != "norm_const")
     outputs = WRAPPER_OUTPUTS
     if activation_tensor is not None:
         roles, tensors = (*roles, "act_out"), (*tensors, activation_tensor)
@@ -323,7 +335,7 @@ def grouped_gemm_dglu(
         d_col_tensor=made.get("d_col"),
         dprob_tensor=dprob_tensor,
         dbias_tensor=made.get("dbias"),
-        amax_tensor=None,
+        amax_tensor=made.get("amax"),
         sfd_row_tensor=made.get("sfd_row"),
         sfd_col_tensor=made.get("sfd_col"),
         **({"act_out_tensor": made.get("act_out", activation_tensor)} if act_out else {}),

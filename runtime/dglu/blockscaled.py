@@ -1,12 +1,15 @@
-"""The block-scaled (MXFP8) call's own checks: what Hopper runs and what it refuses.
+"""The block-scaled call's own checks: what each architecture runs and what it refuses.
 
-Hopper runs the seed's block-scaled contract with FP8 operands (A and B both
-torch.float8_e4m3fn or both torch.float8_e5m2) and E8M0 scale factors (torch.float8_e8m0fnu),
-one per 32 elements of K; D_row and D_col are FP8 with SFD_row and SFD_col. It refuses FP4
-operands (no FP4 tensor cores), E4M3 scale factors (NVFP4's, with sf_vec_size 16) and amax
-(produced only with the bf16/fp16 D of FP4 operands). Shapes, strides and the remaining
-dtypes are the variant's manifest rules (dglu.validation). Every check runs before anything
-is allocated or launched.
+MXFP8: FP8 operands (A and B both torch.float8_e4m3fn or both torch.float8_e5m2) with E8M0
+scale factors (torch.float8_e8m0fnu), one per 32 elements of K; D_row and D_col are FP8 with
+SFD_row and SFD_col. NVFP4: FP4 operands (torch.float4_e2m1fn_x2, two values a byte) with
+E4M3 scale factors (torch.float8_e4m3fn), one per 16 elements of K; D bf16 (or fp16/fp32) and
+amax. FP4 operands are accepted where an installed variant of the device's architecture takes
+them (``fp4_runs_on``: the manifest's data, Blackwell's sm100_blockscaled variants) and refused
+elsewhere (Hopper: no FP4 tensor cores), naming the argument. Hopper also refuses amax (its
+only producer is NVFP4's 16-bit D). Shapes, strides and the remaining dtypes are the
+variant's manifest rules (dglu.validation). Every check runs before anything is allocated
+or launched.
 """
 
 from __future__ import annotations
@@ -19,11 +22,29 @@ from .arguments import refused_value
 from .dtypes import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES, element_type_of
 
 FP4_TORCH_NAMES = ("float4_e2m1fn_x2", "uint8")  # the seed's FP4 operand dtypes
-SCALE_TYPE = "e8m0"
+FP4_TYPE = "e2m1x2"  # the manifest's FP4 operand type (torch.float4_e2m1fn_x2)
+SCALE_TYPE = "e8m0"  # MXFP8's scale factors
+FP4_SCALE_TYPE = "e4m3"  # NVFP4's
 _FP4 = (
     "no FP4 tensor cores on Hopper; Blackwell cubins (sm_100a/sm_103a) run FP4 operands. "
     "On Hopper use torch.float8_e4m3fn or torch.float8_e5m2 with E8M0 scales (MXFP8)"
 )
+
+
+def fp4_runs_on(device: Any) -> bool:
+    """True when an installed variant of the architecture of ``device`` (a torch device)
+    takes FP4 operands; False on a CPU device, or where none does (Hopper)."""
+    return getattr(device, "type", None) == "cuda" and fp4_runs_on_ordinal(device.index or 0)
+
+
+def fp4_runs_on_ordinal(ordinal: int) -> bool:
+    """fp4_runs_on of CUDA device ``ordinal``: the manifest's data decides."""
+    from .driver import device_info
+    from .manifest import installed_variants
+    from .selection import arch_for_capability
+
+    archs = {entry.key.arch for entry in installed_variants() if entry.key.ab_dtype == FP4_TYPE}
+    return bool(archs) and arch_for_capability(device_info(ordinal).capability) in archs
 
 
 def _torch_name(dtype: Any) -> str:
@@ -52,10 +73,14 @@ def is_block_scaled(a_dtype: Any, *scale_arguments: Any) -> bool:
     return kind == "low" or any(argument is not None for argument in scale_arguments)
 
 
-def operand_type(name: str, dtype: Any) -> str:
-    """The FP8 element type of operand ``name`` (A, B or b_dtype), or raise saying what
-    Hopper supports."""
+def operand_type(name: str, dtype: Any, fp4: bool = False) -> str:
+    """The FP8 (or, where ``fp4``: the device runs FP4 operands, FP4) element type of
+    operand ``name`` (A, B or b_dtype), or raise saying what the device supports."""
     if _torch_name(dtype) in FP4_TORCH_NAMES:
+        if fp4 and _torch_name(dtype) == "float4_e2m1fn_x2":
+            return FP4_TYPE
+        if fp4:
+            raise ValueError(f"{name}: got {dtype}; FP4 operands are torch.float4_e2m1fn_x2 (view uint8 storage as it)")
         raise ValueError(f"{name}: got {dtype}; {_FP4}")
     element = element_type_of(dtype)
     if element is None or element.name not in FP8_TYPES:
@@ -65,28 +90,37 @@ def operand_type(name: str, dtype: Any) -> str:
     return element.name
 
 
-def check_operands(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None) -> None:
-    """A (and dense B, or discrete weights' ``b_dtype``) of one FP8 dtype; every scale
-    factor E8M0. ``tensors``: role -> (argument name, tensor or None)."""
+def check_operands(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None, fp4: bool = False) -> str:
+    """A (and dense B, or discrete weights' ``b_dtype``) of one FP8 dtype, or (``fp4``:
+    the device runs them) of FP4; every scale factor E8M0 (FP8) or E4M3 (FP4). ``tensors``:
+    role -> (argument name, tensor or None). Returns A's element type."""
     a_name, a = tensors["a"]
-    a_type = operand_type(a_name, a.dtype)
+    a_type = operand_type(a_name, a.dtype, fp4)
     b_name, b = tensors.get("b", ("b_dtype", None))
-    b_type = operand_type(b_name, b.dtype) if b is not None else (
-        operand_type("b_dtype", b_dtype) if b_dtype is not None else a_type
+    b_type = operand_type(b_name, b.dtype, fp4) if b is not None else (
+        operand_type("b_dtype", b_dtype, fp4) if b_dtype is not None else a_type
     )
     if b_type != a_type:
         raise ValueError(
             f"{b_name}: torch.{ELEMENT_TYPES[b_type].torch_name} differs from {a_name}'s "
-            f"torch.{ELEMENT_TYPES[a_type].torch_name}; A and B must share one FP8 dtype"
+            f"torch.{ELEMENT_TYPES[a_type].torch_name}; A and B must share one dtype"
         )
     for role in ("sfa", "sfb", "sfd_row", "sfd_col"):
         name, tensor = tensors.get(role, (role, None))
         if tensor is not None:
-            _check_scale_dtype(name, tensor.dtype)
+            _check_scale_dtype(name, tensor.dtype, a_type == FP4_TYPE)
+    return a_type
 
 
-def _check_scale_dtype(name: str, dtype: Any) -> None:
+def _check_scale_dtype(name: str, dtype: Any, fp4: bool = False) -> None:
     element = element_type_of(dtype)
+    if fp4:
+        if element is None or element.name != FP4_SCALE_TYPE:
+            raise ValueError(
+                f"{name}: FP4 operands take torch.float8_e4m3fn scale factors, one per 16 elements "
+                f"(NVFP4; E8M0 scales per 32 with FP4, MXFP4, are not built), got {dtype}"
+            )
+        return
     if element is not None and element.name == SCALE_TYPE:
         return
     if _torch_name(dtype) == "float8_e4m3fn":
@@ -104,16 +138,19 @@ def require(arguments: Mapping[str, Any], needed_by: str) -> None:
             raise ValueError(f"{name}: required with {needed_by}, got None")
 
 
-def check_operand_family(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None) -> None:
+def check_operand_family(tensors: Mapping[str, tuple[str, Any]], b_dtype: Any = None) -> str:
     """The first check of a block-scaled call: each given tensor of ``tensors`` (role ->
-    (argument name, tensor)) is a tensor, A and B (or ``b_dtype``) FP8 of one type (FP4
-    refused whatever else is missing or wrong), the scale factors E8M0."""
+    (argument name, tensor)) is a tensor, A and B (or ``b_dtype``) of one type, FP8, or FP4
+    where A's device runs it (else refused whatever else is missing or wrong), the scale
+    factors of their recipe. Returns A's element type."""
     import torch
 
     for name, tensor in tensors.values():
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
-    check_operands(tensors, b_dtype)
+    a = tensors["a"][1]
+    fp4 = _torch_name(a.dtype) in FP4_TORCH_NAMES and fp4_runs_on(a.device)
+    return check_operands(tensors, b_dtype, fp4)
 
 
 def refuse_amax(name: str, amax: Any) -> None:

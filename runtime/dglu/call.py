@@ -293,4 +293,4 @@ class PreparedCall:
 
 COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
 # allocated by the wrapper when the variant takes them
-WRAPPER_OUTPUTS = ("d_row", "d_col", "sfd_row", "sfd_col", "dbias", "act_out")
+WRAPPER_OUTPUTS = ("d_row", "d_col", "sfd_row", "sfd_col", "dbias", "amax", "act_out")

@@ -2,8 +2,8 @@
 
 Arguments a backend cannot honour raise (never silently ignored): on the BF16 backend the
 block-scaled options and vector_f32; on both, activation constants given for an activation
-that does not use them. The block-scaled (MXFP8) backend takes sf_vec_size=32 only (FP8
-operands with 16-element scales are NVFP4's pairing, and Hopper has no FP4),
+that does not use them. The block-scaled backend takes sf_vec_size=32 with FP8 operands
+(MXFP8) and 16 with FP4 operands (NVFP4, where the device runs them: dglu.blockscaled),
 discrete_col_sfd and use_single_group_runtime_offsets (kernel flags), vector_f32 (no
 effect: Hopper has no packed-f32 math) and epilogue_op in EPILOGUE_OPS (validated and part
 of the op's configuration, applied by none of NVIDIA's dGLU kernels, so by none of ours). use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
@@ -37,6 +37,7 @@ def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int]:
     return CTA_PAIR_CLUSTER if tile is not None and tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
 
 MXFP8_SF_VEC_SIZE = 32
+NVFP4_SF_VEC_SIZE = 16  # FP4 operands' E4M3 scales (Blackwell)
 EPILOGUE_OPS = (None, "identity", "relu", "srelu")
 
 # Arguments with one accepted value on the BF16 backend: (name, value, exception type, why).
@@ -153,9 +154,10 @@ def check_options(
     use_single_group_runtime_offsets: Any = False,
     round_dgrad_to_input_dtype: Any = False,
     block_scaled: bool = False,
+    fp4: bool = False,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they
-    select; ``block_scaled``: the call's operands are FP8 with scale factors."""
+    select; ``block_scaled``: the call's operands are FP8 (``fp4``: FP4) with scale factors."""
     given = locals()
     if cd_major != "n":
         raise ValueError(f"cd_major: must be 'n' (C and D must be N-major), got {cd_major!r}")
@@ -207,7 +209,13 @@ def check_options(
 
 def _check_block_scaled_options(given: Mapping[str, Any]) -> None:
     """The block-scaled backend's options (see the module docstring)."""
-    if given["sf_vec_size"] != MXFP8_SF_VEC_SIZE:
+    if given["fp4"]:
+        if given["sf_vec_size"] != NVFP4_SF_VEC_SIZE:
+            raise ValueError(
+                f"sf_vec_size: FP4 operands take one E4M3 scale per {NVFP4_SF_VEC_SIZE} elements of K "
+                f"(NVFP4), so it must be {NVFP4_SF_VEC_SIZE}; got {given['sf_vec_size']!r}"
+            )
+    elif given["sf_vec_size"] != MXFP8_SF_VEC_SIZE:
         raise ValueError(
             f"sf_vec_size: FP8 operands take one E8M0 scale per {MXFP8_SF_VEC_SIZE} elements of K "
             f"(MXFP8), so it must be {MXFP8_SF_VEC_SIZE}; got {given['sf_vec_size']!r} (16-element "

@@ -101,9 +101,9 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _dtype_name(b_dtype: Any, block_scaled: bool) -> str:
+def _dtype_name(b_dtype: Any, block_scaled: bool, fp4: bool = False) -> str:
     if block_scaled:
-        return operand_type("b_dtype", b_dtype)
+        return operand_type("b_dtype", b_dtype, fp4)
     element = element_type_of(b_dtype)
     if element is None or element.name not in FLOAT_TYPES:
         raise ValueError(
@@ -113,10 +113,10 @@ def _dtype_name(b_dtype: Any, block_scaled: bool) -> str:
     return element.name
 
 
-def wrapper_discrete(n: Any, b_dtype: Any, block_scaled: bool = False) -> DiscreteWeights:
+def wrapper_discrete(n: Any, b_dtype: Any, block_scaled: bool = False, fp4: bool = False) -> DiscreteWeights:
     """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length.
-    ``block_scaled``: FP8 matrices (and their scale factors behind sfb_ptrs)."""
-    dtype = _dtype_name(b_dtype, block_scaled)
+    ``block_scaled``: FP8 (``fp4``: FP4) matrices (and their scale factors behind sfb_ptrs)."""
+    dtype = _dtype_name(b_dtype, block_scaled, fp4)
     return DiscreteWeights(n=_positive_int("n", n), n_from="n", dtype=dtype)
 
 

@@ -12,6 +12,7 @@ import pytest
 from dglu_build.abi_check import check_variant_cubin
 from dglu_build.build import BuildResult, build_artifacts
 from dglu_build.cubin_info import read_cubin
+from dglu_build.kernels.registry import families
 from dglu.contract.reader import read_manifest
 from dglu_build.progress import LineProgress
 from dglu_build.specs import Variant, load_specs
@@ -111,8 +112,10 @@ def test_the_default_set_serves_blackwell_with_the_common_expert_counts():
 
 def test_blackwell_cubins_are_abi_8_use_no_local_memory_and_fit_shared_memory(default_build):
     """Each sm_100a/sm_103a cubin: ELF ABI 8 of its architecture, the kernel symbols of its
-    entry, no stack frame (local memory), static plus dynamic shared memory within what the
-    DSL says an sm_100 block may use."""
+    entry, no stack frame (local memory) but the one its family declares for a local array
+    of the kernel's own (sm100_blockscaled's MXFP8 kernels: tests/cpu/test_sm100_blockscaled_family.py
+    shows it is no spill), static plus dynamic shared memory within what the DSL says an
+    sm_100 block may use."""
     from cutlass.memory import get_smem_capacity_in_bytes
 
     capacity = get_smem_capacity_in_bytes("sm_100")
@@ -125,7 +128,8 @@ def test_blackwell_cubins_are_abi_8_use_no_local_memory_and_fit_shared_memory(de
         assert sorted(info.kernels) == sorted(kernel["symbol"] for kernel in entry["kernels"])
         for kernel in entry["kernels"]:
             found = info.kernels[kernel["symbol"]]
-            assert found.frame_bytes == 0, (entry["name"], kernel["role"])
+            declared = families()[entry["family"]].local_frame_bytes(entry["key"], kernel["role"])
+            assert found.frame_bytes == declared, (entry["name"], kernel["role"])
             assert found.static_smem_bytes + kernel["dynamic_smem_bytes"] <= capacity, (entry["name"], kernel["role"])
         checked += 1
     assert checked == sum(variant.arch in BLACKWELL for variant in DEFAULT)

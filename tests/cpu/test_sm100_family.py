@@ -15,7 +15,8 @@ from dglu.contract.keys import ACT_PARAM_DEFAULTS, variant_name
 from dglu.contract.reader import parse_manifest
 from dglu_build.kernels.declaration import manifest_kernel
 from dglu_build.kernels.registry import families, family_for
-from dglu_build.kernels.sm100_bf16 import FAMILY, interface, upstream
+from dglu_build.kernels import cudnn_fe as upstream
+from dglu_build.kernels.sm100_bf16 import FAMILY, interface
 from dglu_build.kernels.sm100_bf16.config import Config
 from dglu_build.specs import SpecError, parse_specs
 
@@ -33,7 +34,7 @@ def test_the_registry_finds_the_family_for_both_blackwell_architectures():
     assert family_for({"arch": "sm_100a", "ab_dtype": "bf16"}) is FAMILY
     assert family_for({"arch": "sm_103a", "ab_dtype": "bf16"}) is FAMILY
     with pytest.raises(ValueError, match="no kernel family builds"):
-        family_for({"arch": "sm_100a", "ab_dtype": "e4m3"})
+        family_for({"arch": "sm_100a", "ab_dtype": "fp16"})
 
 
 @pytest.mark.parametrize(

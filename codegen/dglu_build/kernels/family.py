@@ -84,6 +84,12 @@ class KernelFamily(ABC):
         """What the family's cubins are built from: path (or distribution field) -> sha256
         (or value); pure Python, imports no kernel code."""
 
+    def local_frame_bytes(self, key: Mapping[str, Any], role: str) -> int:
+        """The stack frame (local memory) ptxas gives the kernel ``role`` of a key for a
+        local array its PTX declares: no spills (the compile tier allows this much, 0 for
+        every kernel of dglu's own)."""
+        return 0
+
     def notices(self) -> dict[str, bytes]:
         """License texts the family's cubins must ship with, by relative file name (none
         for dglu's own kernels; the license of the source a kernel was built from)."""

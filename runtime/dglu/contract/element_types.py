@@ -26,6 +26,11 @@ ELEMENT_TYPES: dict[str, ElementType] = {
         ElementType("e4m3", 1, "float8_e4m3fn", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
         ElementType("e5m2", 1, "float8_e5m2", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
         ElementType("e8m0", 1, "float8_e8m0fnu", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        # Blackwell block-scaled (sm100_blockscaled): FP4 operands stored two values a byte,
+        # and the unsigned items its scale-factor TMA descriptors move (whole 512-byte atoms)
+        ElementType("e2m1x2", 1, "float4_e2m1fn_x2", "CU_TENSOR_MAP_DATA_TYPE_UINT8"),
+        ElementType("u16", 2, "uint16", "CU_TENSOR_MAP_DATA_TYPE_UINT16"),
+        ElementType("u64", 8, "uint64", "CU_TENSOR_MAP_DATA_TYPE_UINT64"),
     )
 }
 

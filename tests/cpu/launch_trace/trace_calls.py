@@ -9,6 +9,7 @@ and the clusters it answers for the occupancy query)"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -98,15 +99,25 @@ def dglu_runtime(variant, made: dict[str, torch.Tensor], n: int) -> None:
 def main() -> None:
     case = json.loads(sys.argv[1])
     from dglu.contract.reader import read_manifest
-    from dglu_build.kernels.sm100_bf16.config import Config
 
     (variant,) = [v for v in read_manifest(Path(sys.argv[2])).variants if v.name == case["variant"]]
+    if variant.family == "sm100_blockscaled":
+        from dglu_build.kernels.sm100_blockscaled.config import Config
+
+        import blockscaled_calls as calls
+
+        host = functools.partial(calls.dsl_host, stream=STREAM)
+        make = calls.tensors
+    else:
+        from dglu_build.kernels.sm100_bf16.config import Config
+
+        host, make = dsl_host, tensors
     config = Config.from_key(variant.key.as_dict())
-    made = tensors(config, case["m"], case["n"], case["k"])
+    made = make(config, case["m"], case["n"], case["k"])
     mark("dsl")
-    dsl_host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "dglu_" + variant.name, False)
+    host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "dglu_" + variant.name, False)
     mark("static")
-    dsl_host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "cudnn_static", True)
+    host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "cudnn_static", True)
     mark("dglu")
     dglu_runtime(variant, made, case["n"])
     mark("end")

@@ -1,6 +1,6 @@
 """The sm100 BF16 kernel family: Blackwell (sm_100a, sm_103a), NVIDIA's own BF16 dGLU
 kernel (``MoEGroupedGemmDgluDbiasBf16Kernel`` of the pinned nvidia-cudnn-frontend,
-upstream.py) compiled ahead of time with M, N and K symbolic and the expert count
+kernels/cudnn_fe.py) compiled ahead of time with M, N and K symbolic and the expert count
 compiled in (one cubin per L: see docs/manifest.md, "sm100_bf16").
 
 ``FAMILY`` (found by dglu_build.kernels.registry) checks and declares without CuTe DSL
@@ -15,7 +15,8 @@ from dglu.contract.element_types import FLOAT_TYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from ..family import PackagedFamily, package_sources
-from . import interface, upstream
+from .. import cudnn_fe as upstream
+from . import interface
 from .config import Config
 
 NAME = "sm100_bf16"

@@ -21,7 +21,8 @@ from cutlass.cute.nvgpu import OperandMajorMode
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor, make_ptr
 
 from ..declaration import manifest_kernel, symbol_of
-from . import NAME, interface, upstream
+from .. import cudnn_fe as upstream
+from . import NAME, interface
 from .config import M_ALIGNED, Config
 
 DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}

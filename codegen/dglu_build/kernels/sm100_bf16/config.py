@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 M_ALIGNED = 256  # cuDNN FE's FIX_PAD_SIZE: expert row ranges start at multiples of 256
 MAX_EXPERTS = 1024  # the kernel's constructor refuses more
@@ -31,6 +31,10 @@ DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 @dataclass(frozen=True)
 class Config:
     """One variant of the family; ``from_key`` checks it builds."""
+
+    # TMA descriptors the helper writes per expert with discrete weights (B; the
+    # block-scaled family's kernel writes B's and SFB's)
+    descriptors_per_expert: ClassVar[int] = 1
 
     arch: str
     c_dtype: str
@@ -123,9 +127,9 @@ class Config:
 
     @property
     def workspace_bytes(self) -> int:
-        """The kernel's scratch: a descriptor per expert (discrete) and the tile counter
+        """The kernel's scratch: descriptors per expert (discrete) and the tile counter
         (dynamic), 128-byte aligned and never 0 (cuDNN FE's scratch_workspace_bytes)."""
-        used = DESCRIPTOR_BYTES * self.experts * self.discrete_weights + COUNTER_BYTES * self.dynamic_schedule
+        used = DESCRIPTOR_BYTES * self.descriptors_per_expert * self.experts * self.discrete_weights + COUNTER_BYTES * self.dynamic_schedule
         return max(-(-used // WORKSPACE_ALIGN) * WORKSPACE_ALIGN, WORKSPACE_ALIGN)
 
     @property

@@ -10,14 +10,10 @@ decoded A and B, C (widened to BF16 when it is FP8), the fp32 D and the effectiv
 from __future__ import annotations
 
 from ..declaration import Int32, KernelDeclaration, Pointer, TmaTensor
+from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
 from ..sm90_bf16 import interface as bf16
 from .config import CONVERT_THREADS, SF_VEC, Config
 
-SF_ATOM_BYTES = 512  # one atom: 128 rows x 4 blocks of 32
-SF_ALLOCATION = (
-    "the seed's permuted scale-factor allocation: a contiguous (L, ceil(rows/128), "
-    "ceil(Kc/128), 32, 4, 4) float8_e8m0fnu tensor permuted by (3, 4, 1, 5, 2, 0)"
-)
 FLAGS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 
 SCALARS = {
@@ -57,9 +53,8 @@ def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None
 
 
 def _scale_factors(row_atoms: str, k_atoms: str, l: str | int, pitch: str, size: str, io: str) -> dict:
-    """A scale-factor ARGUMENT of the seed's logical shape and permuted strides."""
-    return _argument([32, 4, row_atoms, 4, k_atoms, l], [16, 4, pitch, 1, SF_ATOM_BYTES, size], "e8m0", io,
-                     allocation=SF_ALLOCATION)
+    """A scale-factor ARGUMENT of the seed's logical shape and permuted strides (E8M0)."""
+    return scale_factor_argument(row_atoms, k_atoms, l, pitch, size, io)
 
 
 def _matrix(rows: str, cols: str, dtype: str, io: str) -> dict:

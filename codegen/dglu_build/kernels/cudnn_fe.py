@@ -1,7 +1,9 @@
-"""Where the sm100 BF16 kernel comes from: NVIDIA's ``MoEGroupedGemmDgluDbiasBf16Kernel`` in
-the pinned ``nvidia-cudnn-frontend`` distribution (Apache-2.0), imported at build time,
-never copied. This module names the pin and the files the kernel is built from, and
-reads their hashes through the installed distribution's metadata without importing it.
+"""Where the Blackwell families' kernels come from: NVIDIA's dGLU kernels in the pinned
+``nvidia-cudnn-frontend`` distribution (Apache-2.0), imported at build time, never copied
+(sm100_bf16: ``MoEGroupedGemmDgluDbiasBf16Kernel``; sm100_blockscaled:
+``BlockScaledMoEGroupedGemmDgluDbiasKernel``, both under ``cudnn/gemm/cutedsl/grouped/``).
+This module names the pin and the files the kernels are built from, and reads their
+hashes through the installed distribution's metadata without importing it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import importlib.metadata
 
 DISTRIBUTION = "nvidia-cudnn-frontend"
 VERSION = "1.32.0"
-# the kernel's module and what it imports: the grouped-GEMM package's modules (kernels,
+# the kernels' modules and what they import: the grouped-GEMM package's modules (kernels,
 # scheduler, helpers) and the DSL compatibility shims; every Python file under these
 KERNEL_SOURCES = ("cudnn/gemm/cutedsl/grouped/", "cudnn/_cutlass_compat", "cudnn/_cutlass_helpers/")
 # the license texts the wheel carries for cubins built from these sources
@@ -28,12 +30,12 @@ def distribution() -> importlib.metadata.Distribution:
         found = importlib.metadata.distribution(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         raise UpstreamMissing(
-            f"family sm100_bf16 builds NVIDIA's kernel from {DISTRIBUTION}=={VERSION}, which is not installed: "
+            f"dglu's Blackwell families build NVIDIA's kernels from {DISTRIBUTION}=={VERSION}, which is not installed: "
             f"pip install 'dglu[build]' (or pip install {DISTRIBUTION}=={VERSION})"
         ) from None
     if found.version != VERSION:
         raise UpstreamMissing(
-            f"family sm100_bf16 is pinned to {DISTRIBUTION}=={VERSION}, {found.version} is installed: "
+            f"dglu's Blackwell families are pinned to {DISTRIBUTION}=={VERSION}, {found.version} is installed: "
             f"pip install {DISTRIBUTION}=={VERSION}"
         )
     return found

@@ -1,0 +1,253 @@
+"""What the sm100 block-scaled family declares for the manifest, once, in pure Python.
+
+The kernels are cuDNN FE's: their parameters are what the DSL makes of
+``BlockScaledMoEGroupedGemmDgluDbiasKernel.__call__``'s arguments with M, N and K
+symbolic and the expert count compiled in. The compile tier checks every declared
+parameter against the cubin's KPARAM_INFO (tests/cpu/test_sm100_blockscaled_family.py);
+the launch-parity tier checks the values against the DSL's own host code
+(tests/cpu/test_sm100_blockscaled_launch_parity.py). Read from that host code:
+
+- the scale-factor TMA descriptors are over the seed's permuted buffers read as whole
+  512-byte atoms (128 rows x 4 blocks): SFA as (256 x u16, row atoms, K atoms), SFB as
+  (64 x u64, row atoms, K atoms, L), a box holding the atoms of one CTA's rows (the views below);
+- a TMA tensor's extents for SFA/SFB are its atom counts (ceil(rows/128), ceil(K/(4*vec)));
+- SFD_row and SFD_col (MXFP8) are {pointer, row atoms, column atoms, pitch} structs.
+
+FP4 operands (``e2m1x2``: torch.float4_e2m1fn_x2, two values a byte) are declared in their
+storage shape: for an FP4 variant the problem's ``k`` counts bytes of a row of A (K/2 values'
+pairs) and ``k_values`` = 2k is the GEMM's K, which the kernel's parameters carry.
+"""
+
+from __future__ import annotations
+
+from ..declaration import Int32, Int64, KernelDeclaration, Pointer, PointerExtents, TmaTensor, Zeros
+from ..sm100_bf16 import interface as bf16
+from ..sm100_bf16.config import EPILOGUE_TILE, HELPER_THREADS, M_ALIGNED, THREADS_PER_CTA
+from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
+from .config import Config
+
+ALIGN_BYTES = bf16.ALIGN_BYTES
+DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
+SWIZZLES = {32: "32B", 64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
+TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
+SF_ATOM_ROWS = 128
+SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
+SFB_ITEM = ("u64", 64)
+def _scale_factors(row_atoms: str, col_atoms: str, l: str | int, pitch: str, size: str, io: str, dtype: str) -> dict:
+    """A scale-factor ARGUMENT, 16-byte aligned: the kernel reads it by TMA."""
+    return scale_factor_argument(row_atoms, col_atoms, l, pitch, size, io, dtype, ALIGN_BYTES)
+
+
+def scalars(config: Config) -> dict[str, str]:
+    """Derived scalars: the GEMM's K in values, the atom counts and pitches (bytes) of the
+    scale-factor buffers, each buffer's bytes."""
+    block = 4 * config.recipe.sf_vec_size  # K values per atom column
+    k_values = "2*k" if config.fp4 else "k"
+    found = {
+        "n2": "2*n",
+        "k_values": k_values,
+        "m_atoms": "m/128",
+        "n_atoms": "n/128",
+        "n2_atoms": "n2/128",
+        "k_atoms": f"k_values/{block}",
+        "k_pitch": f"{SF_ATOM_BYTES}*k_atoms",  # bytes per 128 rows of SFA and SFB
+        "sfa_bytes": "m_atoms*k_pitch",
+        "sfb_bytes": "n_atoms*k_pitch",  # per expert
+        "sfa_pitch": f"{SFA_ITEM[1]}*k_atoms",  # the same in SFA's TMA items, and SFB's
+        "sfb_pitch": f"{SFB_ITEM[1]}*k_atoms",
+        "sfb_items": "n_atoms*sfb_pitch",
+    }
+    if config.generate_sfd:  # MXFP8: 4 blocks of 32 = 128 values per atom column
+        found.update({
+            "n2_pitch": f"{SF_ATOM_BYTES}*n2_atoms",  # of SFD_row
+            "m_pitch": f"{SF_ATOM_BYTES}*m_atoms",  # of SFD_col
+            "sfd_row_bytes": "m_atoms*n2_pitch",
+            "sfd_col_bytes": "n2_atoms*m_pitch",
+        })
+    return found
+
+
+def _argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, **extra) -> dict:
+    return {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io, "align": align, **extra}
+
+
+def _matrix(rows: str, cols: str, dtype: str, io: str) -> dict:
+    """An (rows, cols, 1) row-major matrix of the op (A, C, D_row, D_col); rank 2 accepted."""
+    return _argument([rows, cols, 1], [cols, 1, f"{rows}*{cols}"], dtype, io, rank_drop=True)
+
+
+def arguments(config: Config) -> dict[str, dict]:
+    """The op's tensor arguments this variant takes, in the order they are checked."""
+    ab, sf, per_expert = config.ab_dtype, config.recipe.sf_dtype, _argument(["l"], [1], "fp32", "in")
+    if config.discrete_weights:
+        b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8), "sfb_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
+    else:
+        b = {"b": _argument(["n", "k", "l"], bf16._b_strides(config), ab, "in"),
+             "sfb": _scale_factors("n_atoms", "k_atoms", "l", "k_pitch", "sfb_bytes", "in", sf)}
+    sfd = {}
+    if config.generate_sfd:
+        sfd = {
+            "d_col": _matrix("m", "n2", config.d_dtype, "out"),
+            "sfd_row": _scale_factors("m_atoms", "n2_atoms", 1, "n2_pitch", "sfd_row_bytes", "out", sf),
+            "sfd_col": _scale_factors("n2_atoms", "m_atoms", 1, "m_pitch", "sfd_col_bytes", "out", sf),
+            "norm_const": _argument([1], [1], "fp32", "in", align=4),
+        }
+    return {
+        "a": _matrix("m", "k", ab, "in"),
+        "sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf),
+        **b,
+        "c": _matrix("m", "n2", config.c_dtype, "in"),
+        "d_row": _matrix("m", "n2", config.d_dtype, "out"),
+        **sfd,
+        # per-expert amax of D (the kernel's atomic max: cuDNN FE's wrapper starts it at -inf)
+        **({"amax": _argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4)} if config.amax else {}),
+        "padded_offsets": _argument(["l"], [1], "i32", "in"),
+        "alpha": per_expert,
+        "beta": per_expert,
+        "prob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
+        "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
+        **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate")} if config.dbias else {}),
+    }
+
+
+def limits(config: Config) -> dict[str, dict]:
+    """cuDNN FE's shape checks (K in whole 16-byte rows of A and B), the expert count compiled in."""
+    found = bf16.limits(config)
+    found["k"] = {"min": ALIGN_BYTES, "multiple_of": ALIGN_BYTES,
+                  "why": f"rows of A and B span a multiple of {ALIGN_BYTES} bytes"
+                         + (" (K counts bytes of FP4 pairs)" if config.fp4 else "")}
+    return found
+
+
+def views(config: Config) -> dict[str, dict]:
+    """The TMA views: the scale factors as whole atoms of the kernel's internal types, and
+    with discrete weights the templates of one expert's B and SFB (the helper writes each
+    expert's own descriptors into the workspace)."""
+    sfa_type, sfa_items = SFA_ITEM
+    sfb_type, sfb_items = SFB_ITEM
+    sfb_of, experts = ("sfb_ptrs", 1) if config.discrete_weights else ("sfb", "l")
+    found = {
+        "sfa_atoms": {"of": "sfa", "dtype": sfa_type, "shape": [sfa_items, "m_atoms", "k_atoms"],
+                      "strides": [1, "sfa_pitch", sfa_items], "address_align_down": ALIGN_BYTES},
+        "sfb_atoms": {"of": sfb_of, "dtype": sfb_type, "shape": [sfb_items, "n_atoms", "k_atoms", experts],
+                      "strides": [1, "sfb_pitch", sfb_items, "sfb_items"], "address_align_down": ALIGN_BYTES},
+    }
+    if config.discrete_weights:
+        strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
+        found["b_expert"] = {"of": "b_ptrs", "dtype": config.ab_dtype, "shape": ["n", "k", 1], "strides": strides,
+                             "address_align_down": ALIGN_BYTES}
+    return found
+
+
+def workspaces(config: Config) -> dict[str, dict]:
+    """The kernel's scratch: per-expert B and SFB descriptors and/or the dynamic tile counter."""
+    return bf16.workspaces(config)
+
+
+def main_kernel(config: Config) -> KernelDeclaration:
+    """cuDNN FE's main kernel: 23 parameters (NVFP4) to 30 (MXFP8 with dbias)."""
+    l_or_1 = 1 if config.discrete_weights else "l"
+    sfd = ()
+    if config.generate_sfd:
+        sfd = (
+            TmaTensor("d_col", ("m", "n2")),
+            PointerExtents("sfd_row", ("m_atoms", "n2_atoms", "n2_pitch"), 24),
+            PointerExtents("sfd_col", ("m_atoms", "n2_atoms", "m_pitch"), 24),
+            Pointer("norm_const"),
+        )
+    return KernelDeclaration(
+        role="main",
+        params=(
+            Zeros("mma_state", config.mma_state_bytes, 4),
+            Zeros("mma_state_sfb", config.mma_state_bytes, 4),
+            TmaTensor("a", ("m", "k_values")),
+            TmaTensor(bf16.b_tensor(config), ("n", "k_values", l_or_1)),
+            TmaTensor("sfa_atoms", ("m_atoms", "k_atoms")),
+            TmaTensor("sfb_atoms", ("n_atoms", "k_atoms", l_or_1)),
+            TmaTensor("c", ("m", "n2")),
+            TmaTensor("d_row", ("m", "n2")),
+            *sfd,
+            *([Pointer("amax")] if config.amax else []),
+            Pointer("padded_offsets"),
+            Pointer("alpha"),
+            Pointer("beta"),
+            PointerExtents("prob", ("m",)),
+            PointerExtents("dprob", ("m",)),
+            *([PointerExtents("dbias", ("l", "n2"))] if config.dbias else []),
+            Pointer("workspace"),
+            Int32("l"),
+            Int32("n"),
+            Int32("k_values"),
+        ),
+        block=THREADS_PER_CTA,
+        grid={"rule": "active_clusters"},
+        cluster_m=config.cluster_m,
+        cluster_n=config.cluster_n,
+    )
+
+
+def helper_kernel(config: Config) -> KernelDeclaration:
+    """cuDNN FE's helper: one block per expert writes its B and SFB descriptors (discrete),
+    block 0 resets the tile counter (dynamic); dense weights leave its B arguments zero."""
+    if config.discrete_weights:
+        weights = (Pointer("b_ptrs"), Pointer("sfb_ptrs"), Int32("n"), Int32("k_values"),
+                   Int64("n" if config.b_n_major else "k_values"))
+        count: str | int = "l"
+    else:
+        weights = (Zeros("b_ptrs", 8, 8), Zeros("sfb_ptrs", 8, 8), Zeros("n", 4, 4), Zeros("k", 4, 4),
+                   Zeros("b_stride", 8, 8))
+        count = 1
+    mma = (Zeros("mma_state", config.mma_state_bytes, 4), Zeros("mma_state_sfb", config.mma_state_bytes, 4))
+    return KernelDeclaration(role="helper", params=(*weights, Pointer("workspace"), *mma), block=HELPER_THREADS,
+                             grid={"rule": "elementwise", "count": count})
+
+
+def kernels(config: Config) -> list[KernelDeclaration]:
+    """The variant's kernels in launch order."""
+    return [*([helper_kernel(config)] if config.has_helper else []), main_kernel(config)]
+
+
+def tma_rules(config: Config) -> dict[str, dict]:
+    """TMA descriptors, innermost first: A (K, M) and B (K, N, L) in 128-byte K boxes with
+    128-byte swizzle (each CTA of a pair loads half of B's N); the scale factors unswizzled,
+    a box the atoms of a CTA's rows of A or B; C, D_row and D_col (2N, M) in epilogue tiles
+    of 32 columns by 128 rows, swizzled by the bytes of one row."""
+    common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+    ab = {**common, "dtype": config.ab_dtype, "swizzle": "128B"}
+    rows, cols = EPILOGUE_TILE
+    tile_k = TILE_K_BYTES * 8 // DTYPE_BITS[config.ab_dtype]
+
+    def epilogue(dtype: str) -> dict:
+        return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
+                "swizzle": SWIZZLES[cols * DTYPE_BITS[dtype] // 8]}
+
+    def atoms(item: tuple[str, int], rows: int, rank: int) -> dict:  # a box: the atoms of a CTA's rows
+        box = [item[1], rows // SF_ATOM_ROWS, *[1] * (rank - 2)]
+        return {**common, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": box}
+
+    if config.b_n_major:  # N innermost (discrete FP8 B): a 128-byte swizzle row holds tile_k of N
+        b_rule = {**ab, "dims": [0, 1, 2], "box": [tile_k, tile_k, 1]}
+    else:
+        b_rule = {**ab, "dims": [1, 0, 2], "box": [tile_k, config.b_box_n, 1]}
+    return {
+        "a": {**ab, "dims": [1, 0], "box": [tile_k, config.cta_tile_m]},
+        bf16.b_tensor(config): b_rule,
+        "sfa_atoms": atoms(SFA_ITEM, config.cta_tile_m, 3),
+        "sfb_atoms": atoms(SFB_ITEM, config.b_box_n, 4),
+        "c": epilogue(config.c_dtype),
+        "d_row": epilogue(config.d_dtype),
+        **({"d_col": epilogue(config.d_dtype)} if config.generate_sfd else {}),
+    }
+
+
+def entry(config: Config) -> dict:
+    """The manifest fields of a variant that need no compile (kernels come from the compile)."""
+    return {
+        "m_aligned": M_ALIGNED,
+        "arguments": arguments(config),
+        "scalars": scalars(config),
+        "limits": limits(config),
+        "views": views(config),
+        "workspaces": workspaces(config),
+        "tma": tma_rules(config),
+    }
