@@ -13,6 +13,7 @@ context and shared (``_memoised``).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -210,15 +211,20 @@ def _memoised(read: Callable[..., T]) -> Callable[..., T]:
 
 
 _REQUIRED_KEY_FIELDS = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
+# (field, JSON type, the Python types json.loads makes of that JSON type): _is_json_type
+# as one set lookup, for the key of every variant of an index
+_JSON_TYPES = {int: frozenset({int}), float: frozenset({int, float}), bool: frozenset({bool}),
+               str: frozenset({str}), dict: frozenset({dict}), list: frozenset({list})}
+_KEY_JSON_TYPES = tuple((name, kind, _JSON_TYPES[kind]) for name, kind in KEY_FIELDS.items())
 
 
 def _read_key(entry: _Entry) -> VariantKey:
     entry.only(_REQUIRED_KEY_FIELDS, tuple(KEY_FIELD_DEFAULTS))
     data = entry.data
     fields = {  # a value of the wrong type gets take's message (read for every variant: fast)
-        name: (data[name] if _is_json_type(data[name], kind) else entry.take(name, kind))
+        name: (data[name] if type(data[name]) in types else entry.take(name, kind))
         if name in data else KEY_FIELD_DEFAULTS[name]
-        for name, kind in KEY_FIELDS.items()
+        for name, kind, types in _KEY_JSON_TYPES
     }
     bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
     if bad:
@@ -487,7 +493,7 @@ def _read_identity(
     if whole_entry:
         entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
-    if Path(cubin).name != cubin or cubin in ("", ".", ".."):
+    if os.path.basename(cubin) != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
     sha256 = entry.take("sha256", str)
     if not _SHA256.fullmatch(sha256):
