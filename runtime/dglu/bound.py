@@ -10,7 +10,9 @@ from typing import Any
 
 from .cache import BoundedCache, tensors_key
 from .call import (
+    ARGUMENT_NAMES,
     CALL_CACHE_CAPACITY,
+    WRAPPER_OUTPUTS,
     OpConfig,
     PreparedCall,
     allocate_outputs,
@@ -19,10 +21,15 @@ from .call import (
     offsets_check_enabled,
     select,
 )
+from .front import check_single_group
 from .contract.schema import Variant
 from .runner import LoadedVariant, load_variant, run_variant
 from .streams import on_stream, resolve_stream
 from .validation import describe_tensors, element_types
+
+
+# Tensor role -> the wrapper's argument name (cuDNN FE's activation_tensor for act_out).
+_WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 
 
 class BoundOp:
@@ -33,6 +40,17 @@ class BoundOp:
         self.variant = variant
         self.loaded = loaded
         self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
+        # the variant's tensor roles, in its order: bound by the wrapper (all but the
+        # outputs it allocates; act_out's when the caller gives it), by execute() (all)
+        arguments = tuple(variant.arguments)
+        bound = tuple(role for role in arguments if role not in WRAPPER_OUTPUTS)
+        self._wrapper_roles = {
+            given_act_out: ((*bound, "act_out") if given_act_out else bound,
+                            tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out")))
+            for given_act_out in (False, True)
+        }
+        self.execute_roles = arguments
+        self.execute_names = tuple(ARGUMENT_NAMES[role] for role in arguments)
 
     @classmethod
     def select(
@@ -42,6 +60,13 @@ class BoundOp:
         types and device (dglu.call.select), loaded on that device."""
         variant = select(config, tensors, sources)
         return cls(config, variant, load_variant(variant, tensors["a"][1].device.index))
+
+    def run_wrapper(self, given: dict[str, Any], current_stream: Any) -> dict[str, Any]:
+        """The wrapper's call (``given``: its arguments by name): bind its tensors, allocate
+        the outputs the variant takes, launch; returns the outputs allocated."""
+        roles, outputs = self._wrapper_roles[given["activation_tensor"] is not None]
+        names = _WRAPPER_NAMES
+        return self.run(roles, tuple([given[names[role]] for role in roles]), current_stream, outputs)
 
     def run(
         self,
@@ -78,9 +103,10 @@ class BoundOp:
         outputs = tuple(role for role in outputs if role in variant.arguments)
         named = named_tensors(False, **tensors)
         element_types(named)
-        problem = describe_tensors(
-            variant, named, self.config.given_scalars(), outputs, self.config.options.flags()
-        )
+        options = self.config.options
+        check_single_group(self.config.policy, options.single_group, named["padded_offsets"][0],
+                           named["padded_offsets"][1], named["a"][1].shape[0], options.m_aligned)
+        problem = describe_tensors(variant, named, self.config.given_scalars(), outputs, options.flags())
         device = problem.tensors["a"].device
         if device != self.loaded.device:
             raise ValueError(

@@ -13,8 +13,10 @@ from typing import Any, NamedTuple
 from .arrays import as_torch
 from .cache import BoundedCache
 from .driver import device_info
-from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
+from .dtypes import torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
+from .front import front_of_operands, tensor_dtype
+from .contract.front import FrontPolicy
 from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
 from .contract.schema import Variant
@@ -27,10 +29,6 @@ from .validation import check_offset_values, element_types
 from .workspaces import is_capturing
 from .weights import DiscreteWeights
 
-BLOCK_SCALED = (
-    "block-scaled (MXFP8) argument, for FP8 operands (torch.float8_e4m3fn/e5m2); these "
-    "operands select the BF16 backend"
-)
 # Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
 ARGUMENT_NAMES = {
     "a": "a_tensor",
@@ -81,13 +79,15 @@ def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
 @dataclass(frozen=True)
 class OpConfig:
     """An op's checked non-tensor arguments: weight mode, options, D_row's dtype (None: the
-    class API's sample_d_row gives it), dbias."""
+    class API's sample_d_row gives it), dbias, and the front policy of the family that
+    runs its operands (dglu.front)."""
 
     mode: str
     discrete: DiscreteWeights | None
     options: OpOptions
     d_dtype: str | None
     dbias: bool
+    policy: FrontPolicy
 
     def __hash__(self) -> int:  # hashed on every wrapper call: computed once
         return self._hash
@@ -108,13 +108,7 @@ def select(
     A's device; m_aligned checked against it."""
     types = element_types(tensors)
     options = config.options
-    # the op's contract: C is BF16, FP16 or FP32, or FP8 on the block-scaled backend
-    c_types = FLOAT_TYPES + FP8_TYPES if options.block_scaled else FLOAT_TYPES
-    if types["c"] not in c_types:
-        raise ValueError(
-            f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
-            f"of {', '.join(str(torch_dtype(t)) for t in c_types)}"
-        )
+    tensor_dtype(config.policy, tensors["c"][0], "c_tensor", tensors["c"][1])  # the family's C types
     device = tensors["a"][1].device.index
     if config.discrete:
         config.discrete.check_dtype_of(tensors["a"][0], types["a"])
@@ -169,6 +163,24 @@ def select_installed(
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
     chosen = select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
     return full_variant(chosen)
+
+
+def installed_fronts(arch: str | None) -> dict[str, FrontPolicy]:
+    """A/B element type -> the front policy of the installed family of ``arch`` (None: any
+    architecture) that runs it (dglu.front), in selection order: the first family wins."""
+    fronts: dict[str, FrontPolicy] = {}
+    for variant in installed_variants():
+        if arch is None or variant.key.arch == arch:
+            for operand in variant.front.operands:
+                fronts.setdefault(operand, variant.front)
+    return fronts
+
+
+def family_front(name: str, tensor: Any) -> FrontPolicy:
+    """The front policy of the installed family that runs operand ``tensor`` (argument
+    ``name``) on its device's architecture (dglu.front.front_of_operands refuses otherwise)."""
+    arch = device_arch(tensor.device.index)
+    return front_of_operands(name, tensor.dtype, arch, installed_fronts(arch))
 
 
 def expert_count(padded_offsets_shape: tuple[int, ...]) -> int | None:

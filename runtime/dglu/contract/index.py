@@ -27,8 +27,9 @@ from .errors import ManifestError
 from .schema import MANIFEST_FILE
 
 INDEX_FILE = "manifest-index.json"
-INDEX_FORMAT = 1
-# What each record copies from its manifest entry (reader.IDENTITY_FIELDS); "span" is added.
+INDEX_FORMAT = 2
+# What each record copies from its manifest entry (reader.IDENTITY_FIELDS but ``front``,
+# which the index holds once per family, in ``fronts``); "span" is added.
 RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
 REWRITE_HINT = (
     "rebuild the directory (`dglu-build compile KERNEL_SPECS.yaml -o DIR` writes the index "
@@ -64,11 +65,15 @@ def index_text(manifest_text: str) -> str:
     raw = manifest_text.encode()
     manifest = json.loads(manifest_text)
     records = []
+    fronts: dict[str, Any] = {}
     for entry, (start, end) in zip(manifest["variants"], entry_spans(manifest_text), strict=True):
         if json.loads(raw[start:end]) != entry:
             raise ValueError(f"variant {entry.get('name')!r}: its span {start}..{end} holds another entry")
         records.append({**{field: entry[field] for field in RECORD_FIELDS}, "span": [start, end]})
+        if fronts.setdefault(entry["family"], entry["front"]) != entry["front"]:
+            raise ValueError(f"variant {entry['name']!r}: its front differs from family {entry['family']}'s")
     index = {
+        "fronts": fronts,
         "index_format": INDEX_FORMAT,
         "schema_version": manifest["schema_version"],
         "manifest_bytes": len(raw),
@@ -79,12 +84,13 @@ def index_text(manifest_text: str) -> str:
 
 
 class Index(NamedTuple):
-    """An index that matches its manifest: the manifest's schema_version and bytes, and one
-    record per variant (its RECORD_FIELDS and ``span``)."""
+    """An index that matches its manifest: the manifest's schema_version and bytes, one
+    record per variant (its RECORD_FIELDS and ``span``) and each family's ``front``."""
 
     schema_version: Any
     manifest: bytes
     records: list[dict[str, Any]]
+    fronts: dict[str, Any]
 
 
 def read_index(directory: Path) -> Index | None:
@@ -105,7 +111,7 @@ def read_index(directory: Path) -> Index | None:
     try:
         index = json.loads(text)
         found = (index["index_format"], index["manifest_bytes"], index["manifest_sha256"])
-        records, schema_version = index["variants"], index["schema_version"]
+        records, schema_version, fronts = index["variants"], index["schema_version"], index["fronts"]
     except (ValueError, KeyError, TypeError) as exc:
         return _stale(path, f"is not an index dglu reads ({type(exc).__name__}: {exc})")
     wanted = (INDEX_FORMAT, len(manifest), hashlib.sha256(manifest).hexdigest())
@@ -115,9 +121,9 @@ def read_index(directory: Path) -> Index | None:
             f"describes another {MANIFEST_FILE} (format, bytes, sha256 {found[0]}, {found[1]}, "
             f"{str(found[2])[:12]}; the manifest has {wanted[0]}, {wanted[1]}, {wanted[2][:12]})",
         )
-    if not isinstance(records, list):
-        return _stale(path, "has no list of variants")
-    return Index(schema_version, manifest, records)
+    if not isinstance(records, list) or not isinstance(fronts, dict):
+        return _stale(path, "has no list of variants or no object of fronts")
+    return Index(schema_version, manifest, records, fronts)
 
 
 def _stale(path: Path, problem: str) -> None:
