@@ -35,6 +35,7 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from . import runner
@@ -90,24 +91,32 @@ def clear_caches() -> None:
 def _request_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
     """The bound-op cache key of a wrapper request: what every check before the tensors are
     bound reads. The settings by value and type (so (128, 128.0) differs from (128, 128)),
-    each tensor argument's dtype (None when not given), A's device, the expert count
+    which tensor arguments are given, A's and C's dtypes, A's device, the expert count
     (padded_offsets' shape: Blackwell's kernels compile it in) and dense B's order by its
-    strides; None when one of them is no tensor (then nothing is cached and the checks say
-    what is wrong)."""
+    strides; None when A, C or padded_offsets is no tensor (then nothing is cached and the
+    checks say what is wrong). The other tensors' dtypes are checked with their shapes, once
+    per call signature (dglu.bound)."""
     try:
-        settings = tuple([given[name] for name in _SETTINGS])
-        b = given["b_tensor"]
+        settings = _settings_of(given)
+        b, a, c = given["b_tensor"], given["a_tensor"], given["c_tensor"]
         return (
             settings,
             tuple(map(type, settings)),
-            tuple(tuple(map(type, v)) if isinstance(v, tuple) else None for v in map(given.get, _PAIRS)),
-            tuple([None if (t := given[name]) is None else t.dtype for name in _TENSOR_ARGS]),
-            given["a_tensor"].device,
+            tuple(tuple(map(type, v)) if isinstance(v, tuple) else None for v in _pairs_of(given)),
+            tuple([t is None for t in _tensors_of(given)]),
+            a.dtype,
+            c.dtype,
+            a.device,
             tuple(given["padded_offsets"].shape),
             None if b is None else dense_b_major(b),
         )
     except (AttributeError, TypeError):
         return None
+
+
+_settings_of = itemgetter(*_SETTINGS)
+_pairs_of = itemgetter(*_PAIRS)
+_tensors_of = itemgetter(*_TENSOR_ARGS)
 
 
 def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:

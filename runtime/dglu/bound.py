@@ -5,7 +5,9 @@ their signature), allocate the wrapper's outputs, execute."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from operator import itemgetter
 from typing import Any
 
 from .cache import BoundedCache, tensors_key
@@ -21,11 +23,19 @@ from .call import (
     offsets_check_enabled,
     select,
 )
-from .front import check_single_group
+from .front import check_operands, check_single_group
 from .contract.schema import Variant
 from .runner import LoadedVariant, load_variant, run_variant
 from .streams import on_stream, resolve_stream
 from .validation import describe_tensors, element_types
+
+
+def _getter(names: Any) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A function of a name -> value mapping that returns the values of ``names``, in order,
+    as a tuple (one C call)."""
+    names = tuple(names)
+    get = itemgetter(*names)
+    return get if len(names) > 1 else lambda given: (get(given),)
 
 
 # Tensor role -> the wrapper's argument name (cuDNN FE's activation_tensor for act_out).
@@ -44,13 +54,13 @@ class BoundOp:
         # outputs it allocates; act_out's when the caller gives it), by execute() (all)
         arguments = tuple(variant.arguments)
         bound = tuple(role for role in arguments if role not in WRAPPER_OUTPUTS)
-        self._wrapper_roles = {
-            given_act_out: ((*bound, "act_out") if given_act_out else bound,
-                            tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out")))
-            for given_act_out in (False, True)
-        }
+        self._wrapper_roles = {}
+        for given_act_out in (False, True):
+            roles = (*bound, "act_out") if given_act_out else bound
+            outputs = tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out"))
+            self._wrapper_roles[given_act_out] = (roles, _getter(_WRAPPER_NAMES[r] for r in roles), outputs)
         self.execute_roles = arguments
-        self.execute_names = tuple(ARGUMENT_NAMES[role] for role in arguments)
+        self.execute_tensors = _getter(ARGUMENT_NAMES[role] for role in arguments)  # from execute()'s
 
     @classmethod
     def select(
@@ -64,9 +74,8 @@ class BoundOp:
     def run_wrapper(self, given: dict[str, Any], current_stream: Any) -> dict[str, Any]:
         """The wrapper's call (``given``: its arguments by name): bind its tensors, allocate
         the outputs the variant takes, launch; returns the outputs allocated."""
-        roles, outputs = self._wrapper_roles[given["activation_tensor"] is not None]
-        names = _WRAPPER_NAMES
-        return self.run(roles, tuple([given[names[role]] for role in roles]), current_stream, outputs)
+        roles, tensors, outputs = self._wrapper_roles[given["activation_tensor"] is not None]
+        return self.run(roles, tensors(given), current_stream, outputs)
 
     def run(
         self,
@@ -98,10 +107,13 @@ class BoundOp:
         return made
 
     def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
-        """Check the call's tensors against the variant and device."""
+        """Check the call's tensors against the family's operand rules (their dtypes: once
+        per call signature, which holds them), the variant and the device."""
         variant = self.variant
         outputs = tuple(role for role in outputs if role in variant.arguments)
         named = named_tensors(False, **tensors)
+        policy = self.config.policy
+        check_operands(policy, {role: named[role] for role in ("a", "b", "sfa", "sfb") if role in named})
         element_types(named)
         options = self.config.options
         check_single_group(self.config.policy, options.single_group, named["padded_offsets"][0],

@@ -12,6 +12,7 @@ options, ``check_required`` (the tensors the family needs).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -212,4 +213,9 @@ def check_single_group(
 def outputs(policy: FrontPolicy, made: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     """The wrapper's results in the policy's order: each role's allocated output, else the
     caller's tensor of that role (the accumulated dprob), else None."""
-    return {f"{role}_tensor": made.get(role, given.get(f"{role}_tensor")) for role in policy.outputs}
+    return {name: made.get(role, given.get(name)) for role, name in _output_names(policy.outputs)}
+
+
+@functools.cache
+def _output_names(roles: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((role, f"{role}_tensor") for role in roles)

@@ -8,6 +8,7 @@ the wrapper's."""
 from __future__ import annotations
 
 import functools
+from operator import itemgetter
 from typing import Any
 
 from .arguments import ARGUMENTS, CONSTRUCTOR, EXECUTE, refused_value
@@ -44,7 +45,7 @@ _OPTIONS = tuple(
 _COMMON = ("a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
            "prob_tensor", "dprob_tensor")  # fmt: skip
 _OPERANDS = {"a": "a_tensor", "sfa": "sfa_tensor", "b": "b_tensor", "sfb": "sfb_tensor"}
-_EXECUTE_TENSORS = tuple(name for name in EXECUTE if ARGUMENTS[name].role in ("tensor", "output"))
+_execute_tensors = itemgetter(*(name for name in EXECUTE if ARGUMENTS[name].role in ("tensor", "output")))
 
 
 def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
@@ -251,14 +252,14 @@ class GroupedGemmDglu:
                     "pass one of them"
                 )
             given["act_out_tensor"] = activation_tensor
-        accepted = tuple([given[name] is None for name in _EXECUTE_TENSORS])
+        accepted = tuple([t is None for t in _execute_tensors(given)])
         if accepted != self._accepted:  # the checks read which tensors are given, no more
             self._check_execute(given)
             self._accepted = accepted
         if self._bound is None:
             self.compile()
         bound = self._bound
-        bound.run(bound.execute_roles, tuple([given[name] for name in bound.execute_names]), current_stream)
+        bound.run(bound.execute_roles, bound.execute_tensors(given), current_stream)
 
     def _check_execute(self, given: dict[str, Any]) -> None:
         """The checks of execute()'s arguments that depend on which of them are given: the
