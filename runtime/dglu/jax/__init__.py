@@ -50,7 +50,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..arguments import refused_value
 from ..call import ARGUMENT_NAMES
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
@@ -222,8 +221,6 @@ def grouped_gemm_dglu_jax(
     """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring); the wrapper's
     parameters in its order (dglu.arguments), less current_stream and activation_tensor
     (dglu.arguments.NOT_OFFERED says why)."""
-    if (why := refused_value("sf_fp8_dtype_override", sf_fp8_dtype_override)) is not None:
-        raise ValueError(why)
     check_absent(
         BLOCK_SCALED_IN_JAX,
         NotImplementedError,

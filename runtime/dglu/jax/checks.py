@@ -18,7 +18,7 @@ from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, select_insta
 from ..contract.front import FrontPolicy
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
-from ..front import dtype_name, front_of_operands
+from ..front import check_values, dtype_name, front_of_operands
 from ..options import check_flags, check_m_aligned, check_options
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
@@ -64,6 +64,7 @@ def check_config(
     OPTION_NAMES), by the front policy of the family that runs A's dtype (torch's
     spelling) on ``arch``."""
     policy = bf16_front(a_dtype, arch)
+    check_values(policy, {"sf_fp8_dtype_override": options["sf_fp8_dtype_override"]})
     n, b_dtype = options["n"], torch_spelling(options["b_dtype"])
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
