@@ -41,7 +41,7 @@ from typing import Any
 from . import runner
 from .arguments import ARGUMENTS, WRAPPER
 from .arrays import as_torch
-from .bound import BoundOp
+from .bound import WRAPPER_TENSORS, BoundOp
 from .cache import BoundedCache
 from .call import CALL_CACHE_CAPACITY, WRAPPER_SOURCES, OpConfig, family_front, named_tensors
 from .front import (
@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 # The wrapper's tensor arguments and its settings (the other arguments but the stream).
-_TENSOR_ARGS = tuple(name for name in WRAPPER if ARGUMENTS[name].role in ("tensor", "output"))
+_TENSOR_ARGS = WRAPPER_TENSORS
 _SETTINGS = tuple(name for name in WRAPPER if ARGUMENTS[name].role == "option")
 _PAIRS = ("mma_tiler_mn", "cluster_shape_mn")
 # The options check_options takes (the weight and output arguments are checked beside it).
@@ -88,35 +88,34 @@ def clear_caches() -> None:
     runner.clear_caches()
 
 
-def _request_key(given: dict[str, Any]) -> tuple[Any, ...] | None:
-    """The bound-op cache key of a wrapper request: what every check before the tensors are
-    bound reads. The settings by value and type (so (128, 128.0) differs from (128, 128)),
-    which tensor arguments are given, A's and C's dtypes, A's device, the expert count
+def _request_key(settings: tuple[Any, ...], tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The bound-op cache key of a wrapper request (``settings`` and ``tensors``: the
+    values of _SETTINGS and _TENSOR_ARGS): what every check before the tensors are bound
+    reads. The settings by value and type (so (128, 128.0) differs from (128, 128)), which
+    tensor arguments are given, A's and C's dtypes, A's device, the expert count
     (padded_offsets' shape: Blackwell's kernels compile it in) and dense B's order by its
     strides; None when A, C or padded_offsets is no tensor (then nothing is cached and the
     checks say what is wrong). The other tensors' dtypes are checked with their shapes, once
     per call signature (dglu.bound)."""
     try:
-        settings = _settings_of(given)
-        b, a, c = given["b_tensor"], given["a_tensor"], given["c_tensor"]
+        a, c, b = tensors[_A], tensors[_C], tensors[_B]
         return (
             settings,
             tuple(map(type, settings)),
-            tuple(tuple(map(type, v)) if isinstance(v, tuple) else None for v in _pairs_of(given)),
-            tuple([t is None for t in _tensors_of(given)]),
+            tuple(tuple(map(type, v)) if isinstance(v, tuple) else None for v in _pairs_of(settings)),
+            tuple([t is None for t in tensors]),
             a.dtype,
             c.dtype,
             a.device,
-            tuple(given["padded_offsets"].shape),
+            tuple(tensors[_OFFSETS].shape),
             None if b is None else dense_b_major(b),
         )
     except (AttributeError, TypeError):
         return None
 
 
-_settings_of = itemgetter(*_SETTINGS)
-_pairs_of = itemgetter(*_PAIRS)
-_tensors_of = itemgetter(*_TENSOR_ARGS)
+_pairs_of = itemgetter(*(_SETTINGS.index(name) for name in _PAIRS))
+_A, _C, _B, _OFFSETS = (_TENSOR_ARGS.index(name) for name in ("a_tensor", "c_tensor", "b_tensor", "padded_offsets"))
 
 
 def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
@@ -260,16 +259,27 @@ def grouped_gemm_dglu(
     operand checks (E4M3 scales, A's and B's FP8 types), then option values, then missing
     tensors, then shapes and strides.
     """
-    given = locals()
-    key = _request_key(given)
+    settings = (  # _SETTINGS and _TENSOR_ARGS, by value (no locals(): a dict of every argument per call)
+        generate_dbias, n, b_dtype, b_major, acc_dtype, d_dtype, cd_major, mma_tiler_mn, cluster_shape_mn,
+        sf_vec_size, sf_fp8_dtype_override, vector_f32, m_aligned, discrete_col_sfd, act_func, linear_offset,
+        geglu_alpha, glu_clamp_max, glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
+        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, act_out,
+    )
+    tensors = (
+        a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor,
+        b_tensor, sfb_tensor, b_ptrs, sfb_ptrs, norm_const_tensor, activation_tensor,
+    )  # fmt: skip
+    key = _request_key(settings, tensors)
     try:
         bound = _bound_ops.get(key) if key is not None else None
     except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
         key = bound = None
     if bound is None:
+        given = {**dict(zip(_SETTINGS, settings)), **dict(zip(_TENSOR_ARGS, tensors))}
         bound = _bind(given, key)
-    made = bound.run_wrapper(given, current_stream)
-    results = outputs(bound.config.policy, made, given)
+    made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream)
+    # the results in the family's order; dprob is the caller's, accumulated in place
+    results = outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor})
     if act_out:
         results["act_out_tensor"] = made.get("act_out", activation_tensor)
     return TupleDict(**results)

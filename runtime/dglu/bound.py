@@ -5,11 +5,12 @@ their signature), allocate the wrapper's outputs, execute."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import nullcontext
 from operator import itemgetter
 from typing import Any
 
+from .arguments import ARGUMENTS, EXECUTE, WRAPPER
 from .cache import BoundedCache, tensors_key
 from .call import (
     ARGUMENT_NAMES,
@@ -30,14 +31,18 @@ from .streams import on_stream, resolve_stream
 from .validation import describe_tensors, element_types
 
 
-def _getter(names: Any) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
-    """A function of a name -> value mapping that returns the values of ``names``, in order,
-    as a tuple (one C call)."""
+def _getter(names: Any) -> Callable[[Any], tuple[Any, ...]]:
+    """A function of a mapping (or tuple) that returns its items ``names`` (or indices), in
+    order, as a tuple (one C call)."""
     names = tuple(names)
     get = itemgetter(*names)
     return get if len(names) > 1 else lambda given: (get(given),)
 
 
+# execute()'s tensor arguments, in its order: the tuple the class API hands to a bound op.
+EXECUTE_TENSORS = tuple(name for name in EXECUTE if ARGUMENTS[name].role in ("tensor", "output"))
+# The wrapper's tensor arguments, in its order: the tuple it hands to a bound op.
+WRAPPER_TENSORS = tuple(name for name in WRAPPER if ARGUMENTS[name].role in ("tensor", "output"))
 # Tensor role -> the wrapper's argument name (cuDNN FE's activation_tensor for act_out).
 _WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 
@@ -58,9 +63,11 @@ class BoundOp:
         for given_act_out in (False, True):
             roles = (*bound, "act_out") if given_act_out else bound
             outputs = tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out"))
-            self._wrapper_roles[given_act_out] = (roles, _getter(_WRAPPER_NAMES[r] for r in roles), outputs)
+            tensors = _getter(WRAPPER_TENSORS.index(_WRAPPER_NAMES[r]) for r in roles)
+            self._wrapper_roles[given_act_out] = (roles, tensors, outputs)
         self.execute_roles = arguments
-        self.execute_tensors = _getter(ARGUMENT_NAMES[role] for role in arguments)  # from execute()'s
+        # the variant's tensors from execute()'s (a tuple in EXECUTE_TENSORS' order)
+        self.execute_tensors = _getter(EXECUTE_TENSORS.index(ARGUMENT_NAMES[role]) for role in arguments)
 
     @classmethod
     def select(
@@ -71,10 +78,11 @@ class BoundOp:
         variant = select(config, tensors, sources)
         return cls(config, variant, load_variant(variant, tensors["a"][1].device.index))
 
-    def run_wrapper(self, given: dict[str, Any], current_stream: Any) -> dict[str, Any]:
-        """The wrapper's call (``given``: its arguments by name): bind its tensors, allocate
-        the outputs the variant takes, launch; returns the outputs allocated."""
-        roles, tensors, outputs = self._wrapper_roles[given["activation_tensor"] is not None]
+    def run_wrapper(self, given: tuple[Any, ...], activation_given: bool, current_stream: Any) -> dict[str, Any]:
+        """The wrapper's call (``given``: its tensor arguments, WRAPPER_TENSORS' values):
+        bind its tensors, allocate the outputs the variant takes (act_out's only when the
+        caller gives none), launch; returns the outputs allocated."""
+        roles, tensors, outputs = self._wrapper_roles[activation_given]
         return self.run(roles, tensors(given), current_stream, outputs)
 
     def run(

@@ -8,12 +8,11 @@ the wrapper's."""
 from __future__ import annotations
 
 import functools
-from operator import itemgetter
 from typing import Any
 
-from .arguments import ARGUMENTS, CONSTRUCTOR, EXECUTE, refused_value
+from .arguments import ARGUMENTS, CONSTRUCTOR, refused_value
 from .arrays import as_torch
-from .bound import BoundOp
+from .bound import EXECUTE_TENSORS, BoundOp
 from .call import CLASS_DISCRETE, CLASS_SOURCES, OpConfig, family_front, named_tensors, select
 from .contract.front import FrontPolicy
 from .contract.schema import Variant
@@ -45,7 +44,7 @@ _OPTIONS = tuple(
 _COMMON = ("a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
            "prob_tensor", "dprob_tensor")  # fmt: skip
 _OPERANDS = {"a": "a_tensor", "sfa": "sfa_tensor", "b": "b_tensor", "sfb": "sfb_tensor"}
-_execute_tensors = itemgetter(*(name for name in EXECUTE if ARGUMENTS[name].role in ("tensor", "output")))
+_EXECUTE_TENSORS = EXECUTE_TENSORS  # the tuple execute() builds, in this order
 
 
 def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
@@ -242,7 +241,6 @@ class GroupedGemmDglu:
         then; refused otherwise). A block-scaled op writes d_row_tensor, d_col_tensor,
         sfd_row_tensor and sfd_col_tensor (all required). ``workspace`` is refused: dglu
         provides each variant's workspaces itself."""
-        given = locals()
         if workspace is not None:
             raise ValueError(refused_value("workspace", workspace))
         if activation_tensor is not None:
@@ -251,15 +249,20 @@ class GroupedGemmDglu:
                     "activation_tensor: given with act_out_tensor, which names the same output; "
                     "pass one of them"
                 )
-            given["act_out_tensor"] = activation_tensor
-        accepted = tuple([t is None for t in _execute_tensors(given)])
+            act_out_tensor = activation_tensor
+        tensors = (  # _EXECUTE_TENSORS, by value (no locals(): a dict of every argument per call)
+            a_tensor, c_tensor, d_row_tensor, d_col_tensor, sfa_tensor, padded_offsets, alpha_tensor,
+            beta_tensor, prob_tensor, dprob_tensor, b_tensor, sfb_tensor, dbias_tensor, b_ptrs, sfb_ptrs,
+            sfd_row_tensor, sfd_col_tensor, amax_tensor, norm_const_tensor, activation_tensor, act_out_tensor,
+        )  # fmt: skip
+        accepted = tuple([t is None for t in tensors])
         if accepted != self._accepted:  # the checks read which tensors are given, no more
-            self._check_execute(given)
+            self._check_execute(dict(zip(_EXECUTE_TENSORS, tensors)))
             self._accepted = accepted
         if self._bound is None:
             self.compile()
         bound = self._bound
-        bound.run(bound.execute_roles, bound.execute_tensors(given), current_stream)
+        bound.run(bound.execute_roles, bound.execute_tensors(tensors), current_stream)
 
     def _check_execute(self, given: dict[str, Any]) -> None:
         """The checks of execute()'s arguments that depend on which of them are given: the
