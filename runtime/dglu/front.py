@@ -22,7 +22,6 @@ from .errors import VariantNotFoundError
 from .validation import element_type_name
 
 Given = Mapping[str, Any]  # seed argument name -> value
-SCALE_TYPE = "e8m0"
 
 
 def _torch_name(dtype: Any) -> str:
@@ -130,7 +129,8 @@ def operand_type(policy: FrontPolicy, name: str, dtype: Any) -> str:
 # The named operand checks a policy may ask for (dglu.contract.front.CHECKS), each given the
 # policy and the call's tensors by role: role -> (argument name, tensor); ``b_dtype``.
 def _scaled_operands(policy: FrontPolicy, tensors: Mapping[str, tuple[str, Any]], b_dtype: Any) -> None:
-    """A and B (or discrete weights' ``b_dtype``) of one operand type; the scale factors E8M0."""
+    """A and B (or discrete weights' ``b_dtype``) of one operand type; the scale factors of
+    the policy's ``scale_factors`` dtypes."""
     import torch
 
     for name, tensor in tensors.values():
@@ -151,19 +151,7 @@ def _scaled_operands(policy: FrontPolicy, tensors: Mapping[str, tuple[str, Any]]
     for role in ("sfa", "sfb", "sfd_row", "sfd_col"):
         name, tensor = tensors.get(role, (role, None))
         if tensor is not None:
-            _check_scale_dtype(name, tensor.dtype)
-
-
-def _check_scale_dtype(name: str, dtype: Any) -> None:
-    element = element_type_of(dtype)
-    if element is not None and element.name == SCALE_TYPE:
-        return
-    if _torch_name(dtype) == "float8_e4m3fn":
-        raise ValueError(
-            f"{name}: got {dtype}; E4M3 scale factors go with sf_vec_size 16 (NVFP4's FP4 operands), which "
-            "Hopper cannot run; FP8 operands take torch.float8_e8m0fnu scales, one per 32 of K"
-        )
-    raise ValueError(f"{name}: scale factors are torch.float8_e8m0fnu (E8M0), got {dtype}")
+            dtype_name(policy, "scale_factors", tensor.dtype, name)
 
 
 OPERAND_CHECKS: dict[str, Callable[[FrontPolicy, Mapping[str, tuple[str, Any]], Any], None]] = {

@@ -252,6 +252,11 @@ FRONT = {
     "dtypes": {
         "c_tensor": dtypes((*FLOAT_TYPES, *FP8_TYPES), f"C in {spelled((*FLOAT_TYPES, *FP8_TYPES))}"),
         "b_dtype": dtypes(FP8_TYPES, f"block-scaled operands: {spelled(FP8_TYPES)}"),
+        "scale_factors": dtypes(
+            ("e8m0",),
+            "torch.float8_e8m0fnu (E8M0) scale factors, one per 32 of K (E4M3 scale factors go with "
+            "sf_vec_size 16, NVFP4's FP4 operands, which Hopper cannot run)",
+        ),
         "d_dtype": dtypes(
             FP8_TYPES,
             f"FP8 D from FP8 operands (D_row, D_col with SFD_row, SFD_col): {spelled(FP8_TYPES)} "
