@@ -28,7 +28,7 @@ from dglu_build.progress import BuildProgress, LineProgress
 from dglu_build.specs import SpecError, Variant, expand_fields
 
 # The VARIANT fields a kernel family declares for each variant it compiles (CompiledVariant.entry).
-COMPILED_FIELDS = ("family", "m_aligned", "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma")
+COMPILED_FIELDS = ("family", "front", "m_aligned", "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma")
 # The fields the build itself writes (the store adds STORED_FIELDS).
 BUILD_FIELDS = ("name", "key", "build", "min_driver")
 

@@ -20,6 +20,12 @@ wrong numbers but never out-of-bounds accesses. Set ``DGLU_CHECK_OFFSETS=1`` to 
 call read them back (a small synchronous copy; skipped while the stream captures a CUDA
 graph) and check them. b_ptrs' values are never read on the host (dglu.weights).
 
+One pipeline, in one direction, for the wrapper and the class API: the seed's arguments
+by name; the family that runs A's dtype on the device and its front policy (dglu.front:
+what the family accepts, requires and refuses, read from its manifest entries); the
+checks in order; the variant selected and loaded (a BoundOp, kept per request); the call's
+tensors bound to it (checked once per call signature, dglu.bound); the launches.
+
 Weights are dense (b_tensor / sample_b) or discrete (b_ptrs with n and b_dtype / num_experts,
 b_shape and b_dtype), each selecting variants of its weight mode. A call picks the variant
 of its dtypes, activation constants, dbias, weight mode and b_major, its scheduler
@@ -29,27 +35,28 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from . import runner
-from .arguments import refused_value
+from .arguments import ARGUMENTS, WRAPPER
 from .arrays import as_torch
-from .blockscaled import (
-    FP4_TYPE,
-    check_operand_family,
-    check_single_group,
-    check_vector_f32,
-    dense_b_major,
-    is_block_scaled,
-    require,
-)
-from .bound import BoundOp
+from .bound import WRAPPER_TENSORS, BoundOp
 from .cache import BoundedCache
-from .call import BLOCK_SCALED, CALL_CACHE_CAPACITY, COMMON_ROLES, WRAPPER_OUTPUTS, WRAPPER_SOURCES, OpConfig, named_tensors
+from .call import CALL_CACHE_CAPACITY, WRAPPER_SOURCES, OpConfig, family_front, named_tensors
+from .front import (
+    check_operands,
+    check_required,
+    check_values,
+    dtype_name,
+    outputs,
+    require,
+    vector_f32_needs_wide_c,
+)
 from .op import GroupedGemmDglu, GroupedGemmDgluSm90, GroupedGemmDgluSm100
-from .options import check_absent, check_flags, check_options, output_dtype_name
+from .options import check_flags, check_options
 from .tuple_dict import TupleDict
-from .weights import DISCRETE, block_scaled_b_major, check_b_major, weight_mode, wrapper_discrete
+from .weights import DENSE, DISCRETE, dense_b_major, variant_b_major, weight_mode, wrapper_discrete
 
 __all__ = [
     "GroupedGemmDglu",
@@ -61,18 +68,17 @@ __all__ = [
     "grouped_gemm_dglu_wrapper_sm100",
 ]
 
-# The wrapper's non-tensor arguments, in the order grouped_gemm_dglu hands them over.
-WRAPPER_SETTINGS = (
-    "has_b_tensor", "has_b_ptrs", "n", "b_dtype", "acc_dtype", "mma_tiler_mn",
-    "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned", "discrete_col_sfd",
-    "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min", "linear_offset",
-    "situ_beta1", "situ_beta2", "b_major", "epilogue_op", "use_dynamic_sched", "cd_major",
-    "d_dtype", "generate_dbias", "deterministic", "act_out", "use_single_group_runtime_offsets",
-    "round_dgrad_to_input_dtype", "block_scaled", "dense_b_major", "fp4",
-)  # fmt: skip
-_PAIRS = (WRAPPER_SETTINGS.index("mma_tiler_mn"), WRAPPER_SETTINGS.index("cluster_shape_mn"))
+# The wrapper's tensor arguments and its settings (the other arguments but the stream).
+_TENSOR_ARGS = WRAPPER_TENSORS
+_SETTINGS = tuple(name for name in WRAPPER if ARGUMENTS[name].role == "option")
+_PAIRS = ("mma_tiler_mn", "cluster_shape_mn")
+# The options check_options takes (the weight and output arguments are checked beside it).
+_OPTIONS = tuple(n for n in _SETTINGS if n not in ("generate_dbias", "n", "b_dtype", "d_dtype", "sf_fp8_dtype_override"))
+_REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor", "dprob_tensor")
+_OPERANDS = {"a": "a_tensor", "b": "b_tensor", "sfa": "sfa_tensor", "sfb": "sfb_tensor"}
 
-# request (settings by value and type, A's and C's dtypes, A's device) -> bound op
+# request (settings by value and type, each tensor argument's dtype or None, A's device,
+# the expert count, dense B's order) -> bound op
 _bound_ops: BoundedCache[BoundOp] = BoundedCache(CALL_CACHE_CAPACITY)
 
 
@@ -82,79 +88,85 @@ def clear_caches() -> None:
     runner.clear_caches()
 
 
-def _pair_types(*pairs: Any) -> tuple[Any, ...]:
-    """The element types of the pair arguments (so (128, 128.0) differs from (128, 128))."""
-    return tuple(tuple(map(type, value)) if isinstance(value, tuple) else None for value in pairs)
-
-
-def _wrapper_config(
-    *,
-    has_b_tensor: bool,
-    has_b_ptrs: bool,
-    n: Any,
-    b_dtype: Any,
-    d_dtype: Any,
-    generate_dbias: Any,
-    dense_b_major: str,
-    **options: Any,
-) -> OpConfig:
-    """The wrapper's checked configuration: weights, options, D_row's dtype, dbias."""
-    discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
-    mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
-    block_scaled, fp4 = options["block_scaled"], options["fp4"]
-    discrete = wrapper_discrete(n, b_dtype, block_scaled, fp4) if mode == DISCRETE else None
-    checked = check_options(**options)
-    if block_scaled:
-        checked = checked._replace(b_major=block_scaled_b_major(mode, checked.b_major, dense_b_major))
-    else:
-        check_b_major(mode, checked.b_major)
-    d_dtype_name = output_dtype_name("d_dtype", d_dtype, block_scaled and not fp4)  # FP4: bf16/fp16/fp32 D
-    if not isinstance(generate_dbias, bool):
-        raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
-    return OpConfig(mode, discrete, checked, d_dtype_name, generate_dbias)
-
-
-def _request_key(
-    settings: tuple[Any, ...], a_tensor: Any, c_tensor: Any, padded_offsets: Any
-) -> tuple[Any, ...] | None:
-    """The bound-op cache key of a wrapper request: the settings by value and type, A's and
-    C's dtypes, A's device and the expert count (padded_offsets' shape: Blackwell's kernels
-    compile it in); None when A, C or padded_offsets is no tensor or a setting is
-    unhashable (then nothing is cached and the checks say what is wrong)."""
+def _request_key(settings: tuple[Any, ...], tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The bound-op cache key of a wrapper request (``settings`` and ``tensors``: the
+    values of _SETTINGS and _TENSOR_ARGS): what every check before the tensors are bound
+    reads. The settings by value and type (so (128, 128.0) differs from (128, 128)), which
+    tensor arguments are given, A's and C's dtypes, A's device, the expert count
+    (padded_offsets' shape: Blackwell's kernels compile it in) and dense B's order by its
+    strides; None when A, C or padded_offsets is no tensor (then nothing is cached and the
+    checks say what is wrong). The other tensors' dtypes are checked with their shapes, once
+    per call signature (dglu.bound)."""
     try:
-        key = (
+        a, c, b = tensors[_A], tensors[_C], tensors[_B]
+        return (
             settings,
             tuple(map(type, settings)),
-            _pair_types(*(settings[i] for i in _PAIRS)),
-            a_tensor.dtype,
-            c_tensor.dtype,
-            a_tensor.device,
-            tuple(padded_offsets.shape),
+            tuple(tuple(map(type, v)) if isinstance(v, tuple) else None for v in _pairs_of(settings)),
+            tuple([t is None for t in tensors]),
+            a.dtype,
+            c.dtype,
+            a.device,
+            tuple(tensors[_OFFSETS].shape),
+            None if b is None else dense_b_major(b),
         )
     except (AttributeError, TypeError):
         return None
-    return key
 
 
-def _bind(
-    config: OpConfig, a_tensor: Any, c_tensor: Any, padded_offsets: Any, key: tuple[Any, ...] | None
-) -> BoundOp:
-    """Select and load the variant of a checked request; kept by its ``key``."""
-    tensors = named_tensors(False, a=a_tensor, c=c_tensor, padded_offsets=padded_offsets)
+_pairs_of = itemgetter(*(_SETTINGS.index(name) for name in _PAIRS))
+_A, _C, _B, _OFFSETS = (_TENSOR_ARGS.index(name) for name in ("a_tensor", "c_tensor", "b_tensor", "padded_offsets"))
+
+
+def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
+    """Check a wrapper request in the documented order, then select and load its variant;
+    kept by its ``key``."""
+    import torch
+
+    a = as_torch(given["a_tensor"])
+    if a is None:
+        require({"a_tensor": a}, "every call (the op's operands)")
+    if not isinstance(a, torch.Tensor):
+        raise TypeError(f"a_tensor: expected a torch.Tensor, got {type(a).__name__}")
+    # 1. the family that runs A's dtype on the device, and its operand checks
+    policy = family_front("a_tensor", a)
+    operands = {role: given[name] for role, name in _OPERANDS.items() if given[name] is not None}
+    check_operands(policy, named_tensors(False, **operands), given["b_dtype"])
+    # 2. option values (the family's rules, then every family's options)
+    check_values(policy, given)
+    c = given["c_tensor"]
+    if c is None:
+        require({"c_tensor": c}, "every call (the op's operands)")
+    vector_f32_needs_wide_c(policy, given["vector_f32"], "c_tensor", getattr(as_torch(c), "dtype", None))
+    config = _wrapper_config(policy, given)
+    # 3. missing tensors
+    check_required(policy, given)
+    require({name: given[name] for name in _REQUIRED}, "every call (the op's inputs)")
+    # 4. the installed variant (shapes and strides are checked once the tensors are bound)
+    tensors = named_tensors(False, a=a, c=c, padded_offsets=given["padded_offsets"])
     bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
     check_flags(config.options, bound.variant)
     return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)
 
 
-# The roles of the tensors the wrapper binds, in order, by weights (discrete or not) and
-# block scaling.
-_WRAPPER_ROLES = {
-    (False, False): ("a", "b", "c", *COMMON_ROLES),
-    (True, False): ("a", "b_ptrs", "c", *COMMON_ROLES),
-    (False, True): ("a", "sfa", "b", "sfb", "c", "norm_const", *COMMON_ROLES),
-    (True, True): ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", "norm_const", *COMMON_ROLES),
-}
-_REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor", "dprob_tensor")
+def _wrapper_config(policy: Any, given: dict[str, Any]) -> OpConfig:
+    """The wrapper's checked configuration: weights, options, D_row's dtype, dbias."""
+    b_tensor, b_ptrs, n, b_dtype = given["b_tensor"], given["b_ptrs"], given["n"], given["b_dtype"]
+    discrete_args = {"b_ptrs": True if b_ptrs is not None else None, "n": n, "b_dtype": b_dtype}
+    mode = weight_mode("b_tensor", True if b_tensor is not None else None, discrete_args)
+    discrete = wrapper_discrete(n, b_dtype, policy) if mode == DISCRETE else None
+    options = {name: given[name] for name in _OPTIONS}
+    if given["activation_tensor"] is not None:  # cuDNN FE's caller-provided act_out output
+        options["act_out"] = True
+    checked = check_options(**options, policy=policy)
+    b = as_torch(b_tensor)
+    strides_major = dense_b_major(b) if mode == DENSE and hasattr(b, "stride") else "k"
+    checked = checked._replace(b_major=variant_b_major(policy, mode, checked.b_major, strides_major))
+    d_dtype = dtype_name(policy, "d_dtype", given["d_dtype"])
+    generate_dbias = given["generate_dbias"]
+    if not isinstance(generate_dbias, bool):
+        raise ValueError(f"generate_dbias: expected a bool, got {generate_dbias!r}")
+    return OpConfig(mode, discrete, checked, d_dtype, generate_dbias, policy)
 
 
 def grouped_gemm_dglu(
@@ -236,113 +248,42 @@ def grouped_gemm_dglu(
     and d_col_tensor (M, 2N, 1) FP8, sfd_row_tensor and sfd_col_tensor E8M0 (SFD_col in the
     per-expert layout with discrete_col_sfd=True), dprob and dbias (from the unquantized D)
     as above; amax_tensor is None (Hopper has no FP4 path that produces it).
-    On Blackwell (sm100_blockscaled variants installed): the same MXFP8 call (D e4m3), and
-    NVFP4: A and B torch.float4_e2m1fn_x2 (K/2 bytes a row), sfa/sfb torch.float8_e4m3fn,
-    sf_vec_size=16, no norm_const, d_dtype bf16 (default), fp16 or fp32; returns d_row_tensor,
-    amax_tensor (L, 2, 1) fp32 (zeroed before the kernel's atomic max, so an expert with no
-    rows reads 0 where cuDNN FE's wrapper, which fills it with -inf, gives -inf), d_col and
-    the SFD tensors None (the kernel quantizes no D for FP4 operands).
     use_single_group_runtime_offsets=True (one expert) takes its rows from A's shape and
     never reads padded_offsets (an int32 (1,) tensor still). vector_f32 has no effect on
     Hopper; epilogue_op (None, "identity", "relu", "srelu") is checked and, as in NVIDIA's
     kernels of this op, applied by no kernel. FP4 operands and E4M3 scale factors are
     refused: Hopper has no FP4 tensor cores.
 
-    Refusals come in this order, each before anything is allocated or launched: the
-    operands' dtype family (FP4, E4M3 scales, A's and B's FP8 types), then option values,
-    then missing tensors, then shapes and strides.
+    Refusals come in this order, each before anything is allocated or launched: A, and
+    the family that runs its dtype on the device (FP4 on Hopper: refused), the family's
+    operand checks (E4M3 scales, A's and B's FP8 types), then option values, then missing
+    tensors, then shapes and strides.
     """
-    if a_tensor is None:
-        require({"a_tensor": a_tensor}, "every call (the op's operands)")
-    block_scaled = is_block_scaled(
-        getattr(a_tensor, "dtype", None), sfa_tensor, sfb_tensor, sfb_ptrs, norm_const_tensor
+    settings = (  # _SETTINGS and _TENSOR_ARGS, by value (no locals(): a dict of every argument per call)
+        generate_dbias, n, b_dtype, b_major, acc_dtype, d_dtype, cd_major, mma_tiler_mn, cluster_shape_mn,
+        sf_vec_size, sf_fp8_dtype_override, vector_f32, m_aligned, discrete_col_sfd, act_func, linear_offset,
+        geglu_alpha, glu_clamp_max, glu_clamp_min, situ_beta1, situ_beta2, epilogue_op, use_dynamic_sched,
+        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, deterministic, act_out,
     )
-    dense_major, fp4 = "k", False
-    if block_scaled:  # 1. the operands' dtype family
-        fp4 = FP4_TYPE == check_operand_family(
-            named_tensors(False, **{r: t for r, t in (("a", a_tensor), ("b", b_tensor), ("sfa", sfa_tensor),
-                                                        ("sfb", sfb_tensor)) if t is not None}),
-            b_dtype,
-        )
-        if b_tensor is not None and b_ptrs is None:
-            dense_major = dense_b_major(as_torch(b_tensor))
-    for name, value in (("sf_fp8_dtype_override", sf_fp8_dtype_override),):
-        if (why := refused_value(name, value)) is not None:
-            raise ValueError(why)
-    if not block_scaled:
-        check_absent(
-            BLOCK_SCALED,
-            NotImplementedError,
-            sfa_tensor=sfa_tensor,
-            sfb_tensor=sfb_tensor,
-            sfb_ptrs=sfb_ptrs,
-            norm_const_tensor=norm_const_tensor,
-        )
-    if c_tensor is None:
-        require({"c_tensor": c_tensor}, "every call (the op's operands)")
-    if block_scaled and c_tensor is not None:
-        check_vector_f32(vector_f32 is True, "c_tensor", getattr(as_torch(c_tensor), "dtype", None))
-    settings = (
-        b_tensor is not None, b_ptrs is not None, n, b_dtype, acc_dtype, mma_tiler_mn,
-        cluster_shape_mn, sf_vec_size, vector_f32, m_aligned, discrete_col_sfd, act_func,
-        geglu_alpha, glu_clamp_max, glu_clamp_min, linear_offset, situ_beta1, situ_beta2,
-        b_major, epilogue_op, use_dynamic_sched, cd_major, d_dtype, generate_dbias,
-        deterministic, act_out if activation_tensor is None else True,
-        use_single_group_runtime_offsets, round_dgrad_to_input_dtype, block_scaled, dense_major, fp4,
+    tensors = (
+        a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor,
+        b_tensor, sfb_tensor, b_ptrs, sfb_ptrs, norm_const_tensor, activation_tensor,
     )  # fmt: skip
-    key = _request_key(settings, a_tensor, c_tensor, padded_offsets)
+    key = _request_key(settings, tensors)
     try:
         bound = _bound_ops.get(key) if key is not None else None
     except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
         key = bound = None
-    # 2. option values (checked once per request)
-    config = bound.config if bound is not None else _wrapper_config(**dict(zip(WRAPPER_SETTINGS, settings)))
-    discrete = config.discrete is not None
-    # 3. missing tensors
-    if block_scaled:
-        weights_sf = {"sfb_ptrs": sfb_ptrs} if discrete else {"sfb_tensor": sfb_tensor}
-        if fp4:
-            require({"sfa_tensor": sfa_tensor, **weights_sf}, "FP4 operands (NVFP4: the E4M3 scale factors of A and B)")
-        else:
-            require({"sfa_tensor": sfa_tensor, **weights_sf, "norm_const_tensor": norm_const_tensor},
-                    "FP8 operands (MXFP8: the E8M0 scale factors of A and B, and norm_const)")
-    if padded_offsets is None or alpha_tensor is None or beta_tensor is None or prob_tensor is None or (
-        dprob_tensor is None
-    ):
-        require(dict(zip(_REQUIRED, (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor))),
-                "every call (the op's inputs)")
-    if bound is None:  # the installed variant of the request
-        bound = _bind(config, a_tensor, c_tensor, padded_offsets, key)
-    # 4. shapes and strides (the variant's rules, when the tensors are bound)
-    if block_scaled and use_single_group_runtime_offsets is True:
-        check_single_group("padded_offsets", as_torch(padded_offsets), as_torch(a_tensor).shape[0], m_aligned)
-    weights = (b_ptrs, sfb_ptrs) if discrete else (b_tensor, sfb_tensor)
-    common = (padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor)
-    if block_scaled:
-        tensors = (a_tensor, sfa_tensor, *weights, c_tensor, *(() if fp4 else (norm_const_tensor,)), *common)
-    else:
-        tensors = (a_tensor, weights[0], c_tensor, *common)
-    roles = _WRAPPER_ROLES[discrete, block_scaled]
-    if fp4:  # NVFP4 quantizes no D: no norm_const
-        roles = tuple(role for role in roles if role != "norm_const")
-    outputs = WRAPPER_OUTPUTS
-    if activation_tensor is not None:
-        roles, tensors = (*roles, "act_out"), (*tensors, activation_tensor)
-        outputs = tuple(role for role in outputs if role != "act_out")
-    made = bound.run(roles, tensors, current_stream, outputs)
-    return TupleDict(
-        d_row_tensor=made["d_row"],
-        d_col_tensor=made.get("d_col"),
-        dprob_tensor=dprob_tensor,
-        dbias_tensor=made.get("dbias"),
-        amax_tensor=made.get("amax"),
-        sfd_row_tensor=made.get("sfd_row"),
-        sfd_col_tensor=made.get("sfd_col"),
-        **({"act_out_tensor": made.get("act_out", activation_tensor)} if act_out else {}),
-    )
+    if bound is None:
+        given = {**dict(zip(_SETTINGS, settings)), **dict(zip(_TENSOR_ARGS, tensors))}
+        bound = _bind(given, key)
+    made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream)
+    # the results in the family's order; dprob is the caller's, accumulated in place
+    results = outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor})
+    if act_out:
+        results["act_out_tensor"] = made.get("act_out", activation_tensor)
+    return TupleDict(**results)
 
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu
 grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu
-
-

@@ -1,8 +1,10 @@
 """The op's arguments, declared once: each frontend's parameters are rows of this table.
 
-Every argument has its seed name, its role, its default, the variant key field it feeds
-(None when it selects nothing) and which operand families accept a value other than its
-default. The orders below are the positional orders of the frontends: cuDNN FE 1.32.0's
+Every argument has its seed name, its role, its default and the variant key field it feeds
+(None when it selects nothing). Which values a kernel family accepts, requires or refuses
+is not here but in the family's front policy, data of its manifest entries (dglu.front,
+docs/manifest.md ``front``); ``refusal`` marks the arguments no frontend takes a value for
+(dglu provides the workspaces). The orders below are the positional orders of the frontends: cuDNN FE 1.32.0's
 (``grouped_gemm_dglu_wrapper_sm100``, ``GroupedGemmDgluSm100.__init__`` and ``execute``) for
 the parameters both share, then dglu's own additions. tests/cpu/test_api_signatures.py checks
 every frontend's signature (the wrapper, the class API, torch's op, dglu.jax) against it.
@@ -10,9 +12,6 @@ every frontend's signature (the wrapper, the class API, torch's op, dglu.jax) ag
 Roles: ``tensor`` (an input or accumulated tensor of the call), ``output`` (an output
 execute() writes, or the wrapper's caller-provided one), ``sample`` (the class API's
 sample of a tensor), ``option`` (a configuration value), ``stream``.
-Families: ``all`` (every family), ``block_scaled`` (FP8 operands with E8M0 scale factors),
-``float`` (BF16/FP16/FP32 operands), ``none`` (no installed family: refused with ``refusal``
-whenever it is not its default).
 
 A tensor the call needs (``required``) defaults to None here as in no other frontend, so
 that cuDNN FE's positional order can be kept after the optional ``sfa_tensor``; None is
@@ -24,7 +23,6 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 ROLES = ("tensor", "output", "sample", "option", "stream")
-FAMILY_SCOPES = ("all", "block_scaled", "float", "none")
 
 
 class Arg(NamedTuple):
@@ -34,9 +32,8 @@ class Arg(NamedTuple):
     role: str
     default: Any = None
     key_field: str | None = None  # the variant key field (or kernel flag) it feeds
-    families: str = "all"
     required: bool = False  # a tensor the call cannot run without (None is refused)
-    refusal: str | None = None  # why a non-default value is refused (families "none")
+    refusal: str | None = None  # why every frontend refuses a value other than None
 
 
 def _table(*args: Arg) -> dict[str, Arg]:
@@ -56,15 +53,11 @@ _OPTIONS = _table(
     Arg("cd_major", "option", "n"),
     Arg("mma_tiler_mn", "option", None, "tile_m, tile_n"),
     Arg("cluster_shape_mn", "option", None, "cluster_m, cluster_n"),
-    Arg("sf_vec_size", "option", 16, None, "block_scaled"),
-    Arg(
-        "sf_fp8_dtype_override", "option", None, None, "none",
-        refusal="the E5M3 reinterpretation of FP8 scale factors is Rubin's (sm_110); "
-        "Hopper and Blackwell (sm_100a/sm_103a) read E8M0 scales: pass None",
-    ),
-    Arg("vector_f32", "option", False, None, "block_scaled"),
+    Arg("sf_vec_size", "option", 16),
+    Arg("sf_fp8_dtype_override", "option", None),
+    Arg("vector_f32", "option", False),
     Arg("m_aligned", "option", 256),
-    Arg("discrete_col_sfd", "option", False, "discrete_col_sfd", "block_scaled"),
+    Arg("discrete_col_sfd", "option", False, "discrete_col_sfd"),
     Arg("act_func", "option", "dswiglu", "act_func"),
     Arg("linear_offset", "option", 1.0, "act_params"),
     Arg("geglu_alpha", "option", 1.702, "act_params"),
@@ -72,12 +65,9 @@ _OPTIONS = _table(
     Arg("glu_clamp_min", "option", -7.0, "act_params"),
     Arg("situ_beta1", "option", 4.0, "act_params"),
     Arg("situ_beta2", "option", 25.0, "act_params"),
-    Arg("epilogue_op", "option", None, None, "block_scaled"),
+    Arg("epilogue_op", "option", None),
     Arg("use_dynamic_sched", "option", False, "scheduler"),
-    Arg(
-        "use_single_group_runtime_offsets", "option", False,
-        "use_single_group_runtime_offsets", "block_scaled",
-    ),
+    Arg("use_single_group_runtime_offsets", "option", False, "use_single_group_runtime_offsets"),
     Arg("round_dgrad_to_input_dtype", "option", False, "round_dgrad_to_input_dtype"),
     Arg("deterministic", "option", False, "deterministic"),
     Arg("act_out", "option", False, "act_out"),
@@ -87,32 +77,28 @@ _OPTIONS = _table(
 _TENSORS = _table(
     Arg("a_tensor", "tensor", None, "ab_dtype", required=True),
     Arg("c_tensor", "tensor", None, "c_dtype", required=True),
-    Arg("sfa_tensor", "tensor", None, None, "block_scaled"),
+    Arg("sfa_tensor", "tensor", None),
     Arg("padded_offsets", "tensor", required=True),
     Arg("alpha_tensor", "tensor", required=True),
     Arg("beta_tensor", "tensor", required=True),
     Arg("prob_tensor", "tensor", required=True),
     Arg("dprob_tensor", "tensor", required=True),
     Arg("b_tensor", "tensor", None, "weight_mode"),
-    Arg("sfb_tensor", "tensor", None, None, "block_scaled"),
+    Arg("sfb_tensor", "tensor", None),
     Arg("b_ptrs", "tensor", None, "weight_mode"),
-    Arg("sfb_ptrs", "tensor", None, None, "block_scaled"),
-    Arg("norm_const_tensor", "tensor", None, None, "block_scaled"),
+    Arg("sfb_ptrs", "tensor", None),
+    Arg("norm_const_tensor", "tensor", None),
     Arg("d_row_tensor", "output", required=True),
-    Arg("d_col_tensor", "output", None, None, "block_scaled"),
+    Arg("d_col_tensor", "output", None),
     Arg("dbias_tensor", "output", None, "dbias"),
-    Arg("sfd_row_tensor", "output", None, None, "block_scaled"),
-    Arg("sfd_col_tensor", "output", None, None, "block_scaled"),
-    Arg(
-        "amax_tensor", "output", None, None, "none",
-        refusal="amax is produced only with the bf16/fp16 D of FP4 operands, which no "
-        "installed Hopper family runs: pass None",
-    ),
+    Arg("sfd_row_tensor", "output", None),
+    Arg("sfd_col_tensor", "output", None),
+    Arg("amax_tensor", "output"),
     Arg("activation_tensor", "output", None, "act_out"),
     Arg("act_out_tensor", "output", None, "act_out"),
     Arg("current_stream", "stream"),
     Arg(
-        "workspace", "stream", None, None, "none",
+        "workspace", "stream",
         refusal="dglu provides each variant's workspaces itself (pooled per stream, "
         "graph-owned under capture): pass None",
     ),
@@ -121,7 +107,7 @@ _TENSORS = _table(
 # The class constructor's samples: sample_<role> of the tensors above.
 _SAMPLES = _table(
     *(
-        Arg(f"sample_{name}", "sample", None, arg.key_field, arg.families, arg.required, arg.refusal)
+        Arg(f"sample_{name}", "sample", None, arg.key_field, arg.required)
         for name, arg in (
             ("a", _TENSORS["a_tensor"]),
             ("c", _TENSORS["c_tensor"]),
@@ -194,9 +180,9 @@ NOT_OFFERED = {
 
 
 def refused_value(name: str, value: Any) -> str | None:
-    """The refusal of ``value`` for argument ``name`` when no family accepts it, else None."""
+    """The refusal of ``value`` for argument ``name`` when no frontend takes one, else None."""
     arg = ARGUMENTS[name]
-    if arg.families != "none" or value is None or (type(value) is type(arg.default) and value == arg.default):
+    if arg.refusal is None or value is None:
         return None
     shown = repr(value) if isinstance(value, str | int | float | bool) else f"a {type(value).__name__}"
     return f"{name}: got {shown}; {arg.refusal}"

@@ -59,8 +59,11 @@ def tensors_key(tensors: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """(address, shape, strides, dtype) of each torch tensor (None stays None); None when
     one of them is neither a torch tensor nor None (the full checks then explain it)."""
     tensor_type = _tensor_type()
+    key = [(t.data_ptr(), t.shape, t.stride(), t.dtype) for t in tensors if type(t) is tensor_type]
+    if len(key) == len(tensors):  # plain tensors only (the usual call): one pass
+        return tuple(key)
     key = []
-    for t in tensors:  # one pass, left at the first non-tensor
+    for t in tensors:  # None, subclasses (nn.Parameter); left at the first non-tensor
         if t is None:
             key.append(None)
         elif isinstance(t, tensor_type):

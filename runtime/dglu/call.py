@@ -13,24 +13,22 @@ from typing import Any, NamedTuple
 from .arrays import as_torch
 from .cache import BoundedCache
 from .driver import device_info
-from .dtypes import FLOAT_TYPES, FP8_TYPES, torch_dtype
+from .dtypes import torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
+from .front import front_of_operands, tensor_dtype
+from .contract.front import FrontPolicy
 from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
 from .contract.schema import Variant
 from .manifest import installed_variants, search_path
 from .options import OpOptions, check_m_aligned
-from .problem import Problem
+from .problem import Problem, TensorView
 from .selection import VariantRequest, arch_for_capability, select_variant
 from .streams import on_stream
-from .validation import check_offset_values, element_types, view_of
+from .validation import check_offset_values, element_types
 from .workspaces import is_capturing
 from .weights import DiscreteWeights
 
-BLOCK_SCALED = (
-    "block-scaled (MXFP8) argument, for FP8 operands (torch.float8_e4m3fn/e5m2); these "
-    "operands select the BF16 backend"
-)
 # Tensor role (docs/manifest.md) -> its argument name in the wrapper and in execute().
 ARGUMENT_NAMES = {
     "a": "a_tensor",
@@ -52,6 +50,7 @@ ARGUMENT_NAMES = {
     "sfd_row": "sfd_row_tensor",
     "sfd_col": "sfd_col_tensor",
     "norm_const": "norm_const_tensor",
+    "amax": "amax_tensor",
 }
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
@@ -81,13 +80,15 @@ def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
 @dataclass(frozen=True)
 class OpConfig:
     """An op's checked non-tensor arguments: weight mode, options, D_row's dtype (None: the
-    class API's sample_d_row gives it), dbias."""
+    class API's sample_d_row gives it), dbias, and the front policy of the family that
+    runs its operands (dglu.front)."""
 
     mode: str
     discrete: DiscreteWeights | None
     options: OpOptions
     d_dtype: str | None
     dbias: bool
+    policy: FrontPolicy
 
     def __hash__(self) -> int:  # hashed on every wrapper call: computed once
         return self._hash
@@ -108,13 +109,7 @@ def select(
     A's device; m_aligned checked against it."""
     types = element_types(tensors)
     options = config.options
-    # the op's contract: C is BF16, FP16 or FP32, or FP8 on the block-scaled backend
-    c_types = FLOAT_TYPES + FP8_TYPES if options.block_scaled else FLOAT_TYPES
-    if types["c"] not in c_types:
-        raise ValueError(
-            f"{tensors['c'][0]}: dtype {tensors['c'][1].dtype} is not accepted; expected one "
-            f"of {', '.join(str(torch_dtype(t)) for t in c_types)}"
-        )
+    tensor_dtype(config.policy, tensors["c"][0], "c_tensor", tensors["c"][1])  # the family's C types
     device = tensors["a"][1].device.index
     if config.discrete:
         config.discrete.check_dtype_of(tensors["a"][0], types["a"])
@@ -171,6 +166,24 @@ def select_installed(
     return full_variant(chosen)
 
 
+def installed_fronts(arch: str | None) -> dict[str, FrontPolicy]:
+    """A/B element type -> the front policy of the installed family of ``arch`` (None: any
+    architecture) that runs it (dglu.front), in selection order: the first family wins."""
+    fronts: dict[str, FrontPolicy] = {}
+    for variant in installed_variants():
+        if arch is None or variant.key.arch == arch:
+            for operand in variant.front.operands:
+                fronts.setdefault(operand, variant.front)
+    return fronts
+
+
+def family_front(name: str, tensor: Any) -> FrontPolicy:
+    """The front policy of the installed family that runs operand ``tensor`` (argument
+    ``name``) on its device's architecture (dglu.front.front_of_operands refuses otherwise)."""
+    arch = device_arch(tensor.device.index)
+    return front_of_operands(name, tensor.dtype, arch, installed_fronts(arch))
+
+
 def expert_count(padded_offsets_shape: tuple[int, ...]) -> int | None:
     """L, from padded_offsets' shape (l,); None when it has another rank (checked later)."""
     return padded_offsets_shape[0] if len(padded_offsets_shape) == 1 else None
@@ -210,22 +223,25 @@ def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned:
 
 class OutputRule(NamedTuple):
     """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
-    scale factors' permuted layout), torch dtype, and whether the kernels accumulate into it
-    (then it is zeroed on the call's stream)."""
+    scale factors' permuted layout), torch dtype, whether the kernels accumulate into it
+    (then it is zeroed on the call's stream), and its view with a null address (the
+    kernels' view of it, once allocated, is that view at the tensor's address)."""
 
     role: str
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     dtype: Any
     accumulate: bool
+    view: TensorView
+    contiguous: bool  # a contiguous tensor has these strides: torch.empty allocates it
 
 
-def _contiguous(rule: OutputRule) -> bool:
-    """True when a contiguous tensor has the rule's strides (along dimensions of size > 1):
-    then torch.empty allocates it, as callers expect (e.g. ``.view(torch.uint8)`` works);
-    the scale factors' permuted layout needs torch.empty_strided."""
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True when a contiguous tensor has ``strides`` (along dimensions of size > 1): then
+    torch.empty allocates it, as callers expect (e.g. ``.view(torch.uint8)`` works); the
+    scale factors' permuted layout needs torch.empty_strided."""
     expected = 1
-    for size, stride in reversed(list(zip(rule.shape, rule.strides))):
+    for size, stride in reversed(list(zip(shape, strides))):
         if size > 1 and stride != expected:
             return False
         expected *= size
@@ -237,13 +253,13 @@ def allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[
     before anything is enqueued, when the device has no room for one."""
     import torch
 
-    torch_device = torch.device("cuda", device) if device is not None else None
+    torch_device = _torch_device(device)
     made = {}
     for rule in rules:
         try:
             made[rule.role] = (
                 torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
-                if _contiguous(rule)
+                if rule.contiguous
                 else torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
             )
         except torch.OutOfMemoryError as exc:
@@ -257,24 +273,22 @@ def allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[
     return made
 
 
+@functools.cache
+def _torch_device(device: int | None) -> Any:
+    """torch.device("cuda", device), or None (the CPU) when ``device`` is None."""
+    import torch
+
+    return torch.device("cuda", device) if device is not None else None
+
+
 class PreparedCall:
     """What a call's tensors resolve to, cached by their keys: the problem and, for the
     wrapper, the outputs to allocate and the problem with each set of output addresses."""
 
     def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
         self.problem = problem
-        self.outputs = tuple(
-            OutputRule(
-                role,
-                tuple(e.value(problem.scalars) for e in variant.arguments[role].shape),
-                tuple(e.value(problem.scalars) for e in variant.arguments[role].strides),
-                torch_dtype(variant.arguments[role].dtypes[0]),
-                variant.arguments[role].io == "accumulate",
-            )
-            for role in outputs
-        )
+        self.outputs = tuple(_output_rule(role, variant.arguments[role], problem) for role in outputs)
         self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
-        self._variant = variant
         self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
 
     def with_outputs(self, made: dict[str, Any]) -> Problem:
@@ -285,10 +299,19 @@ class PreparedCall:
     def _add_outputs(self, made: dict[str, Any]) -> Problem:
         problem = self.problem
         views = dict(problem.tensors)
-        for role, tensor in made.items():
-            views[role] = view_of(tensor, self._variant.arguments[role], problem.scalars)
+        for rule in self.outputs:
+            views[rule.role] = rule.view._replace(pointer=made[rule.role].data_ptr())
         return Problem(problem.scalars, problem.origins, views)
 
+
+def _output_rule(role: str, argument: Any, problem: Problem) -> OutputRule:
+    """The OutputRule of output ``role`` (its ARGUMENT rule) for ``problem``."""
+    shape = tuple(e.value(problem.scalars) for e in argument.shape)
+    strides = tuple(e.value(problem.scalars) for e in argument.strides)
+    dtype = argument.dtypes[0]
+    view = TensorView(problem.tensors["a"].device, 0, shape, strides, dtype)
+    return OutputRule(role, shape, strides, torch_dtype(dtype), argument.io == "accumulate", view,
+                      _contiguous(shape, strides))
 
 
 COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")

@@ -1,5 +1,7 @@
 """The class API: GroupedGemmDglu (and the seed's names for it), built from sample tensors,
 then check_support(), compile(), execute() (dglu.api describes the op and its arguments).
+check_support() runs the wrapper's pipeline on the samples: the family that runs A's dtype
+on the device and its front policy (dglu.front), the checks in order, the variant.
 compile() binds the op (dglu.bound.BoundOp): execute() runs the bound op's one call path,
 the wrapper's."""
 
@@ -8,53 +10,41 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .arguments import refused_value
+from .arguments import ARGUMENTS, CONSTRUCTOR, refused_value
 from .arrays import as_torch
-from .blockscaled import (
-    FP4_TYPE,
-    check_operand_family,
-    check_single_group,
-    check_vector_f32,
-    dense_b_major,
-    is_block_scaled,
-    refuse_amax,
-    require,
-)
-from .bound import BoundOp
-from .call import (
-    BLOCK_SCALED,
-    CLASS_DISCRETE,
-    CLASS_SOURCES,
-    COMMON_ROLES,
-    OpConfig,
-    named_tensors,
-    select,
-)
+from .bound import EXECUTE_TENSORS, BoundOp
+from .call import CLASS_DISCRETE, CLASS_SOURCES, OpConfig, family_front, named_tensors, select
+from .contract.front import FrontPolicy
 from .contract.schema import Variant
-from .options import check_absent, check_flags, check_options
+from .front import (
+    check_operands,
+    check_required,
+    check_single_group,
+    check_values,
+    require,
+    vector_f32_needs_wide_c,
+)
+from .options import check_flags, check_options
 from .runner import load_variant
 from .validation import describe_tensors, element_types
-from .weights import (
-    DENSE,
-    DISCRETE,
-    block_scaled_b_major,
-    check_b_major,
-    class_discrete,
-    weight_mode,
-)
+from .weights import DENSE, DISCRETE, class_discrete, dense_b_major, variant_b_major, weight_mode
 
-_EXECUTE_ROLES = {b: ("a", b, "c", "d_row", *COMMON_ROLES) for b in ("b", "b_ptrs")}
-_DBIAS_EXECUTE_ROLES = {b: (*roles, "dbias") for b, roles in _EXECUTE_ROLES.items()}
-_QUANTIZED_D_ROLES = ("d_row", "d_col", "sfd_row", "sfd_col")
-_BLOCK_SCALED_EXECUTE_ROLES = {
-    DENSE: ("a", "sfa", "b", "sfb", "c", *_QUANTIZED_D_ROLES, "norm_const", *COMMON_ROLES),
-    DISCRETE: ("a", "sfa", "b_ptrs", "sfb_ptrs", "c", *_QUANTIZED_D_ROLES, "norm_const", *COMMON_ROLES),
+# The class API's samples by their tensors' seed names (sample_a for a_tensor, ...): the
+# front policy's rules name the tensors so; messages name the samples.
+SAMPLES = {
+    ("padded_offsets" if sample == "sample_padded_offsets" else f"{sample.removeprefix('sample_')}_tensor"): sample
+    for sample in CONSTRUCTOR
+    if ARGUMENTS[sample].role == "sample"
 }
-_REQUIRED_SAMPLES = ("a", "c", "d_row", "padded_offsets", "alpha", "beta", "prob", "dprob")
-_REQUIRED_EXECUTE = (
-    "a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
-    "prob_tensor", "dprob_tensor",
-)  # fmt: skip
+_SEED_NAMES = {sample: name for name, sample in SAMPLES.items()}
+_OPTIONS = tuple(
+    name for name in CONSTRUCTOR
+    if ARGUMENTS[name].role == "option" and name not in ("num_experts", "b_shape", "b_dtype", "sf_fp8_dtype_override")
+)
+_COMMON = ("a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
+           "prob_tensor", "dprob_tensor")  # fmt: skip
+_OPERANDS = {"a": "a_tensor", "sfa": "sfa_tensor", "b": "b_tensor", "sfb": "sfb_tensor"}
+_EXECUTE_TENSORS = EXECUTE_TENSORS  # the tuple execute() builds, in this order
 
 
 def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
@@ -62,6 +52,16 @@ def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
     if (b_tensor is None) == (b_ptrs is None):
         return None
     return DENSE if b_ptrs is None else DISCRETE
+
+
+# Role -> the seed name of its tensor (the class API's samples are sample_<role>).
+_ROLES_BY_NAME = {
+    "a": "a_tensor", "c": "c_tensor", "d_row": "d_row_tensor", "d_col": "d_col_tensor", "sfa": "sfa_tensor",
+    "padded_offsets": "padded_offsets", "alpha": "alpha_tensor", "beta": "beta_tensor", "prob": "prob_tensor",
+    "dprob": "dprob_tensor", "b": "b_tensor", "sfb": "sfb_tensor", "dbias": "dbias_tensor",
+    "sfd_row": "sfd_row_tensor", "sfd_col": "sfd_col_tensor", "norm_const": "norm_const_tensor", "amax": "amax_tensor",
+    "act_out": "activation_tensor",
+}  # fmt: skip
 
 
 class GroupedGemmDglu:
@@ -125,136 +125,77 @@ class GroupedGemmDglu:
         prob and dprob are required (check_support() refuses None by name).
         sample_activation (cuDNN FE's name) or act_out=True builds the op whose kernel also
         writes prob * GLU(X): execute() then takes activation_tensor (or act_out_tensor)."""
-        block_scaled_samples = {
-            "d_col": sample_d_col,
-            "sfa": sample_sfa,
-            "sfd_row": sample_sfd_row,
-            "sfd_col": sample_sfd_col,
-            "norm_const": sample_norm_const,
-        }
-        self._block_scaled = is_block_scaled(
-            getattr(sample_a, "dtype", None), sample_sfa, sample_sfb, sample_norm_const
-        )
-        self._required = dict(
-            zip(
-                _REQUIRED_SAMPLES,
-                (sample_a, sample_c, sample_d_row, sample_padded_offsets, sample_alpha,
-                 sample_beta, sample_prob, sample_dprob),
-            )
-        )  # fmt: skip
-        self._samples = named_tensors(
-            True,
-            **{role: t for role, t in self._required.items() if t is not None},
-            **({"dbias": sample_dbias} if sample_dbias is not None else {}),
-            **{role: t for role, t in block_scaled_samples.items() if t is not None},
-        )
-        self._sample_amax = sample_amax
-        self._sample_b = sample_b
-        self._sample_sfb = sample_sfb
-        self._sample_activation = sample_activation
-        # for a BF16 op to refuse by name
-        self._block_scaled_samples = {
-            **{f"sample_{role}": tensor for role, tensor in block_scaled_samples.items()},
-            "sample_sfb": sample_sfb,
-            "sample_amax": sample_amax,
-        }
-        self._discrete_args = dict(zip(CLASS_DISCRETE, (num_experts, b_shape, b_dtype)))
-        self._refused = {"sf_fp8_dtype_override": sf_fp8_dtype_override}
-        self._options_given = {
-            "acc_dtype": acc_dtype,
-            "mma_tiler_mn": mma_tiler_mn,
-            "cluster_shape_mn": cluster_shape_mn,
-            "sf_vec_size": sf_vec_size,
-            "vector_f32": vector_f32,
-            "m_aligned": m_aligned,
-            "discrete_col_sfd": discrete_col_sfd,
-            "act_func": act_func,
-            "geglu_alpha": geglu_alpha,
-            "glu_clamp_max": glu_clamp_max,
-            "glu_clamp_min": glu_clamp_min,
-            "linear_offset": linear_offset,
-            "situ_beta1": situ_beta1,
-            "situ_beta2": situ_beta2,
-            "b_major": b_major,
-            "epilogue_op": epilogue_op,
-            "use_dynamic_sched": use_dynamic_sched,
-            "deterministic": deterministic,
-            "act_out": act_out if sample_activation is None else True,
-            "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
-            "round_dgrad_to_input_dtype": round_dgrad_to_input_dtype,
-        }
+        given = {_SEED_NAMES.get(name, name): value for name, value in locals().items() if name != "self"}
+        if sample_activation is not None:
+            given["act_out"] = True
+        self._given = given  # the seed's names (sample_a as a_tensor, ...) -> value
         self._config: OpConfig | None = None
         self._variant: Variant | None = None
         self._bound: BoundOp | None = None
+        self._accepted: tuple[bool, ...] | None = None  # execute()'s arguments given, once checked
 
     @property
     def variant_name(self) -> str | None:
         """The name of the prebuilt variant chosen by check_support(), if it ran."""
         return self._variant.name if self._variant else None
 
+    @functools.cached_property
+    def _policy(self) -> FrontPolicy:
+        """The front policy of the family that runs sample_a's dtype on its device."""
+        import torch
+
+        a = as_torch(self._given["a_tensor"])
+        if a is None:
+            require({"sample_a": None}, "every op (the op's operands)")
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"sample_a: expected a torch.Tensor, got {type(a).__name__}")
+        return family_front("sample_a", a)
+
+    @functools.cached_property
+    def _samples(self) -> dict[str, tuple[str, Any]]:
+        """Role -> (sample name, tensor) of every sample given."""
+        roles = {name: role for role, name in _ROLES_BY_NAME.items()}
+        return named_tensors(True, **{roles[name]: self._given[name] for name in SAMPLES
+                                      if name in roles and self._given[name] is not None})
+
     def check_support(self) -> bool:
         """True when a prebuilt kernel serves the samples and configuration; else raise why:
-        the operands' dtype family first, then option values, missing samples, and the
-        samples' shapes and strides (the variant's rules)."""
-        block_scaled = self._block_scaled
-        if self._required["a"] is None:
-            require({"sample_a": None}, "every op (the op's operands)")
-        if block_scaled:  # 1. the operands' dtype family
-            family = {role: self._samples[role] for role in ("a", "sfa") if role in self._samples}
-            family.update(named_tensors(True, **{role: t for role, t in (("b", self._sample_b),
-                                                                          ("sfb", self._sample_sfb)) if t is not None}))
-            if check_operand_family(family, self._discrete_args["b_dtype"]) == FP4_TYPE:
-                raise NotImplementedError(
-                    "sample_a: FP4 operands (NVFP4) run through grouped_gemm_dglu (the wrapper) on Blackwell; "
-                    "the class API does not take them yet"
-                )
-        for name, value in self._refused.items():
-            if (why := refused_value(name, value)) is not None:
-                raise ValueError(why)
-        if not block_scaled:
-            check_absent(BLOCK_SCALED, NotImplementedError, **self._block_scaled_samples)
-        if self._required["c"] is None:
+        A and the family that runs its dtype on the device, the family's operand checks,
+        then option values, missing samples, and the samples' shapes and strides (the
+        variant's rules)."""
+        import torch
+
+        given = self._given
+        # 1. the family that runs A's dtype on the device, and its operand checks
+        policy = self._policy
+        operands = {role: given[name] for role, name in _OPERANDS.items() if given[name] is not None}
+        check_operands(policy, named_tensors(True, **operands), given["b_dtype"])
+        # 2. option values (the family's rules, then every family's options)
+        check_values(policy, given, SAMPLES)
+        if given["c_tensor"] is None:
             require({"sample_c": None}, "every op (the op's operands)")
-        # 2. option values
-        mode = weight_mode("sample_b", self._sample_b, self._discrete_args)
-        discrete = class_discrete(**self._discrete_args, block_scaled=block_scaled) if mode == DISCRETE else None
-        options = check_options(**self._options_given, block_scaled=block_scaled)
-        if not block_scaled:
-            check_b_major(mode, options.b_major)
+        mode = weight_mode("sample_b", given["b_tensor"], {name: given[name] for name in CLASS_DISCRETE})
+        discrete = class_discrete(*(given[name] for name in CLASS_DISCRETE), policy) if mode == DISCRETE else None
+        options = check_options(**{name: given[name] for name in _OPTIONS}, policy=policy)
+        b = as_torch(given["b_tensor"])
+        strides_major = dense_b_major(b) if mode == DENSE and isinstance(b, torch.Tensor) else "k"
+        options = options._replace(b_major=variant_b_major(policy, mode, options.b_major, strides_major))
         samples = dict(self._samples)
-        if not discrete:
-            samples.update(named_tensors(True, b=self._sample_b))
-            if self._sample_sfb is not None:
-                samples.update(named_tensors(True, sfb=self._sample_sfb))
-        if block_scaled:
-            refuse_amax("sample_amax", self._sample_amax)
-            check_vector_f32(options.vector_f32, "sample_c", samples["c"][1].dtype)
+        vector_f32_needs_wide_c(policy, options.vector_f32, "sample_c", getattr(samples.get("c", (0, None))[1], "dtype", None))
         # 3. missing samples
-        require({f"sample_{role}": t for role, t in self._required.items()}, "every op (the op's inputs)")
-        if block_scaled:
-            needed = ["sample_sfa", "sample_d_col", "sample_sfd_row", "sample_sfd_col", "sample_norm_const"]
-            if "b" in samples:
-                needed.insert(1, "sample_sfb")
-            require({name: self._block_scaled_samples[name] for name in needed},
-                    "FP8 operands (MXFP8: the E8M0 scale factors of A and B, FP8 D_row and D_col "
-                    "with SFD_row and SFD_col, and norm_const)")
+        require({SAMPLES[name]: given[name] for name in _COMMON}, "every op (the op's inputs)")
+        check_required(policy, {name: value for name, value in given.items() if name in SAMPLES}, SAMPLES)
         # 4. the variant, and the samples' shapes and strides against it
+        if discrete:  # discrete weights have no sample: execute() checks them
+            samples.pop("b", None), samples.pop("sfb", None)
         element_types(samples)
-        if block_scaled:
-            if options.single_group:
-                check_single_group(
-                    "sample_padded_offsets", samples["padded_offsets"][1], samples["a"][1].shape[0], options.m_aligned
-                )
-            strides_major = dense_b_major(samples["b"][1]) if not discrete else "k"
-            options = options._replace(b_major=block_scaled_b_major(mode, options.b_major, strides_major))
-        config = OpConfig(mode, discrete, options, None, "dbias" in self._samples)
+        check_single_group(policy, options.single_group, "sample_padded_offsets", samples["padded_offsets"][1],
+                           samples["a"][1].shape[0], options.m_aligned)
+        config = OpConfig(mode, discrete, options, None, "dbias" in samples, policy)
         variant = select(config, samples, CLASS_SOURCES)
         check_flags(options, variant)
-        # discrete weights have no sample, nor the act_out output: execute() checks them
+        # neither the act_out output (nor discrete weights) have a sample to check now
         later = ("b_ptrs", "sfb_ptrs", "act_out") if discrete else ("act_out",)
-        if self._sample_activation is not None:
-            samples.update(named_tensors(True, act_out=self._sample_activation))
-            samples["act_out"] = ("sample_activation", samples["act_out"][1])
         describe_tensors(variant, samples, config.given_scalars(), later, options.flags())
         self._config, self._variant = config, variant
         return True
@@ -309,99 +250,41 @@ class GroupedGemmDglu:
                     "pass one of them"
                 )
             act_out_tensor = activation_tensor
-        if self._block_scaled:
-            refuse_amax("amax_tensor", amax_tensor)
-            weights = (b_ptrs, sfb_ptrs) if self._built_mode == DISCRETE else (b_tensor, sfb_tensor)
-            self._execute_block_scaled(
-                (a_tensor, sfa_tensor, *weights, c_tensor, d_row_tensor, d_col_tensor, sfd_row_tensor,
-                 sfd_col_tensor, norm_const_tensor, padded_offsets, alpha_tensor, beta_tensor,
-                 prob_tensor, dprob_tensor),
-                b_tensor, b_ptrs, dbias_tensor, current_stream,
-            )
-            return
-        # all None (the usual call): one comparison chain instead of check_absent's dict
-        if not (
-            d_col_tensor is sfa_tensor is sfb_tensor is sfb_ptrs is sfd_row_tensor
-            is sfd_col_tensor is amax_tensor is norm_const_tensor is None
-        ):
-            check_absent(
-                BLOCK_SCALED,
-                NotImplementedError,
-                d_col_tensor=d_col_tensor,
-                sfa_tensor=sfa_tensor,
-                sfb_tensor=sfb_tensor,
-                sfb_ptrs=sfb_ptrs,
-                sfd_row_tensor=sfd_row_tensor,
-                sfd_col_tensor=sfd_col_tensor,
-                amax_tensor=amax_tensor,
-                norm_const_tensor=norm_const_tensor,
-            )
-        built = self._built_mode
-        if _given_weight_mode(b_tensor, b_ptrs) != built:
-            self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
-        if (dbias_tensor is not None) != self._compiled_dbias:
-            self._refuse_dbias(dbias_tensor)
-        if (act_out_tensor is not None) != self._options_given["act_out"]:
-            self._refuse_act_out(act_out_tensor)
-        tensors = (
-            a_tensor,
-            b_ptrs if built == DISCRETE else b_tensor,
-            c_tensor,
-            d_row_tensor,
-            padded_offsets,
-            alpha_tensor,
-            beta_tensor,
-            prob_tensor,
-            dprob_tensor,
-        )
-        if a_tensor is None or any(t is None for t in tensors[2:]):
-            self._refuse_missing(tensors)
+        tensors = (  # _EXECUTE_TENSORS, by value (no locals(): a dict of every argument per call)
+            a_tensor, c_tensor, d_row_tensor, d_col_tensor, sfa_tensor, padded_offsets, alpha_tensor,
+            beta_tensor, prob_tensor, dprob_tensor, b_tensor, sfb_tensor, dbias_tensor, b_ptrs, sfb_ptrs,
+            sfd_row_tensor, sfd_col_tensor, amax_tensor, norm_const_tensor, activation_tensor, act_out_tensor,
+        )  # fmt: skip
+        accepted = tuple([t is None for t in tensors])
+        if accepted != self._accepted:  # the checks read which tensors are given, no more
+            self._check_execute(dict(zip(_EXECUTE_TENSORS, tensors)))
+            self._accepted = accepted
         if self._bound is None:
             self.compile()
-        roles = _EXECUTE_ROLES["b_ptrs" if built == DISCRETE else "b"]
-        if dbias_tensor is not None:
-            roles, tensors = _DBIAS_EXECUTE_ROLES[roles[1]], (*tensors, dbias_tensor)
-        if act_out_tensor is not None:
-            roles, tensors = (*roles, "act_out"), (*tensors, act_out_tensor)
-        self._bound.run(roles, tensors, current_stream)
+        bound = self._bound
+        bound.run(bound.execute_roles, bound.execute_tensors(tensors), current_stream)
 
-    def _refuse_missing(self, tensors: tuple[Any, ...]) -> None:
-        """Name the first required tensor of execute() that is None (``tensors`` in
-        _EXECUTE_ROLES' order)."""
-        names = ("a_tensor", "b_tensor", *_REQUIRED_EXECUTE[1:])
-        require({name: t for name, t in zip(names, tensors) if name != "b_tensor"},
-                "every call (the op's operands, inputs and D_row)")
-
-    def _execute_block_scaled(
-        self, tensors: tuple[Any, ...], b_tensor: Any, b_ptrs: Any, dbias_tensor: Any, current_stream: Any
-    ) -> None:
-        """execute() of a block-scaled op: ``tensors`` in _BLOCK_SCALED_EXECUTE_ROLES' order."""
+    def _check_execute(self, given: dict[str, Any]) -> None:
+        """The checks of execute()'s arguments that depend on which of them are given: the
+        family's rules, the weight mode, dbias and act_out as built, the tensors required."""
+        policy = self._policy
+        check_values(policy, given)
         built = self._built_mode
+        b_tensor, b_ptrs = given["b_tensor"], given["b_ptrs"]
         if _given_weight_mode(b_tensor, b_ptrs) != built:
             self._check_weight_mode(built, weight_mode("b_tensor", b_tensor, {"b_ptrs": b_ptrs}))
-        if (dbias_tensor is not None) != self._compiled_dbias:
-            self._refuse_dbias(dbias_tensor)
-        roles = _BLOCK_SCALED_EXECUTE_ROLES[built]
-        if any(t is None for t in tensors):
-            names = {"a": "a_tensor", "padded_offsets": "padded_offsets", "b_ptrs": "b_ptrs",
-                     "sfb_ptrs": "sfb_ptrs"}
-            require({names.get(role, f"{role}_tensor"): t for role, t in zip(roles, tensors)},
-                    "FP8 operands (MXFP8: every tensor of the block-scaled contract)")
-        if self._bound is None:
-            self.compile()
-        options = self._config.options
-        if options.single_group:
-            offsets = as_torch(tensors[roles.index("padded_offsets")])
-            check_single_group("padded_offsets", offsets, as_torch(tensors[0]).shape[0], options.m_aligned)
-        if dbias_tensor is not None:
-            roles, tensors = (*roles, "dbias"), (*tensors, dbias_tensor)
-        self._bound.run(roles, tensors, current_stream)
+        if (given["dbias_tensor"] is not None) != self._compiled_dbias:
+            self._refuse_dbias(given["dbias_tensor"])
+        if (given["act_out_tensor"] is not None) != (self._given["act_out"] is True):
+            self._refuse_act_out(given["act_out_tensor"])
+        require({name: given[name] for name in _COMMON}, "every call (the op's operands, inputs and D_row)")
+        check_required(policy, given)
 
     @functools.cached_property
     def _built_mode(self) -> str:
         """DENSE or DISCRETE: the weight mode of the constructor's arguments (raises while
         they are inconsistent)."""
-        return weight_mode("sample_b", self._sample_b, self._discrete_args)
+        return weight_mode("sample_b", self._given["b_tensor"], {name: self._given[name] for name in CLASS_DISCRETE})
 
     @property
     def _compiled_dbias(self) -> bool:

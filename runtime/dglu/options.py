@@ -1,20 +1,17 @@
 """Check the op's non-tensor arguments and turn them into the variant fields they select.
 
-Arguments a backend cannot honour raise (never silently ignored): on the BF16 backend the
-block-scaled options and vector_f32; on both, activation constants given for an activation
-that does not use them. The block-scaled backend takes sf_vec_size=32 with FP8 operands
-(MXFP8) and 16 with FP4 operands (NVFP4, where the device runs them: dglu.blockscaled),
-discrete_col_sfd and use_single_group_runtime_offsets (kernel flags), vector_f32 (no
-effect: Hopper has no packed-f32 math) and epilogue_op in EPILOGUE_OPS (validated and part
-of the op's configuration, applied by none of NVIDIA's dGLU kernels, so by none of ours). use_dynamic_sched picks the scheduler (False: "static", True: "dynamic"); deterministic picks
-the variants whose D, dprob and dbias are bitwise reproducible (True) or the fast ones (False);
-act_out=True picks the variants that also write prob * GLU(X) (act_out_tensor);
-cluster_shape_mn=None means the seed's default: (2, 1), a CTA pair, for a 256-row tile
-(Blackwell's 2-CTA instructions), else (1, 1), one CTA per cluster;
+The values a family accepts for its options (sf_vec_size, vector_f32, epilogue_op, the
+kernel-flag options, ...) and why it refuses the others are the family's front policy,
+read from its manifest entries (dglu.front); this module checks the rest, the same for
+every family: activation constants given for an activation that does not use them are
+refused, use_dynamic_sched picks the scheduler (False: "static", True: "dynamic");
+deterministic picks the variants whose D, dprob and dbias are bitwise reproducible (True)
+or the fast ones (False); act_out=True picks the variants that also write prob * GLU(X)
+(act_out_tensor); cluster_shape_mn=None means the seed's default: (2, 1), a CTA pair, for
+a 256-row tile (Blackwell's 2-CTA instructions), else (1, 1), one CTA per cluster;
 mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
-selected variant's. A tile, cluster or
-scheduler that no installed variant has is refused by the selection, with the command that
-builds it.
+selected variant's. A tile, cluster or scheduler that no installed variant has is refused
+by the selection, with the command that builds it.
 """
 
 from __future__ import annotations
@@ -23,8 +20,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .contract.front import FrontPolicy
 from .contract.keys import ACT_PARAM_DEFAULTS, ALL_ACT_PARAMS
-from .dtypes import FLOAT_TYPES, FP8_TYPES, element_type_of
+from .front import check_values
 
 B_MAJORS = ("k", "n")
 SINGLE_CTA_CLUSTER = (1, 1)
@@ -35,30 +33,6 @@ CTA_PAIR_TILE_M = 256  # a 256-row tile runs on a CTA pair (2-CTA MMA instructio
 def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int]:
     """The seed's cluster_shape_mn=None: a CTA pair for a 256-row tile, else one CTA."""
     return CTA_PAIR_CLUSTER if tile is not None and tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
-
-MXFP8_SF_VEC_SIZE = 32
-NVFP4_SF_VEC_SIZE = 16  # FP4 operands' E4M3 scales (Blackwell)
-EPILOGUE_OPS = (None, "identity", "relu", "srelu")
-
-# Arguments with one accepted value on the BF16 backend: (name, value, exception type, why).
-_FIXED = (
-    ("sf_vec_size", 16, ValueError, "scale-factor vectors belong to the block-scaled backend"),
-    (
-        "discrete_col_sfd",
-        False,
-        ValueError,
-        "column scale factors belong to the block-scaled backend",
-    ),
-    ("epilogue_op", None, ValueError, "the BF16 contract has no epilogue op"),
-    ("vector_f32", False, NotImplementedError, "the packed-f32 epilogue is not available on SM90"),
-    (
-        "use_single_group_runtime_offsets",
-        False,
-        ValueError,
-        "single-group runtime offsets belong to the block-scaled backend",
-    ),
-)
-
 
 class OpOptions(NamedTuple):
     """The variant fields chosen by arguments (the tensors choose the dtypes)."""
@@ -72,7 +46,6 @@ class OpOptions(NamedTuple):
     m_aligned: int  # checked against the selected variant's
     deterministic: bool = False  # True: the variant without order-dependent float atomics
     act_out: bool = False  # True: the variant that also writes prob * GLU(X)
-    block_scaled: bool = False  # the MXFP8 backend (FP8 operands with E8M0 scales)
     discrete_col_sfd: bool = False  # block-scaled: SFD_col in the per-expert layout
     single_group: bool = False  # block-scaled: one expert whose rows come from A's shape
     vector_f32: bool = False  # block-scaled: accepted, no effect on Hopper
@@ -153,20 +126,15 @@ def check_options(
     act_out: Any = False,
     use_single_group_runtime_offsets: Any = False,
     round_dgrad_to_input_dtype: Any = False,
-    block_scaled: bool = False,
-    fp4: bool = False,
+    policy: FrontPolicy,
 ) -> OpOptions:
     """Check the configuration arguments (seed names) and return the variant fields they
-    select; ``block_scaled``: the call's operands are FP8 (``fp4``: FP4) with scale factors."""
+    select; ``policy``: the front policy of the family that runs the call's operands,
+    whose rules give the values each option accepts (dglu.front)."""
     given = locals()
     if cd_major != "n":
         raise ValueError(f"cd_major: must be 'n' (C and D must be N-major), got {cd_major!r}")
-    if block_scaled:
-        _check_block_scaled_options(given)
-    else:
-        for name, required, error, why in _FIXED:
-            if given[name] != required:
-                raise error(f"{name}: must be {required!r} ({why}), got {given[name]!r}")
+    check_values(policy, {name: value for name, value in given.items() if name != "policy"})
     if acc_dtype is not None and str(acc_dtype) != "torch.float32":
         raise ValueError(
             f"acc_dtype: must be torch.float32 (the only accumulator), got {acc_dtype}"
@@ -198,39 +166,12 @@ def check_options(
         m_aligned=m_aligned,
         deterministic=deterministic,
         act_out=act_out,
-        block_scaled=block_scaled,
         discrete_col_sfd=bool(discrete_col_sfd),
         single_group=bool(use_single_group_runtime_offsets),
         vector_f32=bool(vector_f32),
         epilogue_op=epilogue_op,
         round_dgrad=round_dgrad_to_input_dtype,
     )
-
-
-def _check_block_scaled_options(given: Mapping[str, Any]) -> None:
-    """The block-scaled backend's options (see the module docstring)."""
-    if given["fp4"]:
-        if given["sf_vec_size"] != NVFP4_SF_VEC_SIZE:
-            raise ValueError(
-                f"sf_vec_size: FP4 operands take one E4M3 scale per {NVFP4_SF_VEC_SIZE} elements of K "
-                f"(NVFP4), so it must be {NVFP4_SF_VEC_SIZE}; got {given['sf_vec_size']!r}"
-            )
-    elif given["sf_vec_size"] != MXFP8_SF_VEC_SIZE:
-        raise ValueError(
-            f"sf_vec_size: FP8 operands take one E8M0 scale per {MXFP8_SF_VEC_SIZE} elements of K "
-            f"(MXFP8), so it must be {MXFP8_SF_VEC_SIZE}; got {given['sf_vec_size']!r} (16-element "
-            "scales pair with FP4 operands, which Hopper cannot run)"
-        )
-    for name in ("discrete_col_sfd", "use_single_group_runtime_offsets", "vector_f32"):
-        if not isinstance(given[name], bool):
-            raise ValueError(f"{name}: expected a bool, got {given[name]!r}")
-    if given["round_dgrad_to_input_dtype"] is not False:
-        raise ValueError(
-            "round_dgrad_to_input_dtype: must be False with FP8 operands (the BF16 kernels' option; "
-            f"cuDNN FE's block-scaled kernels have none either), got {given['round_dgrad_to_input_dtype']!r}"
-        )
-    if given["epilogue_op"] not in EPILOGUE_OPS:
-        raise ValueError(f"epilogue_op: expected one of {list(EPILOGUE_OPS)}, got {given['epilogue_op']!r}")
 
 
 def check_m_aligned(options: OpOptions, variant: Any) -> None:
@@ -259,22 +200,3 @@ def check_absent(reason: str, error: type[Exception], **arguments: Any) -> None:
     for name, value in arguments.items():
         if value is not None:
             raise error(f"{name}: {reason}; pass None")
-
-
-def output_dtype_name(name: str, dtype: Any, block_scaled: bool = False) -> str:
-    """The manifest name of an output dtype argument (None: torch.bfloat16). Block-scaled
-    (FP8) operands produce FP8 D with its scale factors: torch.float8_e4m3fn or e5m2."""
-    if dtype is None and not block_scaled:
-        return "bf16"
-    element = element_type_of(dtype) if dtype is not None else None
-    if block_scaled and (element is None or element.name not in FP8_TYPES):
-        raise ValueError(
-            f"{name}: FP8 operands produce FP8 D (D_row, D_col with SFD_row, SFD_col): expected "
-            f"torch.float8_e4m3fn or torch.float8_e5m2, got {dtype!r} (bf16/fp16 D comes "
-            "with FP4 operands, which Hopper cannot run)"
-        )
-    if not block_scaled and (element is None or element.name not in FLOAT_TYPES):
-        raise ValueError(
-            f"{name}: expected torch.bfloat16, torch.float16 or torch.float32, " f"got {dtype!r}"
-        )
-    return element.name

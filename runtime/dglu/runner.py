@@ -261,7 +261,7 @@ def run_variant(
         if ready is None or not workspace_pool.still_pooled(pool, ready.slots, ready.pooled):
             grids = memo.get(loaded.identity)
             if grids is None:
-                grids = memo[loaded.identity] = _launch_grids(loaded, problem)
+                grids = memo[loaded.identity] = _grids(loaded, problem, stream, clear)
             if grids and loaded.variant.workspaces and pool.capturing():
                 _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
                 return
@@ -362,6 +362,15 @@ def _ready_call(
         loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, frozenset(problem.tensors), plan)
     slots = tuple(workspace_pool.pool_slot(n, w.rule) for n, w in workspaces.items())
     return ReadyCall(plan, slots, tuple(workspaces.values()))
+
+
+def _grids(loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...]) -> tuple[Grid, ...]:
+    """The problem's grids: the last plan's when it was made for these very scalars (the
+    wrapper's calls with new output addresses share their problem's scalars), else made."""
+    last = loaded.last_plans.get((stream, clear))
+    if last is not None and last.scalars is problem.scalars:
+        return last.grids
+    return _launch_grids(loaded, problem)
 
 
 def _launch_grids(loaded: LoadedVariant, problem: Problem) -> tuple[Grid, ...]:

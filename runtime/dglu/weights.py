@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .blockscaled import operand_type
-from .dtypes import FLOAT_TYPES, element_type_of
+from .contract.front import FrontPolicy
+from .front import dtype_name, operand_type
 
 DENSE, DISCRETE = "dense", "discrete"
 
@@ -82,10 +82,18 @@ def check_b_major(mode: str, b_major: str) -> None:
         )
 
 
-def block_scaled_b_major(mode: str, b_major: str, strides_major: str) -> str:
-    """The b_major of a block-scaled call's variant: discrete weights' option, or dense B's
-    strides' order (``strides_major``), which b_major may name but not contradict."""
-    if mode == DISCRETE:
+def dense_b_major(b: Any) -> str:
+    """"n" when dense B (N, K, L) has N contiguous (stride 1 along N, N > 1), else "k"."""
+    return "n" if b.dim() >= 2 and b.shape[0] > 1 and b.stride(0) == 1 else "k"
+
+
+def variant_b_major(policy: FrontPolicy, mode: str, b_major: str, strides_major: str) -> str:
+    """The b_major of the call's variant, by the family's policy: discrete weights' option;
+    dense B's is "k" (check ``dense_b_k_major``) or its strides' order ``strides_major``
+    (``b_major_from_strides``), which b_major may name but not contradict."""
+    if "dense_b_k_major" in policy.checks:
+        check_b_major(mode, b_major)
+    if mode == DISCRETE or "b_major_from_strides" not in policy.checks:
         return b_major
     if b_major not in ("k", strides_major):
         raise ValueError(
@@ -101,28 +109,23 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _dtype_name(b_dtype: Any, block_scaled: bool, fp4: bool = False) -> str:
-    if block_scaled:
-        return operand_type("b_dtype", b_dtype, fp4)
-    element = element_type_of(b_dtype)
-    if element is None or element.name not in FLOAT_TYPES:
-        raise ValueError(
-            f"b_dtype: expected the torch dtype of the experts' matrices (torch.bfloat16, "
-            f"torch.float16 or torch.float32), got {b_dtype!r}"
-        )
-    return element.name
+def _dtype_name(b_dtype: Any, policy: FrontPolicy) -> str:
+    operand_refusal = policy.refused_operands.get(str(b_dtype).removeprefix("torch."))
+    if operand_refusal is not None:
+        operand_type(policy, "b_dtype", b_dtype)  # raises with the policy's reason
+    return dtype_name(policy, "b_dtype", b_dtype)
 
 
-def wrapper_discrete(n: Any, b_dtype: Any, block_scaled: bool = False, fp4: bool = False) -> DiscreteWeights:
+def wrapper_discrete(n: Any, b_dtype: Any, policy: FrontPolicy) -> DiscreteWeights:
     """The wrapper's discrete weights: N from ``n``; L will come from b_ptrs' length.
-    ``block_scaled``: FP8 (``fp4``: FP4) matrices (and their scale factors behind sfb_ptrs)."""
-    dtype = _dtype_name(b_dtype, block_scaled, fp4)
+    ``policy``: the family's, whose ``b_dtype`` rule says the matrices' dtypes."""
+    dtype = _dtype_name(b_dtype, policy)
     return DiscreteWeights(n=_positive_int("n", n), n_from="n", dtype=dtype)
 
 
-def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any, block_scaled: bool = False) -> DiscreteWeights:
+def class_discrete(num_experts: Any, b_shape: Any, b_dtype: Any, policy: FrontPolicy) -> DiscreteWeights:
     """The class API's discrete weights: (N, K) from ``b_shape``, L from ``num_experts``."""
-    dtype = _dtype_name(b_dtype, block_scaled)
+    dtype = _dtype_name(b_dtype, policy)
     if (
         not isinstance(b_shape, tuple | list)
         or len(b_shape) != 2

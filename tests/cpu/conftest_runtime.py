@@ -237,6 +237,30 @@ def views(key: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def bf16_front() -> dict[str, Any]:
+    """The sm90_bf16 family's front policy, as its declaration writes it (a copy)."""
+    from dglu_build.kernels.sm90_bf16.interface import FRONT
+
+    return copy.deepcopy(FRONT)
+
+
+def bf16_policy() -> Any:
+    """The sm90_bf16 family's front policy as the runtime reads it (dglu.contract.front)."""
+    from dglu.contract.element_types import ELEMENT_TYPES
+    from dglu.contract.front import read_front
+
+    return read_front(bf16_front(), "sm90_bf16", ELEMENT_TYPES)
+
+
+def mxfp8_policy() -> Any:
+    """The sm90_mxfp8 family's front policy as the runtime reads it."""
+    from dglu.contract.element_types import ELEMENT_TYPES
+    from dglu.contract.front import read_front
+    from dglu_build.kernels.sm90_mxfp8.interface import FRONT
+
+    return read_front(copy.deepcopy(FRONT), "sm90_mxfp8", ELEMENT_TYPES)
+
+
 def variant_entry(key: dict[str, Any], cubin: bytes, **changes: Any) -> dict[str, Any]:
     """A complete v2 VARIANT entry for ``key`` and its cubin bytes."""
     import dglu
@@ -255,6 +279,7 @@ def variant_entry(key: dict[str, Any], cubin: bytes, **changes: Any) -> dict[str
             "source_hash": SOURCE_HASH,
             "toolchain": {"cutlass_dsl": "4.8.1", "python": "3.11.7"},
         },
+        "front": bf16_front(),
         "min_driver": 12090,
         "m_aligned": 256,
         "arguments": arguments(key),

@@ -120,8 +120,10 @@ def test_every_table_row_is_offered_by_a_frontend() -> None:
     offered = {*arguments.WRAPPER, *arguments.CONSTRUCTOR, *arguments.EXECUTE, *arguments.EXECUTE_KEYWORD_ONLY}
     assert set(arguments.ARGUMENTS) == offered
     for arg in arguments.ARGUMENTS.values():
-        assert arg.role in arguments.ROLES and arg.families in arguments.FAMILY_SCOPES
-        assert (arg.families == "none") == (arg.refusal is not None), arg.name
+        assert arg.role in arguments.ROLES
+        # what a family accepts is its front policy's (manifest data); only what no frontend
+        # takes is refused here
+        assert (arg.refusal is not None) == (arg.name == "workspace"), arg.name
 
 
 def _cudnn_fe_source() -> Path | None:
@@ -192,3 +194,38 @@ def test_the_torch_ops_schema_is_its_functions_parameters() -> None:
 
     schema = torch.ops.dglu.grouped_gemm_dglu.default._schema
     assert tuple(argument.name for argument in schema.arguments) == _PARAMETERS
+
+
+def test_execute_hands_its_tensors_to_the_bound_op_in_the_tables_order() -> None:
+    """execute() builds its tensors' tuple by hand (no locals() per call): in the order of
+    dglu.bound.EXECUTE_TENSORS, which the bound op's getters index."""
+    import ast
+    import inspect
+    import textwrap
+
+    from dglu import bound, op
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(op.GroupedGemmDglu.execute)))
+    (built,) = [
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["tensors"]
+    ]
+    assert [element.id for element in built.elts] == list(bound.EXECUTE_TENSORS)
+
+
+def test_the_wrapper_builds_its_tuples_in_the_tables_order() -> None:
+    """The wrapper builds its settings' and tensors' tuples by hand: in the orders of
+    dglu.api._SETTINGS and dglu.bound.WRAPPER_TENSORS (the table's wrapper order)."""
+    import ast
+    import inspect
+
+    from dglu import api, bound
+
+    tree = ast.parse(inspect.getsource(api.grouped_gemm_dglu))
+    built = {
+        node.targets[0].id: [element.id for element in node.value.elts]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Tuple)
+    }
+    assert built["settings"] == list(api._SETTINGS)
+    assert built["tensors"] == list(bound.WRAPPER_TENSORS)

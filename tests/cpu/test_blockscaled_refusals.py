@@ -4,10 +4,11 @@ raised before anything is allocated on or launched to the device, no tensor writ
 
 Stand-ins (stand_ins.py): an H200, the recording driver, CPU tensors with the device check
 off, load_variant / run_variant recording instead of loading and launching. Two manifests:
-- WITHOUT: the BF16 family's variants only. Refusals that depend on no variant (FP4 or
-  E4M3-scaled operands, sf_vec_size, d_dtype, missing scale/norm_const tensors, discrete
-  b_dtype, FP8 C with vector_f32) must fire before the variant selection, so they run here
-  (a selection would find no block-scaled variant and raise VariantNotFoundError instead).
+- WITHOUT: the BF16 family's variants only. What the front door accepts is each family's
+  front policy, data of its manifest entries (dglu.front): with no MXFP8 family installed,
+  FP8 A is refused first, naming A's dtype and the families installed (``no_family``);
+  FP4 A is refused by the BF16 family's data (no FP4 tensor cores on Hopper). The refusals
+  must still fire before the variant selection.
 - WITH: plus sm90_mxfp8 variants, whose manifest entries come from the family's declaration
   (``blockscaled_entry``; it skips until dglu_build.kernels.sm90_mxfp8 exists). Every refusal
   runs here, with those that need the variant's argument rules (B's dtype, SF shapes and
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dglu.errors import VariantNotFoundError
 
 torch = pytest.importorskip("torch", reason="torch is needed to build tensors for these tests")
 
@@ -325,14 +327,28 @@ def arguments_and_call(refusal: Refusal) -> tuple[dict[str, Any], Callable[..., 
     return {**execute_arguments(samples), **changes}, op.execute
 
 
-def check_refused(refusal: Refusal, recorded) -> None:
-    """The call raises ValueError as ``refusal`` says; nothing allocated on the device,
-    launched or written."""
+def no_family(refusal: Refusal, arguments: dict[str, Any]) -> Refusal | None:
+    """Without MXFP8 variants no installed family runs FP8 A on Hopper: what the call with
+    ``arguments`` is refused for first then (the front policy of a family is its manifest
+    entries' data), or None when A is not FP8 (FP4 is refused by the BF16 family's data)."""
+    name = "sample_a" if refusal.call == "check_support" else "a_tensor"
+    a = arguments.get(name)
+    if refusal.call == "execute" or not isinstance(a, torch.Tensor) or a.dtype not in (E4M3, E5M2):
+        return None
+    return Refusal(refusal.call, refusal.changes, name, (str(a.dtype), "no family on sm_90a runs it",
+                                                          "installed families run torch.bfloat16"))
+
+
+def check_refused(refusal: Refusal, recorded, manifest: str = "with") -> None:
+    """The call raises ValueError as ``refusal`` says (without MXFP8 variants, FP8 A is
+    refused first: ``no_family``); nothing allocated on the device, launched or written."""
     fake, runs = recorded
     arguments, call = arguments_and_call(refusal)
+    if manifest == "without":
+        refusal = no_family(refusal, arguments) or refusal
     before = {name: v.clone() for name, v in arguments.items() if isinstance(v, torch.Tensor)}
     allocations, enqueued = fake.counts["cuMemAllocAsync"], len(fake.enqueued())
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises((ValueError, VariantNotFoundError)) as raised:
         call(**arguments)
     message = str(raised.value)
     starts = (refusal.argument,) if isinstance(refusal.argument, str) else refusal.argument
@@ -351,8 +367,8 @@ def raw(tensor: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("case", sorted(BEFORE_SELECTION))
-def test_refused_before_the_variant_selection(recorded, case: str) -> None:
-    check_refused(BEFORE_SELECTION[case], recorded)
+def test_refused_before_the_variant_selection(recorded, manifest: str, case: str) -> None:
+    check_refused(BEFORE_SELECTION[case], recorded, manifest)
 
 
 @pytest.mark.parametrize("case", sorted(WITH_VARIANT))

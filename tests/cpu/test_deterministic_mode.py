@@ -8,6 +8,7 @@ import pytest
 from dglu.contract.keys import KEY_FIELDS, variant_name
 from dglu_build.kernels.registry import families
 from dglu.contract.expressions import parse_expr
+from conftest_runtime import bf16_policy
 from dglu.options import check_options
 from dglu.selection import VariantRequest, build_command, missing_variant_message
 
@@ -89,14 +90,14 @@ def test_expressions_divide_rounding_up() -> None:
         parse_expr("n/0")
 
 
-def _options(**given):
+def _options(policy=None, **given):
     defaults = dict(
         acc_dtype=None, mma_tiler_mn=None, cluster_shape_mn=None, sf_vec_size=16, vector_f32=False,
         m_aligned=256, discrete_col_sfd=False, act_func="dswiglu", geglu_alpha=1.702, glu_clamp_max=7.0,
         glu_clamp_min=-7.0, linear_offset=1.0, situ_beta1=4.0, situ_beta2=25.0, b_major="k",
         epilogue_op=None, use_dynamic_sched=False,
     )
-    return check_options(**{**defaults, **given})
+    return check_options(**{**defaults, **given}, policy=policy or bf16_policy())
 
 
 def test_options_take_deterministic_as_a_bool() -> None:

@@ -152,7 +152,7 @@ def test_sf_fp8_dtype_override_and_workspace_are_refused_with_the_reason(runs) -
         ({"act_func": "nope", "padded_offsets": None, "prob_tensor": torch.ones(M + 1, 1, 1)}, r"act_func: expected"),
         ({"padded_offsets": None, "prob_tensor": torch.ones(M + 1, 1, 1)}, r"padded_offsets: required"),
         ({"a_tensor": None, "act_func": "nope"}, r"a_tensor: required"),
-        ({"sfa_tensor": torch.zeros(4), "act_func": "nope", "padded_offsets": None}, r"sfa_tensor: block-scaled"),
+        ({"sfa_tensor": torch.zeros(4), "act_func": "nope", "padded_offsets": None}, r"sfa_tensor: got a Tensor; block-scaled"),
     ],
     ids=["options before missing tensors", "missing tensors before shapes", "A first", "BF16 family first"],
 )

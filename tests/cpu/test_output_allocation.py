@@ -6,12 +6,15 @@ from __future__ import annotations
 import torch
 
 from dglu import call
+from dglu.problem import TensorView
 
 M, N2, L = 512, 192, 3
 
 
 def rule(role: str, shape: tuple, strides: tuple, dtype) -> call.OutputRule:
-    return call.OutputRule(role, shape, strides, dtype, accumulate=False)
+    name = str(dtype).removeprefix("torch.")
+    view = TensorView(None, 0, shape, strides, name)
+    return call.OutputRule(role, shape, strides, dtype, False, view, call._contiguous(shape, strides))
 
 
 def test_d_row_is_plain_contiguous_even_with_the_seed_stride_of_its_unit_dimension() -> None:

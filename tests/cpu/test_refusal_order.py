@@ -102,5 +102,5 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_most_fundamental_reason_is_named(name, recorded) -> None:
-    check_refused(CASES[name], recorded)
+def test_the_most_fundamental_reason_is_named(name, recorded, manifest) -> None:
+    check_refused(CASES[name], recorded, manifest)

@@ -17,6 +17,7 @@ from dglu_build.kernels.sm90_bf16.config import Config
 from dglu_build.kernels.sm90_mxfp8 import interface as mx_interface
 from dglu_build.kernels.sm90_mxfp8.config import Config as MxConfig
 
+from conftest_runtime import mxfp8_policy
 from test_deterministic_mode import BASE, _options
 
 FLAG = "round_dgrad_to_input_dtype"
@@ -67,9 +68,9 @@ def test_options_take_it_as_a_bool_and_set_the_flag() -> None:
 
 
 def test_fp8_operands_refuse_it() -> None:
-    block_scaled = {"sf_vec_size": 32, "block_scaled": True}
+    block_scaled = {"sf_vec_size": 32, "policy": mxfp8_policy()}  # the sm90_mxfp8 family's rules
     assert _options(**block_scaled).round_dgrad is False
-    with pytest.raises(ValueError, match=r"^round_dgrad_to_input_dtype: must be False with FP8 operands"):
+    with pytest.raises(ValueError, match=r"^round_dgrad_to_input_dtype: got True; must be False with FP8 operands"):
         _options(**block_scaled, round_dgrad_to_input_dtype=True)
 
 

@@ -21,6 +21,7 @@ from conftest_runtime import GEGLU_DEFAULTS, variant_key, variant_name, write_ar
 from dglu import call
 from dglu.errors import VariantNotFoundError
 from dglu.manifest import read_manifest
+from conftest_runtime import bf16_policy
 from dglu.options import check_options
 from dglu.weights import DiscreteWeights
 
@@ -69,9 +70,9 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.flo
 
 
 def select(c_dtype="bf16", d_dtype="bf16", dbias=True, weights="dense", **arguments):
-    options = check_options(**{**DEFAULTS, **arguments})
+    options = check_options(**{**DEFAULTS, **arguments}, policy=bf16_policy())
     discrete = DiscreteWeights(n=96, n_from="n") if weights == "discrete" else None
-    config = call.OpConfig(weights, discrete, options, d_dtype, dbias)
+    config = call.OpConfig(weights, discrete, options, d_dtype, dbias, bf16_policy())
     tensors = {
         "a": ("a_tensor", torch.zeros(1, 8, dtype=torch.bfloat16)),
         "c": ("c_tensor", torch.zeros(1, 8, dtype=TORCH_DTYPES[c_dtype])),

@@ -6,7 +6,9 @@ import math
 from types import SimpleNamespace
 
 import pytest
-from dglu.options import check_absent, check_m_aligned, check_options, output_dtype_name
+from conftest_runtime import bf16_policy
+from dglu.front import dtype_name
+from dglu.options import check_absent, check_m_aligned, check_options
 
 SEED_DEFAULTS = dict(
     acc_dtype=None,
@@ -30,7 +32,7 @@ SEED_DEFAULTS = dict(
 
 
 def options(**changes):
-    return check_options(**{**SEED_DEFAULTS, **changes})
+    return check_options(**{**SEED_DEFAULTS, **changes}, policy=bf16_policy())
 
 
 def test_defaults_select_dswiglu_static_one_cta_any_tile() -> None:
@@ -123,12 +125,13 @@ def test_absent_block_scaled_arguments() -> None:
         check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=object())
 
 
-def test_output_dtype_names() -> None:
+def test_output_dtype_names_follow_the_familys_rule() -> None:
     torch = pytest.importorskip("torch")
-    assert output_dtype_name("d_dtype", None) == "bf16"
-    assert output_dtype_name("d_dtype", torch.float32) == "fp32"
+    policy = bf16_policy()
+    assert dtype_name(policy, "d_dtype", None) == "bf16"
+    assert dtype_name(policy, "d_dtype", torch.float32) == "fp32"
     with pytest.raises(ValueError, match="^d_dtype: expected torch.bfloat16.*got torch.int8"):
-        output_dtype_name("d_dtype", torch.int8)
+        dtype_name(policy, "d_dtype", torch.int8)
 
 
 def test_m_aligned_must_be_the_variants() -> None:

@@ -22,6 +22,7 @@ from dglu.dtypes import torch_dtype  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.validation import check_offset_values, describe_tensors, element_types  # noqa: E402
+from conftest_runtime import bf16_policy  # noqa: E402
 from dglu.weights import class_discrete, wrapper_discrete  # noqa: E402
 
 M, N, K, L = 1100, 96, 200, 5
@@ -228,10 +229,11 @@ def test_bad_tensor_is_named_with_what_it_needs(case: str) -> None:
     assert str(raised.value).startswith(message), str(raised.value)
 
 
-def test_a_of_another_dtype_selects_no_variant() -> None:
+def test_a_of_a_dtype_no_installed_family_runs_is_refused_first() -> None:
     arguments = wrapper_arguments(a_tensor=torch.zeros(M, K, 1, dtype=torch.float16))
-    with pytest.raises(VariantNotFoundError, match=r"ab_dtype=fp16 \(from a_tensor\)"):
-        grouped_gemm_dglu_wrapper_sm90(**arguments)
+    with pytest.raises(VariantNotFoundError, match=r"^a_tensor: dtype torch.float16: no family on sm_90a runs it "
+                       r"\(the installed families run torch.bfloat16\); `dglu-build add --arch sm_90a --ab-dtype fp16"):
+        grouped_gemm_dglu_wrapper_sm90(**arguments, act_func="nope")  # before the options
 
 
 @pytest.mark.parametrize(
@@ -306,11 +308,11 @@ def test_wrapper_checks_layouts_then_device() -> None:
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
-        ({"sfa_tensor": torch.zeros(1)}, NotImplementedError, "sfa_tensor: block-scaled"),
+        ({"sfa_tensor": torch.zeros(1)}, NotImplementedError, "sfa_tensor: got a Tensor; block-scaled"),
         (
             {"norm_const_tensor": torch.zeros(1)},
             NotImplementedError,
-            "norm_const_tensor: block-scaled",
+            "norm_const_tensor: got a Tensor; block-scaled",
         ),
         (
             {"b_ptrs": torch.zeros(L, dtype=torch.int64), "n": N, "b_dtype": torch.bfloat16},
@@ -379,7 +381,7 @@ def test_class_refuses_dbias_it_was_not_built_for() -> None:
 def test_class_refuses_block_scaled_samples() -> None:
     t = seed_tensors()
     op = GroupedGemmDgluSm90(**samples(t), sample_sfa=torch.zeros(1), sample_b=t["b"])
-    with pytest.raises(NotImplementedError, match="^sample_sfa: block-scaled"):
+    with pytest.raises(NotImplementedError, match="^sample_sfa: got a Tensor; block-scaled"):
         op.check_support()
 
 
@@ -460,7 +462,7 @@ def test_discrete_views_b_ptrs_and_one_experts_matrix(
     b_ptrs = torch.zeros(L + 1, dtype=torch.int64)[1:]
     tensors["b_ptrs"] = b_ptrs
     problem = describe(
-        tensors, wrapper_discrete(N, torch.bfloat16), weight_mode="discrete", b_major=b_major
+        tensors, wrapper_discrete(N, torch.bfloat16, bf16_policy()), weight_mode="discrete", b_major=b_major
     )
     assert {s: problem.scalars[s] for s in "mnkl"} == {"m": M, "n": N, "k": K, "l": L}
     assert (problem.scalars["n2"], problem.scalars["l_n2"]) == (2 * N, L * 2 * N)
@@ -518,7 +520,7 @@ def test_class_discrete_sizes_reach_describe_tensors(monkeypatch: pytest.MonkeyP
     del tensors["b"]
     tensors["b_ptrs"] = torch.zeros(L - 1, dtype=torch.int64)
     with pytest.raises(ValueError, match=rf"^b_ptrs: shape \({L - 1},\) does not match"):
-        describe(tensors, class_discrete(L, (N, K), torch.bfloat16), weight_mode="discrete")
+        describe(tensors, class_discrete(L, (N, K), torch.bfloat16, bf16_policy()), weight_mode="discrete")
 
 
 def execute_arguments(**changes) -> dict[str, object]:

@@ -4,7 +4,8 @@ sm100_blockscaled family's declaration with made-up cubins and symbols): FP4 ope
 E4M3 scales and sf_vec_size=16 are accepted where an installed variant of the device's
 architecture takes FP4 operands, and refused on Hopper, each refusal naming the argument
 before anything is allocated or launched; an NVFP4 call returns the seed's seven outputs
-with amax allocated (and no D_col or SFD: its kernel quantizes no D)."""
+with amax allocated (and no D_col or SFD: its kernel quantizes no D); the class API
+selects the same variant from FP4 samples."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_entry, variant_key, write_manifest  # noqa: E402
-from dglu import api, blockscaled, bound, call, driver, manifest, op, runner  # noqa: E402
+from dglu import api, bound, call, driver, manifest, op, runner  # noqa: E402
 from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 from dglu_build.kernels.declaration import manifest_kernel  # noqa: E402
@@ -40,19 +41,19 @@ def _entry(key: dict, cubin: bytes) -> dict:
 
 
 def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The stand-ins over a manifest of one sm_100a NVFP4 variant, on the device ``info``;
-    (driver, runs)."""
-    cubin = os.urandom(512)
-    entry = _entry(NVFP4_KEY, cubin)
-    (tmp_path / entry["cubin"]).write_bytes(cubin)
-    write_manifest(tmp_path, {"schema_version": 2, "variants": [entry]})
+    """The stand-ins over a manifest of one sm_100a NVFP4 variant and one sm_90a BF16
+    variant, on the device ``info``; (driver, runs)."""
+    entries = []
+    for make_entry, key in ((_entry, NVFP4_KEY), (variant_entry, variant_key())):
+        cubin = os.urandom(512)
+        entries.append(make_entry(key, cubin))
+        (tmp_path / entries[-1]["cubin"]).write_bytes(cubin)
+    write_manifest(tmp_path, {"schema_version": 2, "variants": entries})
     variants = read_manifest(tmp_path).variants
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
     for module in (driver, call, runner):
         monkeypatch.setattr(module, "device_info", lambda ordinal: info)
     monkeypatch.setattr(manifest, "installed_variants", lambda: tuple(variants))
-    # the stand-ins' tensors are CPU tensors standing for device 0's
-    monkeypatch.setattr(blockscaled, "fp4_runs_on", lambda device: blockscaled.fp4_runs_on_ordinal(0))
     runs: list[str] = []
     for module in (op, bound):
         monkeypatch.setattr(module, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
@@ -106,7 +107,7 @@ def test_an_nvfp4_call_runs_on_blackwell_and_returns_amax(b200):
     ("changes", "argument", "fragment"),
     [
         ({"sf_vec_size": 32}, "sf_vec_size", "one E4M3 scale per 16"),
-        ({"sfa_tensor": _sf(M, K, dtype=E8M0)}, "sfa_tensor", "FP4 operands take torch.float8_e4m3fn"),
+        ({"sfa_tensor": _sf(M, K, dtype=E8M0)}, "sfa_tensor", "expected torch.float8_e4m3fn scale factors, one per 16"),
         ({"a_tensor": torch.zeros(M, K // 2, 1, dtype=torch.uint8)}, "a_tensor", "torch.float4_e2m1fn_x2"),
         ({"d_dtype": torch.float8_e4m3fn}, "d_dtype", ""),
     ],
@@ -128,7 +129,7 @@ def test_hopper_refuses_fp4_naming_the_argument_before_anything_else(h200):
     assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
 
 
-def test_the_class_api_says_fp4_runs_through_the_wrapper(b200):
+def test_the_class_api_takes_fp4_samples_on_blackwell(b200):
     fake, runs = b200
     call = _call()
     samples = {"sample_a": call["a_tensor"], "sample_c": call["c_tensor"],
@@ -136,7 +137,9 @@ def test_the_class_api_says_fp4_runs_through_the_wrapper(b200):
                "sample_b": call["b_tensor"], "sample_sfb": call["sfb_tensor"],
                "sample_padded_offsets": call["padded_offsets"], "sample_alpha": call["alpha_tensor"],
                "sample_beta": call["beta_tensor"], "sample_prob": call["prob_tensor"],
-               "sample_dprob": call["dprob_tensor"], "sf_vec_size": 16}
-    with pytest.raises(NotImplementedError, match="^sample_a: FP4 operands"):
-        api.GroupedGemmDglu(**samples).check_support()
+               "sample_dprob": call["dprob_tensor"], "sample_dbias": torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16),
+               "sample_amax": torch.zeros(L, 2, 1), "sf_vec_size": 16, "mma_tiler_mn": (256, 256)}
+    op_ = api.GroupedGemmDglu(**samples)
+    assert op_.check_support()
+    assert op_._variant.name == variant_entry(NVFP4_KEY, b"")["name"]
     assert runs == [] and fake.counts["cuMemAllocAsync"] == 0

@@ -22,7 +22,7 @@ from dglu import runner  # noqa: E402
 from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu.contract.writer import manifest_text  # noqa: E402
 from dglu.validation import describe_tensors  # noqa: E402
-from conftest_runtime import variant_key  # noqa: E402
+from conftest_runtime import bf16_front, variant_key  # noqa: E402
 
 M, N, K = 256, 8, 64
 W = 4 * N
@@ -41,6 +41,7 @@ def toy_variant() -> dict:
         "sha256": sha,
         "size": len(CUBIN),
         "build": {"dglu_version": dglu.__version__, "source_hash": "7" * 64, "toolchain": {}},
+        "front": bf16_front(),  # the front door's rules: the BF16 families'
         "min_driver": 12000,
         "m_aligned": 64,
         "arguments": {

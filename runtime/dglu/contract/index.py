@@ -2,7 +2,7 @@
 
 It holds, for every variant, the identity fields selection and the staleness rules read
 (dglu.contract.reader.IDENTITY_FIELDS) and the byte range of its entry in manifest.json,
-plus the manifest's size and sha256. So the runtime reads a manifest of many variants
+plus the manifest's size and CRC-32 (a staleness check: the cubins' integrity is their sha256). So the runtime reads a manifest of many variants
 without parsing it whole: the index (one small JSON object per variant), a hash of the
 manifest's bytes, and the one entry a call selects (dglu.contract.reader.VariantEntry).
 A big JSON parse inside a process that already holds a large heap (torch's) makes enough
@@ -17,7 +17,7 @@ never used: a warning says so and names the command that rewrites it.
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 import json
 import warnings
 from pathlib import Path
@@ -27,8 +27,10 @@ from .errors import ManifestError
 from .schema import MANIFEST_FILE
 
 INDEX_FILE = "manifest-index.json"
-INDEX_FORMAT = 1
-# What each record copies from its manifest entry (reader.IDENTITY_FIELDS); "span" is added.
+INDEX_FORMAT = 3
+# What each record copies from its manifest entry (reader.IDENTITY_FIELDS but ``front``,
+# which the index holds once per family and operand types, in ``fronts``); "span" and
+# "front_id" (its key in ``fronts``) are added.
 RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
 REWRITE_HINT = (
     "rebuild the directory (`dglu-build compile KERNEL_SPECS.yaml -o DIR` writes the index "
@@ -64,27 +66,39 @@ def index_text(manifest_text: str) -> str:
     raw = manifest_text.encode()
     manifest = json.loads(manifest_text)
     records = []
+    fronts: dict[str, Any] = {}
     for entry, (start, end) in zip(manifest["variants"], entry_spans(manifest_text), strict=True):
         if json.loads(raw[start:end]) != entry:
             raise ValueError(f"variant {entry.get('name')!r}: its span {start}..{end} holds another entry")
-        records.append({**{field: entry[field] for field in RECORD_FIELDS}, "span": [start, end]})
+        front_id = front_key(entry["family"], entry["front"])
+        records.append({**{field: entry[field] for field in RECORD_FIELDS}, "span": [start, end], "front_id": front_id})
+        if fronts.setdefault(front_id, entry["front"]) != entry["front"]:
+            raise ValueError(f"variant {entry['name']!r}: its front differs from {front_id}'s")
     index = {
+        "fronts": fronts,
         "index_format": INDEX_FORMAT,
         "schema_version": manifest["schema_version"],
         "manifest_bytes": len(raw),
-        "manifest_sha256": hashlib.sha256(raw).hexdigest(),
+        "manifest_crc32": _crc32(raw),
         "variants": records,
     }
     return json.dumps(index, separators=(",", ":"), sort_keys=True) + "\n"
 
 
+def front_key(family: str, front: Any) -> str:
+    """The index's key of a family's front policy: a family may have one per operand types
+    (e.g. sm100_blockscaled: MXFP8's and NVFP4's), ``family/e4m3+e5m2``."""
+    return f"{family}/{'+'.join(front['operands'])}"
+
+
 class Index(NamedTuple):
-    """An index that matches its manifest: the manifest's schema_version and bytes, and one
-    record per variant (its RECORD_FIELDS and ``span``)."""
+    """An index that matches its manifest: the manifest's schema_version and bytes, one
+    record per variant (its RECORD_FIELDS, ``span`` and ``front_id``) and the fronts by id."""
 
     schema_version: Any
     manifest: bytes
     records: list[dict[str, Any]]
+    fronts: dict[str, Any]
 
 
 def read_index(directory: Path) -> Index | None:
@@ -104,20 +118,26 @@ def read_index(directory: Path) -> Index | None:
         raise ManifestError(f"{manifest_path}: cannot read: {exc.strerror}") from exc
     try:
         index = json.loads(text)
-        found = (index["index_format"], index["manifest_bytes"], index["manifest_sha256"])
-        records, schema_version = index["variants"], index["schema_version"]
+        found = (index["index_format"], index["manifest_bytes"], index["manifest_crc32"])
+        records, schema_version, fronts = index["variants"], index["schema_version"], index["fronts"]
     except (ValueError, KeyError, TypeError) as exc:
         return _stale(path, f"is not an index dglu reads ({type(exc).__name__}: {exc})")
-    wanted = (INDEX_FORMAT, len(manifest), hashlib.sha256(manifest).hexdigest())
+    wanted = (INDEX_FORMAT, len(manifest), _crc32(manifest))
     if found != wanted:
         return _stale(
             path,
-            f"describes another {MANIFEST_FILE} (format, bytes, sha256 {found[0]}, {found[1]}, "
+            f"describes another {MANIFEST_FILE} (format, bytes, CRC-32 {found[0]}, {found[1]}, "
             f"{str(found[2])[:12]}; the manifest has {wanted[0]}, {wanted[1]}, {wanted[2][:12]})",
         )
-    if not isinstance(records, list):
-        return _stale(path, "has no list of variants")
-    return Index(schema_version, manifest, records)
+    if not isinstance(records, list) or not isinstance(fronts, dict):
+        return _stale(path, "has no list of variants or no object of fronts")
+    return Index(schema_version, manifest, records, fronts)
+
+
+def _crc32(data: bytes) -> str:
+    """The CRC-32 of ``data`` as 8 hex digits: whether an index was made from these bytes
+    (a manifest several MB long hashes ~4x faster than with sha256, on every first call)."""
+    return f"{zlib.crc32(data):08x}"
 
 
 def _stale(path: Path, problem: str) -> None:

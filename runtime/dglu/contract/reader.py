@@ -13,6 +13,7 @@ context and shared (``_memoised``).
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from .element_types import ELEMENT_TYPES
 
 POINTER_BYTES = 8
 from .errors import ManifestError
+from .front import FrontPolicy, read_front
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
 from .index import INDEX_FILE, REWRITE_HINT, Index, read_index, record_span
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
@@ -210,15 +212,20 @@ def _memoised(read: Callable[..., T]) -> Callable[..., T]:
 
 
 _REQUIRED_KEY_FIELDS = tuple(name for name in KEY_FIELDS if name not in KEY_FIELD_DEFAULTS)
+# (field, JSON type, the Python types json.loads makes of that JSON type): _is_json_type
+# as one set lookup, for the key of every variant of an index
+_JSON_TYPES = {int: frozenset({int}), float: frozenset({int, float}), bool: frozenset({bool}),
+               str: frozenset({str}), dict: frozenset({dict}), list: frozenset({list})}
+_KEY_JSON_TYPES = tuple((name, kind, _JSON_TYPES[kind]) for name, kind in KEY_FIELDS.items())
 
 
 def _read_key(entry: _Entry) -> VariantKey:
     entry.only(_REQUIRED_KEY_FIELDS, tuple(KEY_FIELD_DEFAULTS))
     data = entry.data
     fields = {  # a value of the wrong type gets take's message (read for every variant: fast)
-        name: (data[name] if _is_json_type(data[name], kind) else entry.take(name, kind))
+        name: (data[name] if type(data[name]) in types else entry.take(name, kind))
         if name in data else KEY_FIELD_DEFAULTS[name]
-        for name, kind in KEY_FIELDS.items()
+        for name, kind, types in _KEY_JSON_TYPES
     }
     bad = {k: v for k, v in fields["act_params"].items() if not _is_json_type(v, float)}
     if bad:
@@ -467,27 +474,28 @@ def _read_flags(entry: _Entry, derived: Mapping[str, Expr]) -> tuple[str, ...]:
 
 
 VARIANT_FIELDS = (
-    "name", "family", "key", "cubin", "sha256", "size", "build", "min_driver", "m_aligned",
+    "name", "family", "key", "cubin", "sha256", "size", "build", "front", "min_driver", "m_aligned",
     "arguments", "scalars", "limits", "views", "workspaces", "kernels", "tma", *OPTIONAL_RULE_FIELDS,
 )
 
 
-IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
+IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build", "front")
 
 
 def _read_identity(
-    data: Any, where: str, directory: Path, whole_entry: bool = True
+    data: Any, where: str, directory: Path, whole_entry: bool = True, front: FrontPolicy | None = None
 ) -> tuple[_Entry, dict[str, Any]]:
     """A VARIANT entry's IDENTITY_FIELDS, checked (and, for a ``whole_entry``, its field
-    names: none unknown, none missing): what selection, the staleness rules and the cubin's
-    integrity check read. Returns the entry (its errors name the variant) and the fields."""
+    names: none unknown, none missing): what selection, the front door's checks, the
+    staleness rules and the cubin's integrity check read (``front``: the policy already
+    read, an index's). Returns the entry (its errors name the variant) and the fields."""
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
     if whole_entry:
         entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
-    if Path(cubin).name != cubin or cubin in ("", ".", ".."):
+    if os.path.basename(cubin) != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
     sha256 = entry.take("sha256", str)
     if not _SHA256.fullmatch(sha256):
@@ -500,7 +508,21 @@ def _read_identity(
         "sha256": sha256,
         "size": entry.positive("size"),
         "build": _read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
+        "front": front if front is not None else _read_front(entry.where, entry.take("front", dict)),
     }
+
+
+_fronts: dict[str, FrontPolicy] = {}  # a front field's canonical text -> its policy
+
+
+def _read_front(where: str, data: dict[str, Any]) -> FrontPolicy:
+    """An entry's front policy (dglu.contract.front): a family's entries share one, read
+    and checked once per text (a bad one fails with the first entry's location)."""
+    text = json.dumps(data, sort_keys=True)
+    front = _fronts.get(text)
+    if front is None:
+        front = _fronts[text] = read_front(data, where, ELEMENT_TYPES)
+    return front
 
 
 def _read_rest(entry: _Entry, identity: Mapping[str, Any], directory: Path) -> Variant:
@@ -560,11 +582,17 @@ class VariantEntry:
         self._source: bytes | None = None
 
     @classmethod
-    def indexed(cls, record: Any, where: str, directory: Path, manifest: bytes) -> VariantEntry:
+    def indexed(
+        cls, record: Any, where: str, directory: Path, manifest: bytes, fronts: Mapping[str, FrontPolicy]
+    ) -> VariantEntry:
         """The entry of ``record`` (an index record; ``where`` names it in the manifest),
-        whose entry lies in ``manifest`` (the bytes the index was checked against)."""
+        whose entry lies in ``manifest`` (the bytes the index was checked against);
+        ``fronts``: the index's front policies, by id (index.front_key)."""
         self = cls.__new__(cls)
-        _, identity = _read_identity(record, where, directory, whole_entry=False)
+        front_id = record.get("front_id") if isinstance(record, dict) else None
+        if not isinstance(front_id, str) or front_id not in fronts:
+            raise ManifestError(f"{directory / INDEX_FILE}: {where}: no front {front_id!r}; {REWRITE_HINT}")
+        _, identity = _read_identity(record, where, directory, whole_entry=False, front=fronts[front_id])
         span = record_span(record, manifest)
         if span is None:
             raise ManifestError(
@@ -658,8 +686,13 @@ def parse_indexed(index: Index, path: Path) -> Manifest:
     """The manifest at ``path`` from its matching ``index``, each variant a VariantEntry
     whose entry is parsed when it is used."""
     _check_schema_version(index.schema_version, True, path)
+    where = f"{path.parent / INDEX_FILE}: fronts"
+    fronts = {front_id: _read_front(f"{where}.{front_id}", data) if isinstance(data, dict) else data
+              for front_id, data in index.fronts.items()}
+    if bad := [front_id for front_id, front in fronts.items() if not isinstance(front, FrontPolicy)]:
+        raise ManifestError(f"{where}.{bad[0]}: expected an object; {REWRITE_HINT}")
     variants = tuple(
-        VariantEntry.indexed(record, f"{path}: variants[{i}]", path.parent, index.manifest)
+        VariantEntry.indexed(record, f"{path}: variants[{i}]", path.parent, index.manifest, fronts)
         for i, record in enumerate(index.records)
     )
     _names_once(variants, path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
 from pathlib import Path
+from .front import FrontPolicy
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .expressions import Expr
@@ -177,6 +178,7 @@ class Variant(NamedTuple):
     sha256: str
     size: int
     build: Build
+    front: FrontPolicy  # what the front door accepts for the family (dglu.contract.front)
     min_driver: int
     m_aligned: int
     arguments: Mapping[str, Argument]  # in check order

@@ -50,7 +50,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..arguments import refused_value
 from ..call import ARGUMENT_NAMES
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
@@ -59,7 +58,7 @@ from ..external import padded_elements
 from ..options import check_absent
 from ..problem import Problem
 from ..selection import arch_for_capability
-from .arrays import array_spec
+from .arrays import array_spec, torch_spelling
 from .checks import check_config, describe_call
 from .config import ARG_ROLES, CallConfig
 
@@ -222,8 +221,6 @@ def grouped_gemm_dglu_jax(
     """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring); the wrapper's
     parameters in its order (dglu.arguments), less current_stream and activation_tensor
     (dglu.arguments.NOT_OFFERED says why)."""
-    if (why := refused_value("sf_fp8_dtype_override", sf_fp8_dtype_override)) is not None:
-        raise ValueError(why)
     check_absent(
         BLOCK_SCALED_IN_JAX,
         NotImplementedError,
@@ -232,7 +229,9 @@ def grouped_gemm_dglu_jax(
         sfb_ptrs=sfb_ptrs,
         norm_const_tensor=norm_const_tensor,
     )
-    config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()))
+    arch = default_device_arch()
+    a_dtype = torch_spelling(jnp.result_type(a_tensor)) if a_tensor is not None else "torch.bfloat16"
+    config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()), a_dtype, arch)
     for name in ("a_tensor", "c_tensor", "padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor"):
         if locals()[name] is None:
             raise ValueError(f"{name}: required with every call, got None")
@@ -248,7 +247,7 @@ def grouped_gemm_dglu_jax(
         if x is not None
     }
     variant, problem = describe_call(
-        config, arrays, default_device_arch(), TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob", "act_out")
+        config, arrays, arch, TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob", "act_out")
     )
     layout = call_layout(variant, problem, dprob_tensor is not None)
     _register_gpu_target()

@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..call import WRAPPER_SOURCES, expert_count, select_installed
+from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, select_installed
+from ..contract.front import FrontPolicy
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
-from ..options import check_flags, check_m_aligned, check_options, output_dtype_name
+from ..front import check_values, dtype_name, front_of_operands
+from ..options import check_flags, check_m_aligned, check_options
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
 from ..weights import DISCRETE, check_b_major, weight_mode, wrapper_discrete
@@ -42,20 +44,38 @@ class DescribedCall(NamedTuple):
     problem: Problem
 
 
-def check_config(has_b_tensor: bool, has_b_ptrs: bool, options: Mapping[str, Any]) -> CallConfig:
+def bf16_front(a_dtype: Any, arch: str | None) -> FrontPolicy:
+    """The front policy of the installed family of ``arch`` (None: any) that runs A's dtype
+    (torch's spelling), refused as the torch path refuses it; dglu.jax takes BF16 only."""
+    policy = front_of_operands("a_tensor", a_dtype, arch, installed_fronts(arch))
+    if "bf16" not in policy.operands:
+        raise NotImplementedError(
+            f"a_tensor: got {a_dtype}; dglu.jax runs the BF16 contract only (the torch frontends run "
+            "the block-scaled one)"
+        )
+    return policy
+
+
+def check_config(
+    has_b_tensor: bool, has_b_ptrs: bool, options: Mapping[str, Any], a_dtype: Any, arch: str | None
+) -> CallConfig:
     """The torch wrapper's configuration checks (api._wrapper_config's order and messages)
     of the seed-named ``options`` (n, b_dtype, d_dtype, generate_dbias, acc_dtype and the
-    OPTION_NAMES)."""
+    OPTION_NAMES), by the front policy of the family that runs A's dtype (torch's
+    spelling) on ``arch``."""
+    policy = bf16_front(a_dtype, arch)
+    check_values(policy, {"sf_fp8_dtype_override": options["sf_fp8_dtype_override"]})
     n, b_dtype = options["n"], torch_spelling(options["b_dtype"])
     discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
     mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
-    discrete = wrapper_discrete(n, b_dtype) if mode == DISCRETE else None
+    discrete = wrapper_discrete(n, b_dtype, policy) if mode == DISCRETE else None
     checked = check_options(
         acc_dtype=torch_spelling(options["acc_dtype"]),
         **{name: options[name] for name in OPTION_NAMES},
+        policy=policy,
     )
     check_b_major(mode, checked.b_major)
-    d_dtype = output_dtype_name("d_dtype", torch_spelling(options["d_dtype"]))
+    d_dtype = dtype_name(policy, "d_dtype", torch_spelling(options["d_dtype"]))
     if not isinstance(options["generate_dbias"], bool):
         raise ValueError(f"generate_dbias: expected a bool, got {options['generate_dbias']!r}")
     return CallConfig(mode, discrete, checked, d_dtype, options["generate_dbias"])

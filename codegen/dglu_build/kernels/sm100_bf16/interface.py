@@ -11,6 +11,9 @@ C and D in bf16, fp16 or fp32.
 
 from __future__ import annotations
 
+from dglu.contract.element_types import FLOAT_TYPES
+
+from ..front import float_front
 from ..declaration import (
     Float32Constant,
     Int32,
@@ -181,9 +184,14 @@ def tma_rules(config: Config) -> dict[str, dict]:
     }
 
 
+# What the front door accepts for this family (dglu.contract.front): cuDNN FE's BF16 path.
+FRONT = float_front(FLOAT_TYPES, {})
+
+
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
     return {
+        "front": FRONT,
         "m_aligned": M_ALIGNED,
         "arguments": arguments(config),
         "scalars": dict(SCALARS),

@@ -20,11 +20,14 @@ pairs) and ``k_values`` = 2k is the GEMM's K, which the kernel's parameters carr
 
 from __future__ import annotations
 
+from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
+
 from ..declaration import Int32, Int64, KernelDeclaration, Pointer, PointerExtents, TmaTensor, Zeros
+from ..front import NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, spelled
 from ..sm100_bf16 import interface as bf16
 from ..sm100_bf16.config import EPILOGUE_TILE, HELPER_THREADS, M_ALIGNED, THREADS_PER_CTA
 from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
-from .config import Config
+from .config import FP4, MXFP8, NVFP4, Config, Recipe
 
 ALIGN_BYTES = bf16.ALIGN_BYTES
 DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
@@ -240,9 +243,78 @@ def tma_rules(config: Config) -> dict[str, dict]:
     }
 
 
+
+_NOT_BUILT = "must be False: cuDNN FE's block-scaled kernels are built here without it (no key field yet)"
+_EPILOGUE_OPS = (None, "identity", "relu", "srelu")  # validated, applied by no dGLU kernel (NVIDIA's neither)
+_FP4_STORAGE = {"uint8": "FP4 operands are torch.float4_e2m1fn_x2 (view the uint8 storage as it)"}
+
+
+def front(recipe: Recipe) -> dict:
+    """What the front door accepts for this family's variants of ``recipe``
+    (dglu.contract.front): cuDNN FE's block-scaled wrapper, as built here."""
+    operands = [FP4] if recipe is NVFP4 else list(FP8_TYPES)
+    scales = f"the {recipe.name.upper()} scale factors of A and B"
+    arguments = {
+        **NO_E5M3_SCALES,
+        "sf_vec_size": accepted(
+            recipe.sf_vec_size,
+            why=f"{spelled(operands)} operands take one {recipe.sf_dtype.upper()} scale per "
+            f"{recipe.sf_vec_size} elements of K ({recipe.name.upper()}), so it must be {recipe.sf_vec_size}",
+        ),
+        "discrete_col_sfd": accepted(False, why=_NOT_BUILT),
+        "use_single_group_runtime_offsets": accepted(False, why=_NOT_BUILT),
+        "vector_f32": accepted(False, why=_NOT_BUILT, error="NotImplementedError"),
+        "round_dgrad_to_input_dtype": accepted(
+            False, why="must be False with block-scaled operands (the BF16 kernels' option)"
+        ),
+        "epilogue_op": accepted(*_EPILOGUE_OPS, why=f"expected one of {list(_EPILOGUE_OPS)}"),
+        "sfa_tensor": required(f"{spelled(operands)} operands ({scales})"),
+        "sfb_tensor": required(f"{spelled(operands)} operands ({scales})", with_="b_tensor"),
+        "sfb_ptrs": required(f"{spelled(operands)} operands ({scales})", with_="b_ptrs"),
+    }
+    if recipe is MXFP8:
+        needs_outputs = "FP8 operands (MXFP8: FP8 D_row and D_col with SFD_row and SFD_col)"
+        arguments.update({
+            "norm_const_tensor": required("FP8 operands (MXFP8: the scale of D's quantization)"),
+            "d_col_tensor": required(needs_outputs),
+            "sfd_row_tensor": required(needs_outputs),
+            "sfd_col_tensor": required(needs_outputs),
+        })
+    else:
+        arguments["norm_const_tensor"] = accepted(
+            None, why="NVFP4's bf16/fp16/fp32 D is not quantized, so it has no norm_const: pass None"
+        )
+    d_why = (
+        "e4m3 D from FP8 operands (D_row, D_col with SFD_row, SFD_col: torch.float8_e4m3fn; e5m2 D does not "
+        "build in CuTe DSL 4.8.1)" if recipe is MXFP8
+        else f"{spelled(recipe.d_dtypes)} D from FP4 operands (cuDNN FE 1.32.0 refuses FP8 D with them)"
+    )
+    return {
+        "operands": operands,
+        "refused_operands": dict(_FP4_STORAGE),
+        "arguments": arguments,
+        "dtypes": {
+            "c_tensor": dtypes((*FLOAT_TYPES, *FP8_TYPES), f"C in {spelled((*FLOAT_TYPES, *FP8_TYPES))}"),
+            "b_dtype": dtypes(operands, f"block-scaled operands: {spelled(operands)}"),
+            "scale_factors": dtypes(
+                (recipe.sf_dtype,),
+                f"{spelled((recipe.sf_dtype,))} scale factors, one per {recipe.sf_vec_size} of K "
+                f"({recipe.name.upper()})",
+            ),
+            "d_dtype": dtypes(recipe.d_dtypes, d_why, default=None if recipe is MXFP8 else "bf16"),
+        },
+        "checks": ["scaled_operands", "b_major_from_strides"],
+        "outputs": list(SEED_OUTPUTS),
+    }
+
+
+FRONTS = {recipe.name: front(recipe) for recipe in (MXFP8, NVFP4)}
+
+
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
     return {
+        "front": FRONTS[config.recipe.name],
         "m_aligned": M_ALIGNED,
         "arguments": arguments(config),
         "scalars": scalars(config),

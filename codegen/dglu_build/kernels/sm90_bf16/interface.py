@@ -7,6 +7,9 @@ workspaces, the kernels (parameters, launch shape) and the TMA rules of a varian
 
 from __future__ import annotations
 
+from dglu.contract.element_types import FLOAT_TYPES
+
+from ..front import HOPPER_REFUSED_OPERANDS, float_front
 from ..declaration import KernelDeclaration, Int32, Pointer, TmaAtom, TmaTensor, TENSORMAP_BYTES
 from .config import (
     BLOCK_COLUMNS,
@@ -236,9 +239,15 @@ def tma_extents(config: Config, tensor: str) -> list[str]:
     return shapes[tensor][: len(tma_rules(config)[tensor]["dims"])]
 
 
+# What the front door accepts for this family (dglu.contract.front): BF16 operands, C and D
+# in bf16, fp16 or fp32; no block-scaled argument; FP4 refused as on every Hopper family.
+FRONT = float_front(FLOAT_TYPES, HOPPER_REFUSED_OPERANDS)
+
+
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
     return {
+        "front": FRONT,
         "m_aligned": M_ALIGNED,
         "arguments": arguments(config),
         "scalars": scalars(config),

@@ -9,11 +9,15 @@ decoded A and B, C (widened to BF16 when it is FP8), the fp32 D and the effectiv
 
 from __future__ import annotations
 
+from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
+
 from ..declaration import Int32, KernelDeclaration, Pointer, TmaTensor
+from ..front import AMAX_REFUSED, HOPPER_REFUSED_OPERANDS, NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, spelled
 from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
 from ..sm90_bf16 import interface as bf16
 from .config import CONVERT_THREADS, SF_VEC, Config
 
+EPILOGUE_OPS = (None, "identity", "relu", "srelu")  # validated, applied by no dGLU kernel (NVIDIA's neither)
 FLAGS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 
 SCALARS = {
@@ -289,9 +293,62 @@ def tma_extents(config: Config, tensor: str) -> list[str]:
     return shapes[tensor][: len(tma_rules(config)[tensor]["dims"])]
 
 
+_NEEDS_SCALES = "FP8 operands (MXFP8: the E8M0 scale factors of A and B, and norm_const)"
+_NEEDS_OUTPUTS = "FP8 operands (MXFP8: FP8 D_row and D_col with SFD_row and SFD_col)"
+_BOOL = "expected a bool"
+# What the front door accepts for this family (dglu.contract.front): the seed's block-scaled
+# contract with FP8 operands and E8M0 scales, one per 32 of K; FP4 refused (Hopper).
+FRONT = {
+    "operands": list(FP8_TYPES),
+    "refused_operands": HOPPER_REFUSED_OPERANDS,
+    "arguments": {
+        **NO_E5M3_SCALES,
+        "amax_tensor": accepted(None, why=AMAX_REFUSED),
+        "sf_vec_size": accepted(
+            SF_VEC,
+            why=f"FP8 operands take one E8M0 scale per {SF_VEC} elements of K (MXFP8), so it must be "
+            f"{SF_VEC} (16-element scales pair with FP4 operands, which Hopper cannot run)",
+        ),
+        "discrete_col_sfd": accepted(False, True, why=_BOOL),
+        "use_single_group_runtime_offsets": accepted(False, True, why=_BOOL),
+        "vector_f32": accepted(False, True, why=_BOOL),
+        "round_dgrad_to_input_dtype": accepted(
+            False,
+            why="must be False with FP8 operands (the BF16 kernels' option; cuDNN FE's block-scaled "
+            "kernels have none either)",
+        ),
+        "epilogue_op": accepted(*EPILOGUE_OPS, why=f"expected one of {list(EPILOGUE_OPS)}"),
+        "sfa_tensor": required(_NEEDS_SCALES),
+        "sfb_tensor": required(_NEEDS_SCALES, with_="b_tensor"),
+        "sfb_ptrs": required(_NEEDS_SCALES, with_="b_ptrs"),
+        "norm_const_tensor": required(_NEEDS_SCALES),
+        "d_col_tensor": required(_NEEDS_OUTPUTS),
+        "sfd_row_tensor": required(_NEEDS_OUTPUTS),
+        "sfd_col_tensor": required(_NEEDS_OUTPUTS),
+    },
+    "dtypes": {
+        "c_tensor": dtypes((*FLOAT_TYPES, *FP8_TYPES), f"C in {spelled((*FLOAT_TYPES, *FP8_TYPES))}"),
+        "b_dtype": dtypes(FP8_TYPES, f"block-scaled operands: {spelled(FP8_TYPES)}"),
+        "scale_factors": dtypes(
+            ("e8m0",),
+            "torch.float8_e8m0fnu (E8M0) scale factors, one per 32 of K (E4M3 scale factors go with "
+            "sf_vec_size 16, NVFP4's FP4 operands, which Hopper cannot run)",
+        ),
+        "d_dtype": dtypes(
+            FP8_TYPES,
+            f"FP8 D from FP8 operands (D_row, D_col with SFD_row, SFD_col): {spelled(FP8_TYPES)} "
+            "(bf16/fp16 D comes with FP4 operands, which Hopper cannot run)",
+        ),
+    },
+    "checks": ["scaled_operands", "b_major_from_strides", "single_group_offsets", "vector_f32_needs_wide_c"],
+    "outputs": list(SEED_OUTPUTS),
+}
+
+
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
     return {
+        "front": FRONT,
         "m_aligned": bf16.M_ALIGNED,
         "arguments": arguments(config),
         "scalars": dict(SCALARS),
