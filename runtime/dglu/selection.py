@@ -1,7 +1,7 @@
 """Pick the prebuilt variant that matches a call.
 
 Every given field of a request must equal the variant's key (act_params: the compiled
-constants, compared as numbers). tile, cluster, scheduler and consumer take part only
+constants, compared as numbers). tile, cluster, scheduler, consumer and decode take part only
 when the request gives them. Among the matches the largest tile wins, the first in selection order
 (dglu.manifest) among equals: the default does not depend on how a build orders variants.
 When nothing matches, the error names the request, the nearest variants (fewest
@@ -27,8 +27,8 @@ log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
 # open fields a missing-variant message does not list as "any": the expert count (shown as
-# given) and the consumer, which no call argument sets
-UNSHOWN_ANY = ("experts", "consumer")
+# given), the consumer and the decode, which no call argument sets
+UNSHOWN_ANY = ("experts", "consumer", "decode")
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str | None:
@@ -56,6 +56,7 @@ class VariantRequest:
     cluster_n: int | None = None
     scheduler: str | None = None
     consumer: str | None = None  # the MMA warpgroups' schedule; no call argument sets it
+    decode: str | None = None  # where block-scaled operands are decoded; no call argument sets it
     deterministic: bool = False
     act_out: bool = False
     experts: int | None = None  # the call's L; a variant of experts 0 takes any

@@ -21,7 +21,7 @@ def test_the_key_record_and_the_request_have_the_tables_fields() -> None:
     assert VariantKey._fields == NAMES == tuple(KEY_FIELDS)
     assert tuple(f.name for f in dataclasses.fields(VariantRequest)) == NAMES
     assert VariantKey._field_defaults == KEY_FIELD_DEFAULTS == {
-        "consumer": "cooperative", "deterministic": False, "act_out": False, "experts": 0
+        "consumer": "cooperative", "decode": "prepass", "deterministic": False, "act_out": False, "experts": 0
     }
     assert tuple(WRAPPER_SOURCES) == tuple(CLASS_SOURCES) == NAMES
 

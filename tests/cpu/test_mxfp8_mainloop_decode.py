@@ -1,4 +1,4 @@
-"""The sm90 MXFP8 family's mainloop-decode build choice (DGLU_SM90_MXFP8_DECODE=mainloop), as
+"""The sm90 MXFP8 family's key field ``decode`` (mainloop, one_pass; prepass the default), as
 declared (no CuTe DSL): FP8 A and B go to the fused kernel by TMA with their scale factors,
 no decoded operand has a workspace, and the shared memory holds the FP8 stages beside the
 decoded buffers."""
@@ -10,7 +10,8 @@ import pytest
 from dglu.contract.expressions import parse_expr
 from dglu_build.kernels.declaration import Pointer, TmaTensor
 from dglu_build.kernels.sm90_mxfp8 import FAMILY, interface
-from dglu_build.kernels.sm90_mxfp8.config import DECODE_CHOICE_VARIABLE, Config
+from dglu.contract.keys import KEY_FIELD_DEFAULTS, variant_name
+from dglu_build.kernels.sm90_mxfp8.config import Config
 
 KEY = {
     "arch": "sm_90a", "ab_dtype": "e4m3", "c_dtype": "bf16", "d_dtype": "e4m3", "act_func": "dswiglu",
@@ -20,9 +21,8 @@ KEY = {
 WEIGHTS = [("dense", "k"), ("dense", "n"), ("discrete", "k"), ("discrete", "n")]
 
 
-def _config(monkeypatch, **fields) -> Config:
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "mainloop")
-    return Config.from_key({**KEY, **fields})
+def _config(**fields) -> Config:
+    return Config.from_key({**KEY, "decode": "mainloop", **fields})
 
 
 def _bytes(config: Config, m: int, n: int, k: int, l: int) -> int:
@@ -33,29 +33,29 @@ def _bytes(config: Config, m: int, n: int, k: int, l: int) -> int:
     return sum(parse_expr(w["count"]).value(scalars) * sizes[w["dtype"]] for w in interface.workspaces(config).values())
 
 
-def test_the_default_build_decodes_into_workspaces(monkeypatch) -> None:
-    monkeypatch.delenv(DECODE_CHOICE_VARIABLE, raising=False)
-    config = Config.from_key(KEY)
-    assert not config.mainloop_decode
-    assert {"a_bf16", "b_bf16"} <= set(interface.workspaces(config))
+def test_the_default_decode_writes_decoded_workspaces() -> None:
+    for key in (KEY, {**KEY, "decode": "prepass"}):
+        config = Config.from_key(key)
+        assert not config.mainloop_decode and not config.epilogue_quantize
+        assert {"a_bf16", "b_bf16"} <= set(interface.workspaces(config))
 
 
-def test_an_unknown_choice_is_refused_by_name(monkeypatch) -> None:
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "registers")
-    with pytest.raises(ValueError, match=f"^{DECODE_CHOICE_VARIABLE}: got 'registers'"):
-        Config.from_key(KEY)
+def test_an_unknown_decode_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="^decode: got 'registers'"):
+        Config.from_key({**KEY, "decode": "registers"})
+    with pytest.raises(ValueError, match="^decode: family sm90_mxfp8 does not build 'registers'"):
+        FAMILY.check_allowed({**KEY_FIELD_DEFAULTS, **KEY, "decode": "registers"})
 
 
-def test_the_choice_enters_the_build_key(monkeypatch) -> None:
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "workspaces")
-    workspaces = FAMILY.sources_hash()
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "mainloop")
-    assert FAMILY.sources_hash() != workspaces
+def test_the_decode_names_the_variant() -> None:
+    names = {decode: variant_name({**KEY, "decode": decode}) for decode in ("prepass", "mainloop", "one_pass")}
+    assert names["prepass"] == variant_name(KEY) and not names["prepass"].endswith(("_mld", "_1p"))
+    assert names["mainloop"] == names["prepass"] + "_mld" and names["one_pass"] == names["prepass"] + "_1p"
 
 
 @pytest.mark.parametrize(("weight_mode", "b_major"), WEIGHTS)
-def test_the_fused_kernel_reads_fp8_operands_and_their_scales(monkeypatch, weight_mode: str, b_major: str) -> None:
-    config = _config(monkeypatch, weight_mode=weight_mode, b_major=b_major)
+def test_the_fused_kernel_reads_fp8_operands_and_their_scales(weight_mode: str, b_major: str) -> None:
+    config = _config(weight_mode=weight_mode, b_major=b_major)
     kernels = {kernel.role: kernel for kernel in interface.kernels(config)}
     discrete = weight_mode == "discrete"
     assert list(kernels) == [
@@ -77,24 +77,23 @@ def test_the_fused_kernel_reads_fp8_operands_and_their_scales(monkeypatch, weigh
 
 
 @pytest.mark.parametrize(("weight_mode", "b_major"), WEIGHTS)
-def test_no_workspace_grows_with_the_operands(monkeypatch, weight_mode: str, b_major: str) -> None:
-    config = _config(monkeypatch, weight_mode=weight_mode, b_major=b_major)
+def test_no_workspace_grows_with_the_operands(weight_mode: str, b_major: str) -> None:
+    config = _config(weight_mode=weight_mode, b_major=b_major)
     assert not {"a_bf16", "b_bf16"} & set(interface.workspaces(config))
     # doubling K leaves the workspaces as they are (no M*K or N*K term)
     assert _bytes(config, 4096, 1024, 2048, 8) == _bytes(config, 4096, 1024, 4096, 8)
 
 
-def test_shared_memory_holds_two_fp8_stages_beside_the_decoded_buffers(monkeypatch) -> None:
-    geometry = _config(monkeypatch).geometry
+def test_shared_memory_holds_two_fp8_stages_beside_the_decoded_buffers() -> None:
+    geometry = _config().geometry
     assert geometry.stages == 2
     assert geometry.stage_bytes == (128 + 128) * 64
-    assert _config(monkeypatch, tile_n=64).geometry.stages > 2
+    assert _config(tile_n=64).geometry.stages > 2
 
 
 @pytest.mark.parametrize(("weight_mode", "b_major"), WEIGHTS)
-def test_the_one_pass_kernel_quantizes_in_its_epilogue(monkeypatch, weight_mode: str, b_major: str) -> None:
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, "one-pass")
-    config = Config.from_key({**KEY, "weight_mode": weight_mode, "b_major": b_major})
+def test_the_one_pass_kernel_quantizes_in_its_epilogue(weight_mode: str, b_major: str) -> None:
+    config = Config.from_key({**KEY, "decode": "one_pass", "weight_mode": weight_mode, "b_major": b_major})
     assert config.mainloop_decode and config.epilogue_quantize
     kernels = {kernel.role: kernel for kernel in interface.kernels(config)}
     assert "quantize_d" not in kernels and "dequant_a" not in kernels
@@ -111,20 +110,17 @@ def test_the_one_pass_kernel_quantizes_in_its_epilogue(monkeypatch, weight_mode:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("choice", ["mainloop", "one-pass"])
+@pytest.mark.parametrize("decode", ["mainloop", "one_pass"])
 @pytest.mark.parametrize(("weight_mode", "b_major"), [("dense", "k"), ("discrete", "n")])
-def test_each_choice_compiles_within_shared_memory_and_registers(
-    monkeypatch, choice: str, weight_mode: str, b_major: str
-) -> None:
-    """The fused kernel of each build choice compiles (no GPU), launches the declared kernels,
+def test_each_decode_compiles_within_shared_memory_and_registers(decode: str, weight_mode: str, b_major: str) -> None:
+    """The fused kernel of each decode compiles (no GPU), launches the declared kernels,
     fits sm_90's shared memory, and keeps its stack to the staging addresses the MMA
     warpgroups spill (11-14 words; the loops themselves use no local memory: SASS, RESULTS)."""
     pytest.importorskip("cutlass", reason="compiling needs CuTe DSL")
     from dglu_build.cubin_info import read_cubin
     from dglu_build.kernels.sm90_bf16.config import SMEM_ARCH, SMEM_CAPACITY
 
-    monkeypatch.setenv(DECODE_CHOICE_VARIABLE, choice)
-    key = {**KEY, "weight_mode": weight_mode, "b_major": b_major}
+    key = {**KEY, "decode": decode, "weight_mode": weight_mode, "b_major": b_major}
     cubin, fields = FAMILY.compile(key, "dglu_test")
     roles = [kernel["role"] for kernel in fields["kernels"]]
     assert roles == [kernel.role for kernel in interface.kernels(Config.from_key(key))]

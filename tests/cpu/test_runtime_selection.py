@@ -135,7 +135,7 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
     ):
         assert flag in command
     entry = json.loads(lines[-1].strip().removeprefix("- "))
-    assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "deterministic": False,
+    assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
                      "act_out": False, "experts": 0}
 
 
@@ -145,7 +145,7 @@ def test_missing_variant_with_nothing_installed() -> None:
     message = str(error.value)
     assert "no variants are installed" in message
     entry = json.loads(message.splitlines()[-1].strip().removeprefix("- "))
-    assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "deterministic": False,
+    assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
                      "act_out": False, "experts": 0}
     assert "--no-dbias" in message
 

@@ -6,9 +6,10 @@ dglu_build.kernels.registry); the runtime selects from manifest data alone. Acti
 constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``variant_name``
 gives the readable, filesystem-safe name of a key: it also names the variant's kernel
 symbols, so it must not change for existing keys: a ``pingpong`` consumer appends ``_pp``
-(``cooperative_rf`` ``_crf``), a ``deterministic`` key ``_det`` and an ``act_out`` key (the
+(``cooperative_rf`` ``_crf``), a ``mainloop`` decode ``_mld`` (``one_pass`` ``_1p``), a
+``deterministic`` key ``_det`` and an ``act_out`` key (the
 kernel also writes prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert
-count ``_e<n>``; their defaults ("cooperative", False, 0) add nothing.
+count ``_e<n>``; their defaults ("cooperative", "prepass", False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ KEY_TABLE: tuple[KeyField, ...] = (
              "Consumer schedule of the MMA warpgroups (Hopper): cooperative, pingpong or cooperative_rf",
              "--consumer", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
              "cooperative", "cooperative"),
+    # where a block-scaled Hopper variant decodes its FP8 operands and quantizes D:
+    # "prepass" (decode kernels write BF16 copies, the fused kernel an fp32 D, a quantizer
+    # reads it: every family's default), "mainloop" (decoded in the fused kernel's shared
+    # memory; names end in _mld) or "one_pass" (decoded there, quantized in its epilogue; _1p)
+    KeyField("decode", str,
+             "Where block-scaled operands are decoded (Hopper MXFP8): prepass, mainloop or one_pass",
+             "--decode", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
+             "prepass", "prepass"),
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast"),
     KeyField("act_out", bool, "Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs)", "--act-out",
@@ -90,6 +99,8 @@ KEY_TABLE: tuple[KeyField, ...] = (
 )
 # consumer -> what it appends to a variant's name (the default appends nothing)
 CONSUMER_SUFFIXES: dict[str, str] = {"pingpong": "pp", "cooperative_rf": "crf"}
+# decode -> what it appends to a variant's name (the default appends nothing)
+DECODE_SUFFIXES: dict[str, str] = {"mainloop": "mld", "one_pass": "1p"}
 KEY_FIELD_TABLE: dict[str, KeyField] = {field.name: field for field in KEY_TABLE}
 
 # Field -> JSON type, in the canonical order of a variant's key.
@@ -167,6 +178,9 @@ def variant_name(key: Mapping[str, Any]) -> str:
     consumer = key.get("consumer", KEY_FIELD_DEFAULTS["consumer"])
     if consumer != KEY_FIELD_DEFAULTS["consumer"]:
         parts.append(CONSUMER_SUFFIXES[consumer])
+    decode = key.get("decode", KEY_FIELD_DEFAULTS["decode"])
+    if decode != KEY_FIELD_DEFAULTS["decode"]:
+        parts.append(DECODE_SUFFIXES[decode])
     if key.get("deterministic", KEY_FIELD_DEFAULTS["deterministic"]):
         parts.append("det")
     if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):

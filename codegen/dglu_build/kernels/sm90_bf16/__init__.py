@@ -38,6 +38,7 @@ class Sm90Bf16Family(PackagedFamily):
         "cluster_mn": ((1, 1), (2, 1)),
         "scheduler": ("static", "dynamic"),
         "consumer": CONSUMERS,
+        "decode": ("prepass",),  # BF16 operands: nothing to decode
         "deterministic": (False, True),
         "act_out": (False, True),
         "experts": (0,),  # any expert count, at run time

@@ -15,7 +15,7 @@ from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 from ..family import PackagedFamily, package_sources
 from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
 from . import interface
-from .config import DECODE_CHOICE_VARIABLE, Config, decode_choice
+from .config import DECODES, Config
 
 NAME = "sm90_mxfp8"
 
@@ -37,14 +37,13 @@ class Sm90Mxfp8Family(PackagedFamily):
         "d_dtype": FP8_DTYPES,
         "cluster_mn": ((1, 1),),
         "consumer": ("cooperative",),
+        "decode": DECODES,
         "deterministic": (False,),
         "act_out": (False,),
     }
 
     def sources(self) -> dict[str, str]:
-        """The kernels' files, and the build's decode choice (config.decode_choice)."""
-        return {**package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs),
-                DECODE_CHOICE_VARIABLE: decode_choice()}
+        return package_sources(Path(__file__).parent, *Sm90Bf16Family.source_dirs)
 
 
 FAMILY = Sm90Mxfp8Family()

@@ -5,14 +5,14 @@ along both A's rows and B's columns. This family decodes A and B exactly (an FP8
 times a power of two fits BF16) into BF16 workspaces, runs the sm90 BF16 family's fused
 kernel on them with an fp32 D, and quantizes that D into D_row and D_col with their scale
 factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules;
-the build choices (DECODE_CHOICES) decode and quantize inside the fused kernel instead.
+the key's ``decode`` "mainloop" and "one_pass" decode (and quantize) inside the fused kernel
+instead.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
@@ -31,26 +31,16 @@ from ..sm90_bf16.config import (
 CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
 ACC_DTYPE = "fp32"  # the unquantized D the quantizers read
-# The build choice of the family's kernels: "workspaces" (the dequantizers write decoded A
-# and B to global memory, the BF16 kernel reads them and writes an fp32 D that quantize_d
-# reads: the default), "mainloop" (fused.py decodes the FP8 stages in shared memory; the
-# fp32 D and quantize_d as before) or "one-pass" (the mainloop decode and the quantizer in
-# the fused kernel's epilogue: no fp32 D). It enters the family's build key (sources()),
-# so changing it rebuilds the family. bench/RESULTS.md (issue 26) has what each was
-# verified and measured on.
-DECODE_CHOICE_VARIABLE = "DGLU_SM90_MXFP8_DECODE"
-DECODE_CHOICES = ("workspaces", "mainloop", "one-pass")
+# The key field ``decode``: "prepass" (the dequantizers write decoded A and B to global
+# memory, the BF16 kernel reads them and writes an fp32 D that quantize_d reads: the
+# default), "mainloop" (fused.py decodes the FP8 stages in shared memory; the fp32 D and
+# quantize_d as before) or "one_pass" (the mainloop decode and the quantizer in the fused
+# kernel's epilogue: no fp32 D). bench/RESULTS.md (issue 26) has what each was verified
+# and measured on.
+DECODES = ("prepass", "mainloop", "one_pass")
 DECODED_STAGES = 2  # BF16 buffers the mainloop decode alternates between
 MIN_FP8_STAGES = 2
 BF16_BYTES = 2
-
-
-def decode_choice() -> str:
-    """The build's decode choice (DECODE_CHOICE_VARIABLE; default "workspaces")."""
-    choice = os.environ.get(DECODE_CHOICE_VARIABLE, DECODE_CHOICES[0])
-    if choice not in DECODE_CHOICES:
-        raise ValueError(f"{DECODE_CHOICE_VARIABLE}: got {choice!r}, need one of {list(DECODE_CHOICES)}")
-    return choice
 
 
 @dataclass(frozen=True)
@@ -81,13 +71,16 @@ class Config(OperandConfig):
     """One variant of the family, as the kernels see it (A, B and D in "e4m3" or "e5m2");
     ``from_key`` checks it builds."""
 
-    mainloop_decode: bool = field(default_factory=lambda: decode_choice() != "workspaces")
-    epilogue_quantize: bool = field(default_factory=lambda: decode_choice() == "one-pass")
+    mainloop_decode: bool = False  # the key's decode: "mainloop" or "one_pass"
+    epilogue_quantize: bool = False  # "one_pass"
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
-        config = cls(**operand_fields(key))
+        decode = key.get("decode", DECODES[0])
+        if decode not in DECODES:
+            raise ValueError(f"decode: got {decode!r}, need one of {list(DECODES)}")
+        config = cls(**operand_fields(key), mainloop_decode=decode != "prepass", epilogue_quantize=decode == "one_pass")
         config.main.check()
         if config.mainloop_decode and config.geometry.stages < MIN_FP8_STAGES:
             raise ValueError(

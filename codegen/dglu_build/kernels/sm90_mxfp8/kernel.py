@@ -1,8 +1,8 @@
 """The sm90 MXFP8 family's kernels, composed: decode, the BF16 fused kernel, quantize.
 
-This is the default build (config.DECODE_CHOICES "workspaces"); "mainloop" replaces
+This is the key's default decode, "prepass" (config.DECODES); "mainloop" replaces
 ``dequant_a``/``dequant_b`` by ``effective_offsets`` (and ``b_descriptors`` with discrete
-weights) and decodes in the fused kernel (fused.py), "one-pass" also drops ``quantize_d``
+weights) and decodes in the fused kernel (fused.py), "one_pass" also drops ``quantize_d``
 (the fused kernel's epilogue quantizes).
 
 Per call, in launch order (interface.kernels):
