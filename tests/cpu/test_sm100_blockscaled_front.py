@@ -30,6 +30,7 @@ B200 = driver.DeviceInfo(0, "NVIDIA B200", (10, 0), 148, 232_448)
 FP4, E4M3, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e4m3fn, torch.float8_e8m0fnu
 NVFP4_KEY = variant_key(arch="sm_100a", ab_dtype="e2m1x2", d_dtype="bf16", dbias=True, tile_m=256, tile_n=256,
                         cluster_m=2, experts=L)
+MXFP8_KEY = {**NVFP4_KEY, "ab_dtype": "e4m3", "d_dtype": "e4m3"}
 
 
 def _entry(key: dict, cubin: bytes) -> dict:
@@ -41,10 +42,10 @@ def _entry(key: dict, cubin: bytes) -> dict:
 
 
 def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The stand-ins over a manifest of one sm_100a NVFP4 variant and one sm_90a BF16
-    variant, on the device ``info``; (driver, runs)."""
+    """The stand-ins over a manifest of one sm_100a NVFP4 variant, one sm_100a MXFP8 variant
+    and one sm_90a BF16 variant, on the device ``info``; (driver, runs)."""
     entries = []
-    for make_entry, key in ((_entry, NVFP4_KEY), (variant_entry, variant_key())):
+    for make_entry, key in ((_entry, NVFP4_KEY), (_entry, MXFP8_KEY), (variant_entry, variant_key())):
         cubin = os.urandom(512)
         entries.append(make_entry(key, cubin))
         (tmp_path / entries[-1]["cubin"]).write_bytes(cubin)
@@ -119,6 +120,43 @@ def test_blackwell_refuses_what_nvfp4_does_not_take(b200, changes, argument, fra
         api.grouped_gemm_dglu(**_call(**changes))
     assert str(raised.value).startswith(f"{argument}:") and fragment in str(raised.value), str(raised.value)
     assert runs == [] and fake.counts["cuMemAllocAsync"] == allocations
+
+
+def _mxfp8_call(**changes) -> dict:
+    """A valid dense MXFP8 wrapper call with dbias (bf16 C, e4m3 D)."""
+    sf = lambda rows, l=1: torch.zeros((l, -(-rows // 128), -(-K // 128), 32, 4, 4), dtype=torch.uint8).view(
+        E8M0).permute(3, 4, 1, 5, 2, 0)
+    made = dict(
+        _call(), a_tensor=torch.zeros(M, K, 1, dtype=E4M3), sfa_tensor=sf(M),
+        b_tensor=torch.zeros(L, N, K, dtype=E4M3).permute(1, 2, 0), sfb_tensor=sf(N, L),
+        norm_const_tensor=torch.ones(1), sf_vec_size=32, d_dtype=torch.float8_e4m3fn,
+    )
+    return {**made, **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "argument", "fragment"),
+    [
+        ({"sf_vec_size": 16}, "sf_vec_size", "one E8M0 scale per 32"),
+        ({"d_dtype": torch.float8_e5m2}, "d_dtype", "e5m2 D does not build"),
+        ({"norm_const_tensor": None}, "norm_const_tensor", "required with FP8 operands"),
+        ({"discrete_col_sfd": True}, "discrete_col_sfd", "no key field yet"),
+    ],
+)
+def test_blackwell_mxfp8_refusals_come_from_its_own_policy(b200, changes, argument, fragment):
+    fake, runs = b200
+    with pytest.raises(ValueError) as raised:
+        api.grouped_gemm_dglu(**_mxfp8_call(**changes))
+    assert str(raised.value).startswith(f"{argument}:") and fragment in str(raised.value), str(raised.value)
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_an_mxfp8_call_runs_on_blackwell_with_its_quantized_outputs(b200):
+    fake, runs = b200
+    d_row, d_col, dprob, dbias, amax, sfd_row, sfd_col = api.grouped_gemm_dglu(**_mxfp8_call())
+    assert runs == [variant_entry(MXFP8_KEY, b"")["name"]]
+    assert d_row.dtype == d_col.dtype == torch.float8_e4m3fn and d_row.shape == d_col.shape == (M, 2 * N, 1)
+    assert sfd_row is not None and sfd_col is not None and amax is None
 
 
 def test_hopper_refuses_fp4_naming_the_argument_before_anything_else(h200):
