@@ -160,3 +160,28 @@ def test_the_artifact_store_writes_the_index_with_the_manifest_and_verify_checks
     with open_store(tmp_path, print) as store:
         store.write_manifest([])  # no variants: neither a manifest nor an index
     assert not (tmp_path / index.INDEX_FILE).exists() and not (tmp_path / "manifest.json").exists()
+
+
+def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
+    """Entries of one family whose front policies differ by operand types (Blackwell
+    block-scaled: MXFP8's and NVFP4's) are indexed under one front each, and every record
+    reads back its own; two different fronts for the same operand types are refused."""
+    from conftest_runtime import bf16_front
+
+    manifest = write_artifacts(tmp_path, DEFAULT_KEYS[:3])
+    other = {**bf16_front(), "operands": ["fp16"], "outputs": list(reversed(bf16_front()["outputs"]))}
+    manifest["variants"][1]["front"] = other
+    write_manifest(tmp_path, manifest)
+    write_index(tmp_path)
+    indexed = json.loads((tmp_path / index.INDEX_FILE).read_text())
+    assert sorted(indexed["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
+    assert [r["front_id"] for r in indexed["variants"]] == ["sm90_bf16/bf16", "sm90_bf16/fp16", "sm90_bf16/bf16"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lazy = reader.read_manifest(tmp_path, lazy=True)
+    assert [v.front for v in lazy.variants] == [v.front for v in reader.read_manifest(tmp_path).variants]
+    assert lazy.variants[1].front.operands != lazy.variants[0].front.operands
+    manifest["variants"][2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
+    write_manifest(tmp_path, manifest)
+    with pytest.raises(ValueError, match="its front differs from sm90_bf16/bf16's"):
+        write_index(tmp_path)
