@@ -91,19 +91,12 @@ def sample_tensors(config: Any, m: int, n: int, k: int) -> dict[str, Any]:
     return samples
 
 
-def cudnn_fe_compile(config: Any, n: int, k: int, m: int = 4096, symbol_prefix: str | None = None) -> CudnnCompile:
-    """cuDNN FE's compile of ``config`` (a dglu_build.kernels.sm100_bf16 Config) for N, K
-    and the config's L; ``symbol_prefix`` names its kernels as dglu names its own."""
-    import cudnn.gemm.cutedsl.grouped.dglu._bf16_api as bf16_api
-
-    constants: Mapping[str, float] = {name: v for name, v in config.act_params.items() if name != "linear_offset"}
-    api = bf16_api.GroupedGemmDgluBf16API(
-        **sample_tensors(config, m, n, k), mma_tiler_mn=(config.tile_m, config.tile_n),
-        cluster_shape_mn=(config.cluster_m, config.cluster_n), act_func=config.act_func,
-        b_major="n" if config.b_n_major else "k", use_dynamic_sched=config.dynamic_schedule, **constants,
-    )
+def _compiled(api: Any, config: Any, stub: Any, symbol_prefix: str | None) -> CudnnCompile:
+    """cuDNN FE's own check_support() and compile() of ``api`` under the device stand-in
+    ``stub`` (its kernels renamed to ``symbol_prefix``_main/_helper when given): the cubin
+    its cute.compile produced, and the compile's seconds."""
     captured: dict[str, Any] = {}
-    with stubbed_device(config.arch, captured):
+    with stub(config.arch, captured):
         if not api.check_support():
             raise ValueError(f"cuDNN FE does not support {config}")
         if symbol_prefix is not None:
@@ -117,6 +110,20 @@ def cudnn_fe_compile(config: Any, n: int, k: int, m: int = 4096, symbol_prefix: 
     if not isinstance(cubin, bytes) or not cubin:
         raise RuntimeError("cuDNN FE's compile kept no cubin")
     return CudnnCompile(cubin, seconds)
+
+
+def cudnn_fe_compile(config: Any, n: int, k: int, m: int = 4096, symbol_prefix: str | None = None) -> CudnnCompile:
+    """cuDNN FE's compile of ``config`` (a dglu_build.kernels.sm100_bf16 Config) for N, K
+    and the config's L; ``symbol_prefix`` names its kernels as dglu names its own."""
+    import cudnn.gemm.cutedsl.grouped.dglu._bf16_api as bf16_api
+
+    constants: Mapping[str, float] = {name: v for name, v in config.act_params.items() if name != "linear_offset"}
+    api = bf16_api.GroupedGemmDgluBf16API(
+        **sample_tensors(config, m, n, k), mma_tiler_mn=(config.tile_m, config.tile_n),
+        cluster_shape_mn=(config.cluster_m, config.cluster_n), act_func=config.act_func,
+        b_major="n" if config.b_n_major else "k", use_dynamic_sched=config.dynamic_schedule, **constants,
+    )
+    return _compiled(api, config, stubbed_device, symbol_prefix)
 
 
 @contextlib.contextmanager
@@ -224,18 +231,4 @@ def cudnn_fe_blockscaled_compile(config: Any, n: int, k: int, m: int = 4096,
         act_func=config.act_func, b_major="n" if config.b_n_major else "k", use_dynamic_sched=config.dynamic_schedule,
         **config.act_params,
     )
-    captured: dict[str, Any] = {}
-    with stubbed_blockscaled_device(config.arch, captured):
-        if not api.check_support():
-            raise ValueError(f"cuDNN FE does not support {config}")
-        if symbol_prefix is not None:
-            kernel = api._kernel_instance()
-            kernel.kernel.set_name_prefix(f"{symbol_prefix}_main", remove_cutlass_symbol=True, keep_mangled_name=False)
-            kernel.helper_kernel.set_name_prefix(f"{symbol_prefix}_helper", remove_cutlass_symbol=True, keep_mangled_name=False)
-        start = time.perf_counter()
-        api.compile()
-        seconds = time.perf_counter() - start
-    cubin = captured["compiled"].__cubin__
-    if not isinstance(cubin, bytes) or not cubin:
-        raise RuntimeError("cuDNN FE's compile kept no cubin")
-    return CudnnCompile(cubin, seconds)
+    return _compiled(api, config, stubbed_blockscaled_device, symbol_prefix)
