@@ -120,9 +120,15 @@ def compile_cubin(config: Config, symbol_prefix: str, static_nk: tuple[int, int]
     upstream.distribution()  # the pinned version, or a clear error
     kernel = kernel_object(config)
     name_kernels(kernel, symbol_prefix)
+    return cubin_and_smem(kernel, fake_arguments(config, static_nk), config)
+
+
+def cubin_and_smem(kernel: Any, arguments: dict[str, Any], config: Any) -> tuple[bytes, int]:
+    """``cute.compile`` of cuDNN FE's ``kernel`` object for ``config.arch`` on fake
+    ``arguments``: its cubin and the shared storage its main kernel declares."""
     with tempfile.TemporaryDirectory(prefix="dglu-cute-") as tmp:
         compiled = cute.compile(
-            kernel, **fake_arguments(config, static_nk),
+            kernel, **arguments,
             options=f"--gpu-arch {config.arch} --keep-cubin --keep-ptx --dump-dir={Path(tmp)}",
         )
     cubin = compiled.__cubin__
@@ -133,14 +139,21 @@ def compile_cubin(config: Config, symbol_prefix: str, static_nk: tuple[int, int]
 
 def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
     """Compile one variant; returns the cubin and the manifest fields the family declares."""
-    from ...cubin_info import read_cubin
-
     config = Config.from_key(key)
     cubin, smem = compile_cubin(config, symbol_prefix)
+    return cubin, variant_fields(NAME, interface, config, cubin, smem, symbol_prefix)
+
+
+def variant_fields(family: str, declared: Any, config: Any, cubin: bytes, smem: int, symbol_prefix: str) -> dict:
+    """The manifest fields of a compiled variant: the family's declaration (``declared``: its
+    interface module) with each kernel's symbol read from ``cubin`` (the main kernel's shared
+    storage ``smem``)."""
+    from ...cubin_info import read_cubin
+
     symbols = list(read_cubin(cubin).kernels)
     kernels = [
         manifest_kernel(kernel, symbol_of(symbols, symbol_prefix, kernel.role), smem if kernel.role == "main" else 0,
                         lambda tensor: [])
-        for kernel in interface.kernels(config)
+        for kernel in declared.kernels(config)
     ]
-    return cubin, {"family": NAME, **interface.entry(config), "kernels": kernels}
+    return {"family": family, **declared.entry(config), "kernels": kernels}

@@ -13,9 +13,7 @@ stay run-time Int32 arguments), and the target architecture and kernel names are
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import cutlass
@@ -24,7 +22,7 @@ from cutlass.cute.nvgpu import OperandMajorMode
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor, make_ptr
 
 from .. import cudnn_fe as upstream
-from ..declaration import manifest_kernel, symbol_of
+from ..sm100_bf16.compile import cubin_and_smem, name_kernels, variant_fields
 from . import NAME, interface
 from .config import Config
 from ..sm100_bf16.config import M_ALIGNED
@@ -169,12 +167,6 @@ def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: i
     }
 
 
-def name_kernels(kernel: Any, symbol_prefix: str) -> None:
-    """Short, stable symbols: ``<prefix>_helper_<n>`` and ``<prefix>_main_<n>``."""
-    kernel.kernel.set_name_prefix(f"{symbol_prefix}_main", remove_cutlass_symbol=True, keep_mangled_name=False)
-    kernel.helper_kernel.set_name_prefix(f"{symbol_prefix}_helper", remove_cutlass_symbol=True, keep_mangled_name=False)
-
-
 def compile_cubin(config: Config, symbol_prefix: str | None, shapes: str = "symbolic", **nk: int) -> tuple[bytes, int]:
     """The variant's cubin and its main kernel's dynamic shared memory; ``symbol_prefix``
     None keeps cuDNN FE's own kernel names (the parity tests)."""
@@ -182,27 +174,11 @@ def compile_cubin(config: Config, symbol_prefix: str | None, shapes: str = "symb
     kernel = kernel_object(config)
     if symbol_prefix is not None:
         name_kernels(kernel, symbol_prefix)
-    with tempfile.TemporaryDirectory(prefix="dglu-cute-") as tmp:
-        compiled = cute.compile(
-            kernel, **fake_arguments(config, shapes, **nk),
-            options=f"--gpu-arch {config.arch} --keep-cubin --keep-ptx --dump-dir={Path(tmp)}",
-        )
-    cubin = compiled.__cubin__
-    if not isinstance(cubin, bytes):
-        raise RuntimeError(f"CuTe DSL produced no cubin for {config}")
-    return cubin, int(kernel.shared_storage.size_in_bytes())
+    return cubin_and_smem(kernel, fake_arguments(config, shapes, **nk), config)
 
 
 def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
     """Compile one variant; returns the cubin and the manifest fields the family declares."""
-    from ...cubin_info import read_cubin
-
     config = Config.from_key(key)
     cubin, smem = compile_cubin(config, symbol_prefix)
-    symbols = list(read_cubin(cubin).kernels)
-    kernels = [
-        manifest_kernel(kernel, symbol_of(symbols, symbol_prefix, kernel.role), smem if kernel.role == "main" else 0,
-                        lambda tensor: [])
-        for kernel in interface.kernels(config)
-    ]
-    return cubin, {"family": NAME, **interface.entry(config), "kernels": kernels}
+    return cubin, variant_fields(NAME, interface, config, cubin, smem, symbol_prefix)
