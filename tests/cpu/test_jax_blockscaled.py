@@ -309,3 +309,79 @@ def test_every_block_scaled_argument_of_the_table_is_a_jax_parameter():
     assert list(parameters) == offered
     for name in ("sfa_tensor", "sfb_tensor", "sfb_ptrs", "norm_const_tensor", "sf_vec_size", "discrete_col_sfd"):
         assert name in parameters and ARGUMENTS[name].refusal is None
+
+
+# ---- Blackwell (sm_100a): NVFP4 and MXFP8 through the sm100_blockscaled family's policy ----
+
+
+@pytest.fixture
+def b200(tmp_path, monkeypatch):
+    """test_sm100_blockscaled_front's manifest (an sm_100a NVFP4 and an MXFP8 variant, an
+    sm_90a BF16 one) on a B200 stand-in; JAX traces for sm_100a."""
+    sm100 = pytest.importorskip("test_sm100_blockscaled_front", reason="needs the sm100_blockscaled family")
+    fake, _ = sm100._stand_ins(sm100.B200, tmp_path, monkeypatch)
+    monkeypatch.setattr(dglu_jax, "default_device_arch", lambda: "sm_100a")
+    return sm100, fake
+
+
+def test_an_nvfp4_call_takes_uint8_fp4_pairs_and_returns_amax(b200):
+    sm100, fake = b200
+    out = traced(jax_call(sm100._call()))
+    assert (out.d_row_tensor.shape, out.d_row_tensor.dtype) == ((sm100.M, 2 * sm100.N, 1), jnp.bfloat16)
+    assert (out.amax_tensor.shape, out.amax_tensor.dtype) == ((sm100.L, 2, 1), jnp.float32)
+    assert out.dbias_tensor.shape == (sm100.L, 2 * sm100.N, 1)
+    assert out.d_col_tensor is out.sfd_row_tensor is out.sfd_col_tensor is None
+    assert fake.counts["cuMemAllocAsync"] == 0 and fake.enqueued() == []
+
+
+def test_an_mxfp8_call_on_blackwell_returns_its_quantized_outputs(b200):
+    sm100, _ = b200
+    out = traced(jax_call(sm100._mxfp8_call()))
+    m, n2 = sm100.M, 2 * sm100.N
+    assert out.d_row_tensor.dtype == out.d_col_tensor.dtype == jnp.float8_e4m3fn
+    assert out.sfd_row_tensor.shape == storage_shape(m, n2) and out.sfd_col_tensor.shape == storage_shape(n2, m)
+    assert out.amax_tensor is None
+
+
+@pytest.mark.parametrize(
+    ("call", "changes"),
+    [
+        ("nvfp4", {"sf_vec_size": 32}),
+        ("nvfp4", {"d_dtype": torch.float8_e4m3fn}),
+        ("nvfp4", {"norm_const_tensor": torch.ones(1)}),
+        ("mxfp8", {"sf_vec_size": 16}),
+        ("mxfp8", {"discrete_col_sfd": True}),
+        ("mxfp8", {"norm_const_tensor": None}),
+    ],
+)
+def test_blackwell_refusals_are_the_torch_wrappers(b200, call, changes):
+    sm100, fake = b200
+    torch_call = (sm100._call if call == "nvfp4" else sm100._mxfp8_call)(**changes)
+    kind, message = _torch_error(torch_call)
+    with pytest.raises(kind) as raised:
+        traced(jax_call(torch_call))
+    assert str(raised.value) == message.replace("the tensors' device", dglu_jax.TRACE_ARCH_SOURCE).replace(
+        "a Tensor", "a JAX array")
+    assert fake.counts["cuMemAllocAsync"] == 0 and fake.enqueued() == []
+
+
+def test_a_jitted_call_as_docs_blockscaled_writes_it(plans_on_cpu):
+    """docs/blockscaled.md's JAX example, on XLA:CPU (the handler records the plan)."""
+
+    def sf_storage(rows, kc, l=1):
+        shape = (l, -(-rows // 128), -(-kc // 128), 32, 4, 4)
+        return jax.lax.bitcast_convert_type(jnp.full(shape, 127, jnp.uint8), jnp.float8_e8m0fnu)
+
+    run = jax.jit(dglu_jax.grouped_gemm_dglu_jax, static_argnames=("d_dtype", "sf_vec_size", "generate_dbias"))
+    out = run(
+        jnp.zeros((M, K, 1), jnp.float8_e4m3fn), jnp.zeros((M, 2 * N, 1), jnp.bfloat16), sf_storage(M, K),
+        padded_offsets=jnp.array([256, 256, 768, 1024], jnp.int32), alpha_tensor=jnp.ones(L),
+        beta_tensor=jnp.ones(L), prob_tensor=jnp.ones((M, 1, 1)),
+        b_tensor=jnp.zeros((L, N, K), jnp.float8_e4m3fn), sfb_tensor=sf_storage(N, K, L),
+        norm_const_tensor=jnp.ones(1, jnp.float32), d_dtype=jnp.float8_e4m3fn, sf_vec_size=32, generate_dbias=True,
+    )  # fmt: skip
+    d_row, d_col, dprob, dbias, amax, sfd_row, sfd_col = out
+    np.testing.assert_array_equal(np.asarray(dprob), 1.0)
+    assert sfd_row.shape == storage_shape(M, 2 * N) and sfd_row.dtype == jnp.float8_e8m0fnu and amax is None
+    plan, _ = plans_on_cpu[-1]
+    assert plan.views["sfb"].strides == mx.bs.sf_strides(N, K, L)

@@ -5,28 +5,40 @@
 dglu.jax.ffi): no compiled extension, no CuTe DSL at run time. dglu.jax.mlp is a client: a
 MoE expert MLP whose jax.custom_vjp backward takes dH and dprob from this entry.
 
-Arguments follow the torch wrapper's seed names, as JAX arrays:
+Arguments follow the torch wrapper's seed names, as JAX arrays (dglu.jax.arrays):
 - A (M, K[, 1]) and C (M, 2N[, 1]) row-major; padded_offsets (L,) int32; alpha, beta (L,)
   and prob (M, 1, 1) float32;
 - dense weights: ``b_tensor``, one row-major (L, N, K) array (the same bytes as the torch
-  path's K-major (N, K, L) view); discrete weights: ``b_ptrs``, (L,) int64 device addresses
-  of per-expert (N, K) bf16 matrices (jax_enable_x64; or uint32 (L, 2) of the same bytes),
-  with ``n`` and ``b_dtype=jnp.bfloat16``. The caller keeps those expert arrays alive and
+  path's K-major (N, K, L) view), or with ``b_major="n"`` (block-scaled families) a
+  row-major (L, K, N) array (the N-major view); discrete weights: ``b_ptrs``, (L,) int64
+  device addresses of per-expert (N, K) matrices (jax_enable_x64; or uint32 (L, 2) of the
+  same bytes), with ``n`` and ``b_dtype``. The caller keeps those expert arrays alive and
   unmoved for every execution of the traced computation.
 - ``dprob_tensor`` (optional): accumulated into and returned as a new array (the given one
   is never mutated); None starts from zeros.
+- block-scaled operands, by the front policy of the family that runs A's dtype on the
+  device (the torch wrapper's rules and messages): FP8 A and B (jnp.float8_e4m3fn or
+  float8_e5m2, MXFP8) or, on Blackwell, FP4 pairs as uint8 (NVFP4; JAX has no packed FP4
+  dtype); ``sfa_tensor``, ``sfb_tensor`` (or ``sfb_ptrs``, like b_ptrs) in the seed's
+  permuted storage: row-major (L, ceil(rows/128), ceil(cols/128), 32, 4, 4) arrays of the
+  scale dtype (jnp.float8_e8m0fnu for MXFP8, float8_e4m3fn for NVFP4), which the seed's
+  (32, 4, ceil(rows/128), 4, ceil(cols/128), L) tensor is a permuted view of (from that
+  view: ``jnp.transpose(view, dglu.jax.arrays.SEED_TO_SF_STORAGE)``); ``norm_const_tensor``
+  (1,) float32; ``sf_vec_size`` 32 (MXFP8) or 16 (NVFP4); ``d_dtype``.
 
 ``deterministic=True`` selects the ``_det`` variants, as in the torch path: D, dprob and
 dbias bitwise reproducible from call to call (no order-dependent float atomics).
 ``act_out=True`` selects the act_out variants and returns ``DgluActResults``, the same plus
 act_out_tensor (M, N, 1) bf16, prob * GLU(C). ``round_dgrad_to_input_dtype`` sets the kernel
-flag of that name (refused where the selected variant has none). Block-scaled (MXFP8)
-arguments are refused, saying so: JAX runs the BF16 contract only.
+flag of that name (refused where the selected variant has none).
 
-Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
-d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
-generate_dbias=True else None; the block-scaled outputs are None. Rows of D_row past
-valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the torch path.
+Returns ``DgluResults`` (a NamedTuple, in the seed's order, filled from the family's
+output roles): d_row_tensor (M, 2N, 1) in d_dtype, d_col_tensor (block-scaled FP8 D),
+dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with generate_dbias=True,
+amax_tensor (L, 2, 1) float32 (NVFP4's 16-bit D), sfd_row_tensor and sfd_col_tensor in
+the seed's storage form above; None for what the call's family does not produce. Rows of
+D_row past valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the
+torch path.
 
 Shapes, dtypes and options are checked at trace time by the torch path's code, with its
 messages (dglu.jax.checks), against the variant selected from the dtypes, the options and
@@ -39,7 +51,8 @@ clamp their walk to A's rows, so malformed offsets give wrong numbers, never out
 accesses) and the addresses inside b_ptrs (read only on the device). The variant's
 workspaces are hidden results of the custom call, sized by its manifest entry; the handler
 zeroes those marked ``each_call`` or ``by_consumer`` (XLA's buffers are fresh each
-call, so a consumer's zeroing does not carry over) and the new dbias on XLA's stream.
+call, so a consumer's zeroing does not carry over) and the accumulated outputs it
+creates (dbias, amax: from zero, as the torch wrapper's) on XLA's stream.
 """
 
 from __future__ import annotations
