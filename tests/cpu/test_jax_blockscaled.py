@@ -2,9 +2,9 @@
 written from the family's own declaration (test_blockscaled_refusals' manifest): JAX's
 forms of the arguments (scale factors as the seed's permuted storage, B row-major, b_ptrs
 as uint32 pairs), the results' shapes and dtypes in the seed's order, every refusal with
-the torch wrapper's message for the same call and nothing enqueued, and the handler's plan
-built from XLA's real buffers by a CPU handler under the entry's target (the driver stood
-in)."""
+the torch wrapper's message for the same call and nothing enqueued, every option row of
+the argument table checked by the wrapper's code, and the handler's plan built from XLA's
+real buffers by a CPU handler under the entry's target (the driver stood in)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from test_blockscaled_refusals import FP4, K, L, M, N  # noqa: E402
 
 import dglu.jax as dglu_jax  # noqa: E402
 from dglu import api, bound  # noqa: E402
-from dglu.arguments import ARGUMENTS  # noqa: E402
+from dglu.arguments import ARGUMENTS, NOT_OFFERED, WRAPPER  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.jax import arrays, ffi, launch  # noqa: E402
 from dglu.jax.config import decode_attributes  # noqa: E402
@@ -297,20 +297,6 @@ def test_a_bf16_call_exported_before_the_operands_attribute_decodes_as_bf16():
     assert decoded.config.options.epilogue_op is None and decoded.config.options.discrete_col_sfd is False
 
 
-def test_every_block_scaled_argument_of_the_table_is_a_jax_parameter():
-    """The JAX entry offers each tensor and option of the wrapper's table (NOT_OFFERED
-    aside), the block-scaled ones included, none refused by JAX's own code."""
-    import inspect
-
-    from dglu.arguments import NOT_OFFERED, WRAPPER
-
-    parameters = inspect.signature(dglu_jax.grouped_gemm_dglu_jax).parameters
-    offered = [name for name in WRAPPER if name not in NOT_OFFERED["jax"]]
-    assert list(parameters) == offered
-    for name in ("sfa_tensor", "sfb_tensor", "sfb_ptrs", "norm_const_tensor", "sf_vec_size", "discrete_col_sfd"):
-        assert name in parameters and ARGUMENTS[name].refusal is None
-
-
 # ---- Blackwell (sm_100a): NVFP4 and MXFP8 through the sm100_blockscaled family's policy ----
 
 
@@ -385,3 +371,27 @@ def test_a_jitted_call_as_docs_blockscaled_writes_it(plans_on_cpu):
     assert sfd_row.shape == storage_shape(M, 2 * N) and sfd_row.dtype == jnp.float8_e8m0fnu and amax is None
     plan, _ = plans_on_cpu[-1]
     assert plan.views["sfb"].strides == mx.bs.sf_strides(N, K, L)
+
+
+SENTINEL = object()  # no option accepts it; the refusal shows its repr, the same in both
+
+
+def _bf16_call() -> dict:
+    call = mx.wrapper_call()
+    for name in ("sfa_tensor", "sfb_tensor", "norm_const_tensor"):
+        del call[name]
+    bf16 = torch.bfloat16
+    return {**call, "a_tensor": call["a_tensor"].to(bf16), "b_tensor": call["b_tensor"].to(bf16), "d_dtype": None,
+            "sf_vec_size": 16}
+
+
+@pytest.mark.parametrize("base", ["mxfp8", "bf16"])
+@pytest.mark.parametrize("option", [n for n in WRAPPER if ARGUMENTS[n].role == "option" and n not in NOT_OFFERED["jax"]])
+def test_every_option_of_the_table_reaches_the_checks_as_in_the_wrapper(driver, base, option):
+    """Each option row of the argument table that dglu.jax offers is checked by the
+    wrapper's code: a value no option accepts is refused by both, with one message."""
+    call = {**(mx.wrapper_call() if base == "mxfp8" else _bf16_call()), option: SENTINEL}
+    kind, message = _torch_error(call)
+    with pytest.raises(kind) as raised:
+        traced(jax_call(call))
+    assert str(raised.value) == message.replace("the tensors' device", dglu_jax.TRACE_ARCH_SOURCE)
