@@ -24,18 +24,20 @@ device.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
+
+from ..call import ARGUMENT_NAMES
 
 TORCH_PREFIX = "torch."
 SCALE_FACTOR_ROLES = ("sfa", "sfb", "sfd_row", "sfd_col")
 SF_ATOM = (32, 4, 4)  # one 512-byte atom: 128 rows (32 x 4) by 4 scale blocks
+SF_ATOM_BYTES = math.prod(SF_ATOM)
 SF_STORAGE_TO_SEED = (3, 4, 1, 5, 2, 0)  # the seed's permute of its storage
 SEED_TO_SF_STORAGE = (5, 2, 4, 0, 1, 3)  # its inverse: jnp.transpose(seed_view, this)
 POINTER_ROLES = ("b_ptrs", "sfb_ptrs")
 OPERAND_ROLES = ("a", "b")  # uint8 here: FP4 pairs
 FP4_PAIRS = "torch.float4_e2m1fn_x2"
-_NAMES = {"a": "a_tensor", "b": "b_tensor", "sfa": "sfa_tensor", "sfb": "sfb_tensor",
-          "sfd_row": "sfd_row_tensor", "sfd_col": "sfd_col_tensor"}
 
 
 class ArrayDevice(NamedTuple):
@@ -134,16 +136,15 @@ def operand_spelling(name: str, dtype: Any) -> Any:
 def _scale_factor_spec(role: str, shape: tuple[int, ...], dtype: Any, pointer: int, device: ArrayDevice) -> ArraySpec:
     if len(shape) != 6 or shape[3:] != SF_ATOM:
         raise ValueError(
-            f"{_NAMES[role]}: expected the seed's scale-factor storage, a row-major "
+            f"{ARGUMENT_NAMES[role]}: expected the seed's scale-factor storage, a row-major "
             f"(L, ceil(rows/128), ceil(cols/128), 32, 4, 4) array, got shape {shape}; from the "
             f"seed's (32, 4, ceil(rows/128), 4, ceil(cols/128), L) view pass "
             f"jnp.transpose(view, {SEED_TO_SF_STORAGE})"
         )
-    l, row_atoms, col_atoms = shape[:3]
-    atom_bytes = 32 * 4 * 4
-    pitch = atom_bytes * col_atoms
+    row_atoms, col_atoms = shape[1:3]
+    pitch = SF_ATOM_BYTES * col_atoms  # bytes per 128 rows
     seed_shape = tuple(shape[axis] for axis in SF_STORAGE_TO_SEED)
-    return ArraySpec(seed_shape, dtype, (16, 4, pitch, 1, atom_bytes, row_atoms * pitch), pointer, device)
+    return ArraySpec(seed_shape, dtype, (16, 4, pitch, 1, SF_ATOM_BYTES, row_atoms * pitch), pointer, device)
 
 
 def array_shape(role: str, seed_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -166,7 +167,7 @@ def array_spec(
     ``b_major``: dense B's order, which its row-major shape follows."""
     shape = tuple(shape)
     if role in OPERAND_ROLES:
-        dtype = operand_spelling(_NAMES[role], dtype)
+        dtype = operand_spelling(ARGUMENT_NAMES[role], dtype)
     if role == "b":
         if len(shape) != 3:
             order = "(L, K, N)" if b_major == "n" else "(L, N, K)"
