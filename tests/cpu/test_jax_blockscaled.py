@@ -286,6 +286,19 @@ def test_block_scaled_options_reach_the_handler(plans_on_cpu):
     assert options.single_group is False
 
 
+def test_single_group_offsets_reach_the_handler(plans_on_cpu):
+    """use_single_group_runtime_offsets: one expert, padded_offsets an int32 (1,) array
+    the kernels never read; the handler's own check (one expert, M a multiple of
+    m_aligned) passes on XLA's buffers."""
+    call = concrete(jax_call(mx.wrapper_call()))
+    one = {"padded_offsets": jnp.zeros((1,), jnp.int32), "alpha_tensor": jnp.ones(1), "beta_tensor": jnp.ones(1),
+           "b_tensor": jnp.zeros((1, N, K), jnp.float8_e4m3fn), "sfb_tensor": jnp.zeros(storage_shape(N, K), jnp.float8_e8m0fnu)}
+    out = _run({**call, **one}, use_single_group_runtime_offsets=True)
+    _, xla = plans_on_cpu[-1]
+    assert decode_attributes(xla.attrs).config.options.single_group is True
+    assert out.dbias_tensor.shape == (1, 2 * N, 1)
+
+
 def test_a_bf16_call_exported_before_the_operands_attribute_decodes_as_bf16():
     attrs = {
         "weight_mode": "dense", "n": 0, "b_dtype": "", "d_dtype": "bf16", "dbias": False, "act_func": "dswiglu",
