@@ -176,6 +176,16 @@ def test_unpacked_fp4_is_refused_saying_how_to_pack_it(driver):
         traced(call)
 
 
+def test_the_packing_the_refusal_names_puts_element_2j_in_the_low_nibble():
+    """jax.lax.bitcast_convert_type of (..., 2) float4_e2m1fn to uint8 packs as the
+    kernels' (and torch's float4_e2m1fn_x2) pairs read: element 2j low, 2j + 1 high."""
+    values = torch.tensor([[0.5, -6.0, 1.5, 3.0], [0.0, -0.5, 4.0, 2.0]])
+    unpacked = jnp.asarray(values.numpy(), jnp.float4_e2m1fn).reshape(2, 2, 2)
+    packed = np.asarray(jax.lax.bitcast_convert_type(unpacked, jnp.uint8))
+    decoded = mx.bs.e2m1_decode(torch.from_numpy(packed.copy()))
+    assert torch.equal(decoded, values.double())
+
+
 @pytest.mark.parametrize("name", SCALE_FACTORS)
 def test_scale_factors_in_the_seeds_view_shape_are_refused_with_the_storage_order(driver, name):
     call = jax_call(mx.wrapper_call())
