@@ -62,8 +62,11 @@ def require(arguments: Mapping[str, Any], needed_by: str) -> None:
 
 
 def shown(value: Any) -> str:
-    """A refused value in a message: repr for scalars, else its type."""
-    return repr(value) if value is None or isinstance(value, str | int | float | bool) else f"a {type(value).__name__}"
+    """A refused value in a message: repr for scalars, else its type (a frontend's tensor
+    type may say how it is named: ``shown_as``)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return repr(value)
+    return f"a {getattr(type(value), 'shown_as', type(value).__name__)}"
 
 
 def _refuse(name: str, rule: ArgumentRule, value: Any) -> Exception:
@@ -126,15 +129,19 @@ def operand_type(policy: FrontPolicy, name: str, dtype: Any) -> str:
     return element.name
 
 
+def _is_tensor(value: Any) -> bool:
+    """A tensor whose dtype is a torch dtype: a torch.Tensor, or a frontend's view of one
+    (dglu.jax's ArraySpec of a JAX array)."""
+    return str(getattr(value, "dtype", "")).startswith("torch.") and hasattr(value, "shape")
+
+
 # The named operand checks a policy may ask for (dglu.contract.front.CHECKS), each given the
 # policy and the call's tensors by role: role -> (argument name, tensor); ``b_dtype``.
 def _scaled_operands(policy: FrontPolicy, tensors: Mapping[str, tuple[str, Any]], b_dtype: Any) -> None:
     """A and B (or discrete weights' ``b_dtype``) of one operand type; the scale factors of
     the policy's ``scale_factors`` dtypes."""
-    import torch
-
     for name, tensor in tensors.values():
-        if not isinstance(tensor, torch.Tensor):
+        if not _is_tensor(tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
     a_name, a = tensors["a"]
     a_type = operand_type(policy, a_name, a.dtype)

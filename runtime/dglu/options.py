@@ -193,10 +193,3 @@ def check_flags(options: OpOptions, variant: Any) -> None:
                 f"flag (its manifest entry lists {list(variant.flags) or 'none'}): pass False, "
                 "or install a variant whose kernel implements it"
             )
-
-
-def check_absent(reason: str, error: type[Exception], **arguments: Any) -> None:
-    """Raise ``error`` naming the first of ``arguments`` that is not None."""
-    for name, value in arguments.items():
-        if value is not None:
-            raise error(f"{name}: {reason}; pass None")

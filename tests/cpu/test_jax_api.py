@@ -164,9 +164,10 @@ def test_tracing_without_a_gpu_selects_for_any_architecture(driver):
     assert "arch=" not in request and "(any arch, tile_m, tile_n)" in request
 
 
-def test_block_scaled_arguments_are_refused(driver):
-    with pytest.raises(NotImplementedError, match="sfa_tensor: dglu.jax runs the BF16 contract only: block-scaled"):
-        _shapes(_arrays(), sfa_tensor=1)
+def test_block_scaled_arguments_of_a_bf16_call_are_refused_by_its_familys_policy(driver):
+    sfa = S((1, M // 128, 1, 32, 4, 4), jnp.float8_e8m0fnu)
+    with pytest.raises(NotImplementedError, match="^sfa_tensor: got a JAX array; block-scaled .* pass None"):
+        _shapes(_arrays(sfa_tensor=sfa))
 
 
 def test_b_tensor_must_be_rank_3_row_major(driver):

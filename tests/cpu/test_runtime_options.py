@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from conftest_runtime import bf16_policy
 from dglu.front import dtype_name
-from dglu.options import check_absent, check_m_aligned, check_options
+from dglu.options import check_m_aligned, check_options
 
 SEED_DEFAULTS = dict(
     acc_dtype=None,
@@ -117,12 +117,6 @@ def test_activation_constants_are_checked_for_their_activation(changes, message)
     with pytest.raises(ValueError) as raised:
         options(**changes)
     assert str(raised.value).startswith(message), str(raised.value)
-
-
-def test_absent_block_scaled_arguments() -> None:
-    check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=None)
-    with pytest.raises(NotImplementedError, match="^sfb_tensor: block-scaled only; pass None$"):
-        check_absent("block-scaled only", NotImplementedError, sfa_tensor=None, sfb_tensor=object())
 
 
 def test_output_dtype_names_follow_the_familys_rule() -> None:

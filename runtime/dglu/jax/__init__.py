@@ -5,28 +5,40 @@
 dglu.jax.ffi): no compiled extension, no CuTe DSL at run time. dglu.jax.mlp is a client: a
 MoE expert MLP whose jax.custom_vjp backward takes dH and dprob from this entry.
 
-Arguments follow the torch wrapper's seed names, as JAX arrays:
+Arguments follow the torch wrapper's seed names, as JAX arrays (dglu.jax.arrays):
 - A (M, K[, 1]) and C (M, 2N[, 1]) row-major; padded_offsets (L,) int32; alpha, beta (L,)
   and prob (M, 1, 1) float32;
 - dense weights: ``b_tensor``, one row-major (L, N, K) array (the same bytes as the torch
-  path's K-major (N, K, L) view); discrete weights: ``b_ptrs``, (L,) int64 device addresses
-  of per-expert (N, K) bf16 matrices (jax_enable_x64; or uint32 (L, 2) of the same bytes),
-  with ``n`` and ``b_dtype=jnp.bfloat16``. The caller keeps those expert arrays alive and
+  path's K-major (N, K, L) view), or with ``b_major="n"`` (block-scaled families) a
+  row-major (L, K, N) array (the N-major view); discrete weights: ``b_ptrs``, (L,) int64
+  device addresses of per-expert (N, K) matrices (jax_enable_x64; or uint32 (L, 2) of the
+  same bytes), with ``n`` and ``b_dtype``. The caller keeps those expert arrays alive and
   unmoved for every execution of the traced computation.
 - ``dprob_tensor`` (optional): accumulated into and returned as a new array (the given one
   is never mutated); None starts from zeros.
+- block-scaled operands, by the front policy of the family that runs A's dtype on the
+  device (the torch wrapper's rules and messages): FP8 A and B (jnp.float8_e4m3fn or
+  float8_e5m2, MXFP8) or, on Blackwell, FP4 pairs as uint8 (NVFP4; JAX has no packed FP4
+  dtype); ``sfa_tensor``, ``sfb_tensor`` (or ``sfb_ptrs``, like b_ptrs) in the seed's
+  permuted storage: row-major (L, ceil(rows/128), ceil(cols/128), 32, 4, 4) arrays of the
+  scale dtype (jnp.float8_e8m0fnu for MXFP8, float8_e4m3fn for NVFP4), which the seed's
+  (32, 4, ceil(rows/128), 4, ceil(cols/128), L) tensor is a permuted view of (from that
+  view: ``jnp.transpose(view, dglu.jax.arrays.SEED_TO_SF_STORAGE)``); ``norm_const_tensor``
+  (1,) float32; ``sf_vec_size`` 32 (MXFP8) or 16 (NVFP4); ``d_dtype``.
 
 ``deterministic=True`` selects the ``_det`` variants, as in the torch path: D, dprob and
 dbias bitwise reproducible from call to call (no order-dependent float atomics).
 ``act_out=True`` selects the act_out variants and returns ``DgluActResults``, the same plus
 act_out_tensor (M, N, 1) bf16, prob * GLU(C). ``round_dgrad_to_input_dtype`` sets the kernel
-flag of that name (refused where the selected variant has none). Block-scaled (MXFP8)
-arguments are refused, saying so: JAX runs the BF16 contract only.
+flag of that name (refused where the selected variant has none).
 
-Returns ``DgluResults`` (a NamedTuple, in the seed's order): d_row_tensor (M, 2N, 1) in
-d_dtype (default bf16), dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with
-generate_dbias=True else None; the block-scaled outputs are None. Rows of D_row past
-valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the torch path.
+Returns ``DgluResults`` (a NamedTuple, in the seed's order, filled from the family's
+output roles): d_row_tensor (M, 2N, 1) in d_dtype, d_col_tensor (block-scaled FP8 D),
+dprob_tensor (M, 1, 1) float32, dbias_tensor (L, 2N, 1) bf16 with generate_dbias=True,
+amax_tensor (L, 2, 1) float32 (NVFP4's 16-bit D), sfd_row_tensor and sfd_col_tensor in
+the seed's storage form above; None for what the call's family does not produce. Rows of
+D_row past valid_m = padded_offsets[-1] (owned by no expert) are left unwritten, as in the
+torch path.
 
 Shapes, dtypes and options are checked at trace time by the torch path's code, with its
 messages (dglu.jax.checks), against the variant selected from the dtypes, the options and
@@ -39,7 +51,8 @@ clamp their walk to A's rows, so malformed offsets give wrong numbers, never out
 accesses) and the addresses inside b_ptrs (read only on the device). The variant's
 workspaces are hidden results of the custom call, sized by its manifest entry; the handler
 zeroes those marked ``each_call`` or ``by_consumer`` (XLA's buffers are fresh each
-call, so a consumer's zeroing does not carry over) and the new dbias on XLA's stream.
+call, so a consumer's zeroing does not carry over) and the accumulated outputs it
+creates (dbias, amax: from zero, as the torch wrapper's) on XLA's stream.
 """
 
 from __future__ import annotations
@@ -50,25 +63,21 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..call import ARGUMENT_NAMES
+from ..call import ARGUMENT_NAMES, WRAPPER_OUTPUTS
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
 from ..errors import VariantNotFoundError
 from ..external import padded_elements
-from ..options import check_absent
+from ..front import outputs
 from ..problem import Problem
 from ..selection import arch_for_capability
-from .arrays import array_spec, torch_spelling
+from .arrays import ArraySpec, array_shape, array_spec
 from .checks import check_config, describe_call
 from .config import ARG_ROLES, CallConfig
 
 TARGET = "dglu_grouped_gemm_dglu"
 PLATFORM = "CUDA"
 TRACE_ARCH_SOURCE = "JAX's default device"
-BLOCK_SCALED_IN_JAX = (
-    "dglu.jax runs the BF16 contract only: block-scaled (MXFP8) calls are not offered through "
-    "JAX yet (the torch wrapper and torch.ops.dglu.grouped_gemm_dglu run them)"
-)
 
 
 class DgluResults(NamedTuple):
@@ -98,10 +107,12 @@ class DgluActResults(NamedTuple):
 
 class CallLayout(NamedTuple):
     """The custom call's static layout (hashable: the inner jit's static argument): its
-    results as (role, shape, numpy dtype), then the hidden workspaces as (name, elements,
-    numpy dtype); the operands aliased to results as (operand index, result index); dprob's
-    (shape, numpy dtype) when the call starts it from zeros."""
+    operands' variant roles, in order; its results as (role, shape, numpy dtype), then the
+    hidden workspaces as (name, elements, numpy dtype); the operands aliased to results as
+    (operand index, result index); dprob's (shape, numpy dtype) when the call starts it
+    from zeros."""
 
+    operands: tuple[str, ...]
     results: tuple[tuple[str, tuple[int, ...], str], ...]
     workspaces: tuple[tuple[str, int, str], ...]
     aliases: tuple[tuple[int, int], ...]
@@ -138,18 +149,17 @@ def _numpy(element_type: str) -> str:
     return ELEMENT_TYPES[element_type].torch_name  # numpy and torch share these names
 
 
-def call_layout(variant: Variant, problem: Problem, dprob_given: bool) -> CallLayout:
-    """The results, workspaces and aliases of ``variant``'s custom call for ``problem``."""
+def call_layout(variant: Variant, problem: Problem, operands: tuple[str, ...], dprob_given: bool) -> CallLayout:
+    """The results, workspaces and aliases of ``variant``'s custom call for ``problem``
+    with the ``operands`` (variant roles, in order)."""
     scalars = problem.scalars
     results = tuple(
-        (role, tuple(e.value(scalars) for e in rule.shape), _numpy(rule.dtypes[0]))
+        (role, array_shape(role, tuple(e.value(scalars) for e in rule.shape)), _numpy(rule.dtypes[0]))
         for role, rule in variant.arguments.items()
         if rule.io != "in"
     )
     roles = [role for role, _, _ in results]
-    aliases = tuple(
-        (ARG_ROLES.index(role), roles.index(role)) for role in roles if role in ARG_ROLES
-    )
+    aliases = tuple((operands.index(role), roles.index(role)) for role in roles if role in operands)
     sizes = padded_elements(variant, scalars)
     workspaces = tuple(
         (name, sizes[name], _numpy(rule.dtype)) for name, rule in variant.workspaces.items()
@@ -158,22 +168,29 @@ def call_layout(variant: Variant, problem: Problem, dprob_given: bool) -> CallLa
     zero_dprob = None if dprob_given else (
         tuple(e.value(scalars) for e in dprob.shape), _numpy(dprob.dtypes[0])
     )
-    return CallLayout(results, workspaces, aliases, zero_dprob)
+    return CallLayout(operands, results, workspaces, aliases, zero_dprob)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "layout"))
 def _custom_call(*operands: Any, config: CallConfig, layout: CallLayout) -> dict[str, Any]:
-    if layout.zero_dprob is not None:
+    if layout.zero_dprob is not None:  # the last operand: zeros, made here
         shape, dtype = layout.zero_dprob
-        operands = (*operands[:-1], jnp.zeros(shape, dtype))
+        operands = (*operands, jnp.zeros(shape, dtype))
     shapes = [jax.ShapeDtypeStruct(shape, dtype) for _, shape, dtype in layout.results]
     shapes += [jax.ShapeDtypeStruct((size,), dtype) for _, size, dtype in layout.workspaces]
     roles = tuple(role for role, _, _ in layout.results)
     names = tuple(name for name, _, _ in layout.workspaces)
     outputs = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases=dict(layout.aliases))(
-        *operands, **config.attributes(roles, names)
+        *operands, **config.attributes(layout.operands, roles, names)
     )
     return dict(zip(roles, outputs))
+
+
+def _spec(role: str, name: str, value: Any, b_major: Any) -> tuple[str, ArraySpec]:
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise TypeError(f"{name}: expected a JAX array, got {type(value).__name__}")
+    major = b_major if b_major in ("k", "n") else "k"  # another b_major is refused by the options
+    return name, array_spec(role, jnp.shape(value), jnp.result_type(value), b_major=major)
 
 
 def grouped_gemm_dglu_jax(
@@ -221,39 +238,24 @@ def grouped_gemm_dglu_jax(
     """Grouped GEMM + dGLU backward of JAX arrays (see the package docstring); the wrapper's
     parameters in its order (dglu.arguments), less current_stream and activation_tensor
     (dglu.arguments.NOT_OFFERED says why)."""
-    check_absent(
-        BLOCK_SCALED_IN_JAX,
-        NotImplementedError,
-        sfa_tensor=sfa_tensor,
-        sfb_tensor=sfb_tensor,
-        sfb_ptrs=sfb_ptrs,
-        norm_const_tensor=norm_const_tensor,
-    )
+    values = dict(locals())
     arch = default_device_arch()
-    a_dtype = torch_spelling(jnp.result_type(a_tensor)) if a_tensor is not None else "torch.bfloat16"
-    config = check_config(b_tensor is not None, b_ptrs is not None, dict(locals()), a_dtype, arch)
-    for name in ("a_tensor", "c_tensor", "padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor"):
-        if locals()[name] is None:
-            raise ValueError(f"{name}: required with every call, got None")
-    weights = b_ptrs if b_ptrs is not None else b_tensor
-    operands = (
-        a_tensor, weights, c_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor,
-        dprob_tensor,
-    )  # fmt: skip
-    roles = tuple(config.weights_role if role == "weights" else role for role in ARG_ROLES)
     arrays = {
-        role: (ARGUMENT_NAMES[role], array_spec(role, jnp.shape(x), jnp.result_type(x)))
-        for role, x in zip(roles, operands)
-        if x is not None
+        role: _spec(role, name, values[name], b_major)
+        for role, name in ARGUMENT_NAMES.items()
+        if values.get(name) is not None
     }
-    variant, problem = describe_call(
-        config, arrays, arch, TRACE_ARCH_SOURCE, later=("d_row", "dbias", "dprob", "act_out")
-    )
-    layout = call_layout(variant, problem, dprob_tensor is not None)
+    given = {**values, **dict(arrays.values())}  # the checks see the arrays as specs
+    config, policy = check_config(given, arrays, arch)
+    variant, problem = describe_call(config, policy, arrays, arch, TRACE_ARCH_SOURCE, (*WRAPPER_OUTPUTS, "dprob"))
+    roles = tuple(config.role(operand) for operand in ARG_ROLES)
+    roles = tuple(role for role in roles if role in arrays or role == "dprob")  # dprob: given, or zeros
+    layout = call_layout(variant, problem, roles, dprob_tensor is not None)
     _register_gpu_target()
+    operands = tuple(values[ARGUMENT_NAMES[role]] for role in roles if role in arrays)
     made = _custom_call(*operands, config=config, layout=layout)
-    results = (made["d_row"], None, made["dprob"], made.get("dbias"), None, None, None)
-    return DgluActResults(*results, made["act_out"]) if act_out else DgluResults(*results)
+    results = DgluResults(**outputs(policy, made, {}))
+    return DgluActResults(*results, made["act_out"]) if act_out else results
 
 
 grouped_gemm_dglu_jax_sm90 = grouped_gemm_dglu_jax

@@ -1,7 +1,9 @@
 """The checks of a JAX call: the torch wrapper's, in its order, through its code.
 
-``check_config`` checks the non-tensor arguments with dglu.weights and dglu.options (JAX
-dtypes spelled as torch's first); ``describe_call`` selects the variant
+``check_config`` checks the call's arguments the way dglu.api's wrapper does before it
+selects (the family that runs A's dtype and its front policy, the policy's operand checks,
+option values, weights, options, D's dtype, the required tensors; dglu.front, dglu.weights,
+dglu.options), JAX dtypes spelled as torch's first; ``describe_call`` selects the variant
 (dglu.selection) and checks every array against its argument rules
 (dglu.validation.describe_tensors), the same code and messages as the torch path. The
 trace runs both on abstract arrays (addresses unknown); the FFI handler runs
@@ -17,13 +19,22 @@ from typing import Any, NamedTuple
 from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, select_installed
 from ..contract.front import FrontPolicy
 from ..contract.schema import Variant
-from ..dtypes import FLOAT_TYPES
-from ..front import check_values, dtype_name, front_of_operands
+from ..front import (
+    check_operands,
+    check_required,
+    check_single_group,
+    check_values,
+    dtype_name,
+    front_of_operands,
+    require,
+    tensor_dtype,
+    vector_f32_needs_wide_c,
+)
 from ..options import check_flags, check_m_aligned, check_options
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
-from ..weights import DISCRETE, check_b_major, weight_mode, wrapper_discrete
-from .arrays import ArraySpec, torch_spelling
+from ..weights import DISCRETE, variant_b_major, weight_mode, wrapper_discrete
+from .arrays import ArraySpec, operand_spelling, torch_spelling
 from .config import CallConfig
 
 # Options of check_options, by their seed names (acc_dtype is spelled as torch's first).
@@ -34,7 +45,11 @@ OPTION_NAMES = (
     "use_dynamic_sched", "cd_major", "deterministic", "act_out",
     "use_single_group_runtime_offsets", "round_dgrad_to_input_dtype",
 )  # fmt: skip
-C_DTYPES = "torch.bfloat16, torch.float16, torch.float32"
+# The tensors every call needs, after the family's own (dglu.api's order).
+REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor")
+OPERAND_ROLES = ("a", "b", "sfa", "sfb")  # what the family's operand checks read
+
+Arrays = Mapping[str, tuple[str, ArraySpec]]  # role -> (argument name, spec)
 
 
 class DescribedCall(NamedTuple):
@@ -44,63 +59,74 @@ class DescribedCall(NamedTuple):
     problem: Problem
 
 
-def bf16_front(a_dtype: Any, arch: str | None) -> FrontPolicy:
-    """The front policy of the installed family of ``arch`` (None: any) that runs A's dtype
-    (torch's spelling), refused as the torch path refuses it; dglu.jax takes BF16 only."""
-    policy = front_of_operands("a_tensor", a_dtype, arch, installed_fronts(arch))
-    if "bf16" not in policy.operands:
-        raise NotImplementedError(
-            f"a_tensor: got {a_dtype}; dglu.jax runs the BF16 contract only (the torch frontends run "
-            "the block-scaled one)"
-        )
-    return policy
+def family_policy(a_name: str, a_dtype: Any, arch: str | None) -> FrontPolicy:
+    """The front policy of the installed family of ``arch`` (None: any) that runs A's
+    dtype (torch's spelling), refused as the torch path refuses it (dglu.front)."""
+    return front_of_operands(a_name, a_dtype, arch, installed_fronts(arch))
 
 
-def check_config(
-    has_b_tensor: bool, has_b_ptrs: bool, options: Mapping[str, Any], a_dtype: Any, arch: str | None
-) -> CallConfig:
-    """The torch wrapper's configuration checks (api._wrapper_config's order and messages)
-    of the seed-named ``options`` (n, b_dtype, d_dtype, generate_dbias, acc_dtype and the
-    OPTION_NAMES), by the front policy of the family that runs A's dtype (torch's
-    spelling) on ``arch``."""
-    policy = bf16_front(a_dtype, arch)
-    check_values(policy, {"sf_fp8_dtype_override": options["sf_fp8_dtype_override"]})
-    n, b_dtype = options["n"], torch_spelling(options["b_dtype"])
-    discrete_args = {"b_ptrs": True if has_b_ptrs else None, "n": n, "b_dtype": b_dtype}
-    mode = weight_mode("b_tensor", True if has_b_tensor else None, discrete_args)
+def check_config(given: Mapping[str, Any], arrays: Arrays, arch: str | None) -> tuple[CallConfig, FrontPolicy]:
+    """The torch wrapper's checks before its selection (dglu.api._bind's order and
+    messages) of the seed-named ``given`` arguments (the arrays as their specs, the
+    options as given) and ``arrays`` (role -> (name, spec) of the given ones); returns the
+    configuration and the front policy of the family that runs A on ``arch``."""
+    if given["a_tensor"] is None:
+        require({"a_tensor": None}, "every call (the op's operands)")
+    policy = family_policy("a_tensor", arrays["a"][1].dtype, arch)
+    b_dtype = operand_spelling("b_dtype", given["b_dtype"])
+    check_operands(policy, {role: arrays[role] for role in OPERAND_ROLES if role in arrays}, b_dtype)
+    check_values(policy, given)
+    if given["c_tensor"] is None:
+        require({"c_tensor": None}, "every call (the op's operands)")
+    vector_f32_needs_wide_c(policy, given["vector_f32"], "c_tensor", arrays["c"][1].dtype)
+    config = _config(policy, given, b_dtype)
+    check_required(policy, given)
+    require({name: given[name] for name in REQUIRED}, "every call (the op's inputs)")
+    return config, policy
+
+
+def _config(policy: FrontPolicy, given: Mapping[str, Any], b_dtype: Any) -> CallConfig:
+    """Weights, options, dense B's order, D_row's dtype and dbias (api._wrapper_config's)."""
+    n = given["n"]
+    discrete_args = {"b_ptrs": True if given["b_ptrs"] is not None else None, "n": n, "b_dtype": b_dtype}
+    mode = weight_mode("b_tensor", True if given["b_tensor"] is not None else None, discrete_args)
     discrete = wrapper_discrete(n, b_dtype, policy) if mode == DISCRETE else None
     checked = check_options(
-        acc_dtype=torch_spelling(options["acc_dtype"]),
-        **{name: options[name] for name in OPTION_NAMES},
+        acc_dtype=torch_spelling(given["acc_dtype"]),
+        **{name: given[name] for name in OPTION_NAMES},
         policy=policy,
     )
-    check_b_major(mode, checked.b_major)
-    d_dtype = dtype_name(policy, "d_dtype", torch_spelling(options["d_dtype"]))
-    if not isinstance(options["generate_dbias"], bool):
-        raise ValueError(f"generate_dbias: expected a bool, got {options['generate_dbias']!r}")
-    return CallConfig(mode, discrete, checked, d_dtype, options["generate_dbias"])
+    # a JAX array has no strides: dense B's row-major shape follows b_major (dglu.jax.arrays)
+    checked = checked._replace(b_major=variant_b_major(policy, mode, checked.b_major, checked.b_major))
+    d_dtype = dtype_name(policy, "d_dtype", torch_spelling(given["d_dtype"]))
+    if not isinstance(given["generate_dbias"], bool):
+        raise ValueError(f"generate_dbias: expected a bool, got {given['generate_dbias']!r}")
+    return CallConfig(mode, discrete, checked, d_dtype, given["generate_dbias"])
 
 
 def describe_call(
     config: CallConfig,
-    arrays: Mapping[str, tuple[str, ArraySpec]],
+    policy: FrontPolicy,
+    arrays: Arrays,
     arch: str | None,
     arch_source: str,
     later: Collection[str],
 ) -> DescribedCall:
     """Select the variant of ``config``, the arrays' element types and ``arch`` (None:
     any installed architecture), then check ``arrays`` (role -> (argument name, spec))
-    against it; ``later``: the outputs the custom call creates."""
+    against it and ``policy`` (the family's); ``later``: the outputs the custom call
+    creates."""
     types = {role: element_type_name(name, spec.dtype) for role, (name, spec) in arrays.items()}
-    if types["c"] not in FLOAT_TYPES:  # the op's contract, as the torch path says it
-        name, spec = arrays["c"]
-        raise ValueError(f"{name}: dtype {spec.dtype} is not accepted; expected one of {C_DTYPES}")
+    tensor_dtype(policy, arrays["c"][0], "c_tensor", arrays["c"][1])  # the family's C types
     if config.discrete:
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
     variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape))
-    check_m_aligned(config.options, variant)
-    check_flags(config.options, variant)
-    problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
+    options = config.options
+    check_m_aligned(options, variant)
+    check_flags(options, variant)
+    offsets_name, offsets = arrays["padded_offsets"]
+    check_single_group(policy, options.single_group, offsets_name, offsets, arrays["a"][1].shape[0], options.m_aligned)
+    problem = describe_tensors(variant, arrays, config.given_scalars(), later, options.flags())
     return DescribedCall(variant, problem)
 
 

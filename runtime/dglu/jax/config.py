@@ -9,8 +9,13 @@ from typing import Any, NamedTuple
 from ..options import OpOptions
 from ..weights import DENSE, DISCRETE, DiscreteWeights
 
-# The custom call's operands, in order: the weights are "b" (dense) or "b_ptrs" (discrete).
-ARG_ROLES = ("a", "weights", "c", "padded_offsets", "alpha", "beta", "prob", "dprob")
+# The custom call's operands, in order, by their variant roles: the weights ("b" dense or
+# "b_ptrs" discrete), then the block-scaled ones a call gives, dprob last (its alias).
+# A call's list travels as the "operands" attribute; a call exported without it has BF16_ROLES.
+WEIGHTS = "weights"
+ARG_ROLES = ("a", WEIGHTS, "c", "padded_offsets", "alpha", "beta", "prob", "sfa", "weight_scales",
+             "norm_const", "dprob")
+BF16_ROLES = ("a", WEIGHTS, "c", "padded_offsets", "alpha", "beta", "prob", "dprob")
 ACT_PREFIX = "act_param_"  # activation constants travel as act_param_<name> scalars
 NO_TILE = (0, 0)  # the tile attribute of "let the selection choose"
 NAME_SEPARATOR = ","  # joins the result and workspace names into one string attribute
@@ -30,13 +35,24 @@ class CallConfig(NamedTuple):
         """The variant's argument the weights operand is: "b" or "b_ptrs"."""
         return "b_ptrs" if self.weight_mode == DISCRETE else "b"
 
+    def role(self, operand: str) -> str:
+        """The variant role of ARG_ROLES' ``operand`` (the weights and their scale factors
+        by the weight mode: b / sfb dense, b_ptrs / sfb_ptrs discrete)."""
+        if operand == WEIGHTS:
+            return self.weights_role
+        if operand == "weight_scales":
+            return "sfb_ptrs" if self.weight_mode == DISCRETE else "sfb"
+        return operand
+
     def given_scalars(self) -> dict[str, tuple[int, str]]:
         """Scalars the weight arguments fix (discrete weights' N, from ``n``)."""
         return self.discrete.given_scalars() if self.discrete else {}
 
-    def attributes(self, results: tuple[str, ...], workspaces: tuple[str, ...]) -> dict[str, Any]:
-        """The FFI attributes carrying this configuration and the result layout: the
-        results' roles, then the hidden workspaces', in order."""
+    def attributes(
+        self, operands: tuple[str, ...], results: tuple[str, ...], workspaces: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """The FFI attributes carrying this configuration and the call's layout: the
+        operands' roles, the results', then the hidden workspaces', in order."""
         import numpy as np
 
         options = self.options
@@ -55,6 +71,11 @@ class CallConfig(NamedTuple):
             "deterministic": options.deterministic,
             "act_out": options.act_out,
             "round_dgrad_to_input_dtype": options.round_dgrad,
+            "discrete_col_sfd": options.discrete_col_sfd,
+            "use_single_group_runtime_offsets": options.single_group,
+            "vector_f32": options.vector_f32,
+            "epilogue_op": options.epilogue_op or "",
+            "operands": NAME_SEPARATOR.join(operands),
             "results": NAME_SEPARATOR.join(results),
             "workspaces": NAME_SEPARATOR.join(workspaces),
             **{ACT_PREFIX + name: np.float64(value) for name, value in options.act_params},
@@ -65,6 +86,7 @@ class DecodedAttributes(NamedTuple):
     """What ``CallConfig.attributes`` encoded, decoded from the handler's attributes."""
 
     config: CallConfig
+    operands: tuple[str, ...]  # variant roles
     results: tuple[str, ...]
     workspaces: tuple[str, ...]
 
@@ -97,6 +119,10 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         # absent from calls exported by a dglu before these options: their defaults
         act_out=attrs.get("act_out", False),
         round_dgrad=attrs.get("round_dgrad_to_input_dtype", False),
+        discrete_col_sfd=attrs.get("discrete_col_sfd", False),
+        single_group=attrs.get("use_single_group_runtime_offsets", False),
+        vector_f32=attrs.get("vector_f32", False),
+        epilogue_op=attrs.get("epilogue_op") or None,
     )
     discrete = (
         DiscreteWeights(n=attrs["n"], n_from="n", dtype=attrs["b_dtype"])
@@ -104,4 +130,5 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         else None
     )
     config = CallConfig(weight_mode, discrete, options, attrs["d_dtype"], attrs["dbias"])
-    return DecodedAttributes(config, _names(attrs["results"]), _names(attrs["workspaces"]))
+    operands = tuple(config.role(o) for o in _names(attrs.get("operands", NAME_SEPARATOR.join(BF16_ROLES))))
+    return DecodedAttributes(config, operands, _names(attrs["results"]), _names(attrs["workspaces"]))

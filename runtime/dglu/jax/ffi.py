@@ -50,6 +50,10 @@ DTYPES: dict[int, str] = {
     11: "float32",
     12: "float64",
     16: "bfloat16",
+    19: "float8_e5m2",
+    20: "float8_e4m3fn",
+    32: "float4_e2m1fn",
+    33: "float8_e8m0fnu",
 }
 _CTYPES: dict[str, Any] = {  # scalar and array attribute element types
     "bool": ctypes.c_bool,

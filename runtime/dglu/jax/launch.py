@@ -20,8 +20,8 @@ from ..cache import BoundedCache
 from ..external import enqueue, given_workspaces, plan_call
 from ..runner import CallPlan, load_variant
 from .arrays import ArrayDevice, array_spec
-from .checks import describe_call
-from .config import ARG_ROLES, decode_attributes
+from .checks import describe_call, family_policy
+from .config import decode_attributes
 from .ffi import Buffer, DecodedCall
 
 PLAN_CAPACITY = 256
@@ -52,17 +52,16 @@ def plan_of(
     decoded = decode_attributes(attrs)
     config = decoded.config
     results = dict(zip(decoded.results + decoded.workspaces, rets, strict=True))
-    place = ArrayDevice("cuda", device)
-    buffers = dict(zip(ARG_ROLES, args, strict=True))
-    buffers[config.weights_role] = buffers.pop("weights")
+    place, b_major = ArrayDevice("cuda", device), config.options.b_major
+    buffers = dict(zip(decoded.operands, args, strict=True))
     buffers.update((role, results[role]) for role in decoded.results)  # dprob: its alias
     arrays = {
-        role: (call.ARGUMENT_NAMES[role], array_spec(role, b.dims, b.dtype, b.data, place))
+        role: (call.ARGUMENT_NAMES[role], array_spec(role, b.dims, b.dtype, b.data, place, b_major))
         for role, b in buffers.items()
     }
-    variant, problem = describe_call(
-        config, arrays, call.device_arch(device), HANDLER_ARCH_SOURCE, later=()
-    )
+    arch = call.device_arch(device)
+    policy = family_policy(arrays["a"][0], arrays["a"][1].dtype, arch)
+    variant, problem = describe_call(config, policy, arrays, arch, HANDLER_ARCH_SOURCE, later=())
     loaded = load_variant(variant, device)
     workspaces = given_workspaces(
         variant,
@@ -72,7 +71,7 @@ def plan_of(
     zeroed = tuple(
         role
         for role in decoded.results
-        if role not in ARG_ROLES and variant.arguments[role].io == "accumulate"
+        if role not in decoded.operands and variant.arguments[role].io == "accumulate"
     )
     return plan_call(loaded, problem, stream, workspaces, zeroed)
 

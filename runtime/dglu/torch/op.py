@@ -13,7 +13,8 @@ The op takes the wrapper's parameters in the wrapper's order (dglu.arguments.WRA
 act_out_tensor): the BF16 contract, deterministic, act_out, round_dgrad_to_input_dtype and
 the block-scaled (MXFP8) arguments. ``grouped_gemm_dglu`` below is the function to call,
 returning ``DgluOutputs`` in the seed's order (d_row, d_col, dprob, dbias, amax, sfd_row,
-sfd_col; the block-scaled ones None on the BF16 path, amax always None); with act_out=True
+sfd_col; the block-scaled ones None on the BF16 path, amax only with FP4 operands and a
+16-bit D, Blackwell's NVFP4); with act_out=True
 ``DgluActOutputs``, the same plus a trailing act_out_tensor (M, N, 1) bf16, prob * GLU(C)
 written by the kernel (an act_out variant must be installed). Under
 ``torch.compile(mode="reduce-overhead")`` a dprob buffer that is an input of the compiled
@@ -36,8 +37,11 @@ _STRIDE_TAG = getattr(torch.Tag, "needs_exact_strides", torch.Tag.needs_fixed_st
 # 4 x 32-element blocks, 512 bytes each, permuted (32, 4, rows/128, 4, blocks/4, L).
 SF_ATOM_ROWS, SF_ATOM_BYTES, SF_BLOCK = 128, 512, 32
 FP8_DTYPES = tuple(torch_dtype(name) for name in FP8_TYPES)  # the block-scaled operands'
+FP4_DTYPE = torch_dtype("e2m1x2")
+AMAX_D_DTYPES = (torch.bfloat16, torch.float16)  # NVFP4's D dtypes that come with per-expert amax
 # The op's outputs, in its return order (absent ones are (0,) placeholders).
-OUTPUTS = ("d_row_tensor", "d_col_tensor", "dbias_tensor", "sfd_row_tensor", "sfd_col_tensor", "act_out_tensor")
+OUTPUTS = ("d_row_tensor", "d_col_tensor", "dbias_tensor", "sfd_row_tensor", "sfd_col_tensor", "amax_tensor",
+           "act_out_tensor")
 
 
 class DgluOutputs(NamedTuple):
@@ -47,7 +51,7 @@ class DgluOutputs(NamedTuple):
     d_col_tensor: Optional[torch.Tensor]
     dprob_tensor: torch.Tensor
     dbias_tensor: Optional[torch.Tensor]
-    amax_tensor: None
+    amax_tensor: Optional[torch.Tensor]
     sfd_row_tensor: Optional[torch.Tensor]
     sfd_col_tensor: Optional[torch.Tensor]
 
@@ -59,7 +63,7 @@ class DgluActOutputs(NamedTuple):
     d_col_tensor: Optional[torch.Tensor]
     dprob_tensor: torch.Tensor
     dbias_tensor: Optional[torch.Tensor]
-    amax_tensor: None
+    amax_tensor: Optional[torch.Tensor]
     sfd_row_tensor: Optional[torch.Tensor]
     sfd_col_tensor: Optional[torch.Tensor]
     act_out_tensor: torch.Tensor
@@ -113,8 +117,8 @@ def grouped_gemm_dglu_op(
     round_dgrad_to_input_dtype: bool,
     deterministic: bool,
     act_out: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(D_row, D_col, dbias, SFD_row, SFD_col, act_out): the outputs of OUTPUTS; each one
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(D_row, D_col, dbias, SFD_row, SFD_col, amax, act_out): the outputs of OUTPUTS; each one
     the call does not produce is an empty (0,) tensor (a custom op's outputs cannot be
     None)."""
     arguments = dict(locals())
@@ -156,7 +160,9 @@ def _scale_factors(like: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
 def _fake(a_tensor, c_tensor, sfa_tensor, padded_offsets, *args):
     """Shapes, strides and dtypes only: D_row (M, 2N, 1) of A's rows and C's width in
     d_dtype; with FP8 operands D_col likewise and SFD_row, SFD_col in the seed's layout;
-    dbias (L, 2N, 1) and act_out (M, N, 1) bf16; else the (0,) placeholders."""
+    with FP4 operands and a 16-bit D, amax (L, 2, 1) fp32; dbias (L, 2N, 1) and act_out
+    (M, N, 1) bf16; else the (0,) placeholders (tests/cpu/test_torch_op.py checks these
+    against the op's real outputs)."""
     options = dict(zip(_PARAMETERS[4:], args))
     rows, width = a_tensor.shape[0], c_tensor.shape[1]
     d_row = a_tensor.new_empty((rows, width, 1), dtype=options["d_dtype"] or torch.bfloat16)
@@ -165,6 +171,8 @@ def _fake(a_tensor, c_tensor, sfa_tensor, padded_offsets, *args):
         made["d_col_tensor"] = torch.empty_like(d_row)
         made["sfd_row_tensor"] = _scale_factors(a_tensor, rows, width)
         made["sfd_col_tensor"] = _scale_factors(a_tensor, width, rows)
+    if a_tensor.dtype == FP4_DTYPE and d_row.dtype in AMAX_D_DTYPES:
+        made["amax_tensor"] = a_tensor.new_empty((padded_offsets.shape[0], 2, 1), dtype=torch.float32)
     if options["generate_dbias"]:
         made["dbias_tensor"] = a_tensor.new_empty((padded_offsets.shape[0], width, 1), dtype=torch.bfloat16)
     if options["act_out"]:
@@ -266,7 +274,8 @@ def grouped_gemm_dglu(
     # an output the call did not produce is a (0,) placeholder: None in the results
     outputs = (
         made["d_row_tensor"], made["d_col_tensor"] if made["d_col_tensor"].dim() > 1 else None, dprob_tensor,
-        made["dbias_tensor"] if made["dbias_tensor"].dim() > 1 else None, None,
+        made["dbias_tensor"] if made["dbias_tensor"].dim() > 1 else None,
+        made["amax_tensor"] if made["amax_tensor"].dim() > 1 else None,
         made["sfd_row_tensor"] if made["sfd_row_tensor"].dim() > 1 else None,
         made["sfd_col_tensor"] if made["sfd_col_tensor"].dim() > 1 else None,
     )  # fmt: skip

@@ -107,7 +107,7 @@ def use_reference_on_cpu() -> None:
     global _registered
     if _registered:
         return
-    from .op import grouped_gemm_dglu_op
+    from .op import OUTPUTS, grouped_gemm_dglu_op
 
     @grouped_gemm_dglu_op.register_kernel("cpu")
     def _cpu(a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor,
@@ -130,13 +130,13 @@ def use_reference_on_cpu() -> None:
         )
         dprob_tensor.add_(dprob.view(dprob_tensor.shape))
         d_row = d.to(d_dtype or torch.bfloat16).unsqueeze(-1)
-        # placeholders, one tensor each (a custom op's outputs must not alias)
-        absent = lambda: d_row.new_empty((0,), dtype=torch.bfloat16)  # noqa: E731
-        dbias = dbias.to(torch.bfloat16).unsqueeze(-1) if generate_dbias else absent()
-        act = absent()
+        made = {"d_row_tensor": d_row}
+        if generate_dbias:
+            made["dbias_tensor"] = dbias.to(torch.bfloat16).unsqueeze(-1)
         if act_out:
-            act = act_out_reference(c_tensor, padded_offsets, beta_tensor, prob_tensor, activation,
-                                    torch.float32).to(torch.bfloat16).unsqueeze(-1)
-        return d_row, absent(), dbias, absent(), absent(), act
+            made["act_out_tensor"] = act_out_reference(c_tensor, padded_offsets, beta_tensor, prob_tensor,
+                                                       activation, torch.float32).to(torch.bfloat16).unsqueeze(-1)
+        # the op's outputs in its order; placeholders, one tensor each (a custom op's outputs must not alias)
+        return tuple(made[name] if name in made else d_row.new_empty((0,), dtype=torch.bfloat16) for name in OUTPUTS)
 
     _registered = True
