@@ -38,7 +38,7 @@ from ..blocks.mxfp8 import (
     sf_offset,
     store_byte,
 )
-from ..blocks.mxfp8_decode import PIECE, StageDecoder
+from ..blocks.mxfp8_decode import CHUNK_WORDS, PIECE, StageDecoder
 from ..blocks.tile_scheduler import tile_coords
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, tma_atom
 from ..sm90_bf16.config import (
@@ -167,17 +167,18 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         sB8 = storage.sB8.get_tensor(b8)
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
-        # 32-bit word views of the same bytes for the decoder
+        # 32-bit word views of the same bytes for the decoder: K-major stages as 16-byte
+        # chunks, the N-major one as words
         words = cutlass.Int32
-        pieces = lambda rows: self.num_stages * rows * TILE_K // PIECE  # noqa: E731
+        fp8_chunks = lambda rows: self.num_stages * rows * TILE_K // (4 * CHUNK_WORDS)  # noqa: E731
         a8_words = cute.make_tensor(cute.recast_ptr(storage.sA8.data_ptr(), dtype=words),
-                                    cute.make_layout((PIECE // 4, pieces(self.tile_m))))
+                                    cute.make_layout((CHUNK_WORDS, fp8_chunks(self.tile_m))))
         if cutlass.const_expr(self.b_n_major):
             b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
                                         cute.make_layout(self.num_stages * self.tile_n * TILE_K // 4))
         else:
             b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
-                                        cute.make_layout((PIECE // 4, pieces(self.tile_n))))
+                                        cute.make_layout((CHUNK_WORDS, fp8_chunks(self.tile_n))))
         chunks = lambda rows: DECODED_STAGES * rows * TILE_K // PIECE  # noqa: E731
         a_chunks = cute.make_tensor(cute.recast_ptr(storage.sA.data_ptr(), dtype=words),
                                     cute.make_layout((4, chunks(self.tile_m))))
