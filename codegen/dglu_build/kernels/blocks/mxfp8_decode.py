@@ -118,19 +118,20 @@ def sf_row_base(sf_address: cutlass.Int64, row: cutlass.Int32, atoms_k: cutlass.
 
 
 @cute.jit
-def block_offset(k_tile: cutlass.Int32, block: cutlass.Int32) -> cutlass.Int32:
-    """sf_offset's block term of 32-block 2 k_tile + ``block`` (TILE_K = 64: 2 blocks a
-    k-tile): (block // 4) * 512 + block % 4."""
+def block_offset(k_tile: cutlass.Int32) -> cutlass.Int32:
+    """sf_offset's block term of 32-block 2 k_tile + b less b's (b < 2; TILE_K = 64: 2
+    blocks a k-tile): (block // 4) * 512 + block % 4 - b."""
     kt = cutlass.Uint32(k_tile)
-    return cutlass.Int32((kt >> 1) * ATOM_BYTES + (kt & 1) * 2 + cutlass.Uint32(block))
+    return cutlass.Int32(((kt >> 1) << 9) | ((kt & 1) << 1))
 
 
 class DecoderTile(NamedTuple):
     """What one thread's decode of a tile keeps over its k-tiles."""
 
-    sf_base: cutlass.Int64  # SF byte of (the thread's first row, block 0)
+    sf_base: cutlass.Int64  # SF byte of (the thread's first row, its 32-block of k-tile 0)
     sf_step: cutlass.Int64  # SF bytes between the thread's rows (K-major: passes, 128 rows)
     rows_left: cutlass.Int32  # operand rows from the thread's first row on
+    blocks_left: cutlass.Int32  # K's 32-blocks from its block of k-tile 0 on (0: first row past the operand's)
     block: cutlass.Int32  # K-major: the 32-block of each k-tile; N-major: the piece
     src: cutlass.Int32  # K-major: the first 16-byte chunk within a stage; N-major: the first word
     dst: cutlass.Int32  # its first BF16 chunk within a buffer (swizzled; K-major: store k at dst ^ k)
@@ -165,10 +166,12 @@ class StageDecoder:
 
     @cute.jit
     def tile(self, thread: cutlass.Int32, sf_address: cutlass.Int64, first_row: cutlass.Int32,
-             atoms_k: cutlass.Int32, rows: cutlass.Int32) -> DecoderTile:
+             atoms_k: cutlass.Int32, rows: cutlass.Int32, blocks: cutlass.Int32,
+             check_rows: cutlass.Constexpr) -> DecoderTile:
         """This thread's part of a tile whose rows start at operand row ``first_row`` (a
         multiple of the tile's rows: the thread's rows share one SF atom row), of an
-        operand of ``rows`` rows whose SF allocation is at ``sf_address``."""
+        operand of ``rows`` rows and ``blocks`` 32-blocks of K whose SF allocation is at
+        ``sf_address``; ``check_rows``: the tile may pass the operand's last row."""
         t = cutlass.Uint32(thread)
         if cutlass.const_expr(self.n_major):
             quad = t & (self.quads - 1)
@@ -185,26 +188,31 @@ class StageDecoder:
             dst = first * self.row_pieces + ((block * 4) ^ (c0 * 2) ^ (first & (SWIZZLE_ROWS - 1)))
             step = cutlass.Int64(atoms_k) * ATOM_BYTES
         row = first_row + cutlass.Int32(first)
-        return DecoderTile(sf_row_base(sf_address, row, atoms_k), step, rows - row, cutlass.Int32(block),
-                           cutlass.Int32(src), cutlass.Int32(dst), cutlass.Int32(first))
+        # N-major: the piece's 32-block
+        k_block = block >> 2 if cutlass.const_expr(self.n_major) else block
+        blocks_left = blocks - cutlass.Int32(k_block)
+        if cutlass.const_expr(check_rows):
+            if row >= rows:
+                blocks_left = cutlass.Int32(0)
+        sf_base = sf_row_base(sf_address, row, atoms_k) + cutlass.Int64(k_block)
+        return DecoderTile(sf_base, step, rows - row, blocks_left, cutlass.Int32(block), cutlass.Int32(src),
+                           cutlass.Int32(dst), cutlass.Int32(first))
 
     @cute.jit
-    def scales(self, tile: DecoderTile, k_tile: cutlass.Int32, blocks: cutlass.Int32,
-               check_rows: cutlass.Constexpr) -> cutlass.Int32:
+    def scales(self, tile: DecoderTile, k_tile: cutlass.Int32, check_rows: cutlass.Constexpr) -> cutlass.Int32:
         """The E8M0 bytes of this thread's rows of k-tile ``k_tile``, row j's in byte j of
         one word (few registers live across the stage's wait); a row past the operand's or
         a 32-block past K reads as 1. The thread's rows step by 128 (K-major: the next SF
         atom row) or by 1 (N-major: the next row, 16 bytes on)."""
         row_step = 1 if cutlass.const_expr(self.n_major) else ATOM_ROWS
-        # N-major: the piece's 32-block
-        block = tile.block >> 2 if cutlass.const_expr(self.n_major) else tile.block
-        address = tile.sf_base + cutlass.Int64(block_offset(k_tile, block))
+        address = tile.sf_base + cutlass.Int64(block_offset(k_tile))
         packed = cutlass.Int32(E8M0_ONE * 0x01010101)
-        if k_tile * (self.tile_k // SF_VEC) + block < blocks:
+        # the first row's check is in blocks_left
+        if k_tile * (self.tile_k // SF_VEC) < tile.blocks_left:
             packed = cutlass.Int32(0)
             for j in cutlass.range_constexpr(self.per_thread):
                 byte = cutlass.Int32(E8M0_ONE)
-                if cutlass.const_expr(check_rows):
+                if cutlass.const_expr(check_rows and j > 0):
                     if tile.rows_left > row_step * j:
                         byte = byte_value(gmem_vector(address + tile.sf_step * j, cutlass.Uint8, 1, 1)[0])
                 else:

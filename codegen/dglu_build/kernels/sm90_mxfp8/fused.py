@@ -208,19 +208,19 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
             sfb_address = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
         num_k_blocks = cute.size(tCrA, mode=[2])
-        a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m)
-        b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n)
-        # each k-tile's scale bytes are read a k-tile ahead (their L2 latency behind a decode);
         # A's tiles hold owned rows only (below M), B's last n-tile may pass N
-        a_scales = self.decode_a.scales(a_tile, 0, blocks, False)
-        b_scales = self.decode_b.scales(b_tile, 0, blocks, True)
+        a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m, blocks, False)
+        b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n, blocks, True)
+        # each k-tile's scale bytes are read a k-tile ahead (their L2 latency behind a decode)
+        a_scales = self.decode_a.scales(a_tile, 0, False)
+        b_scales = self.decode_b.scales(b_tile, 0, True)
         for k_tile in range(k_tile_count):
             # alternate over every k-tile the CTA decodes, across tiles too: a warpgroup done
             # with a tile must not decode into the buffer the other's last WGMMAs still read
             buffer = read_state.count % DECODED_STAGES
             # past the last k-tile: blocks past K, nothing read
-            next_a = self.decode_a.scales(a_tile, k_tile + 1, blocks, False)
-            next_b = self.decode_b.scales(b_tile, k_tile + 1, blocks, True)
+            next_a = self.decode_a.scales(a_tile, k_tile + 1, False)
+            next_b = self.decode_b.scales(b_tile, k_tile + 1, True)
             mainloop.consumer_wait(read_state)
             self.decode_a.decode(mma_tidx, a_tile, a8_words, read_state.index, a_chunks, buffer, a_scales)
             self.decode_b.decode(mma_tidx, b_tile, b8_words, read_state.index, b_chunks, buffer, b_scales)
