@@ -115,7 +115,8 @@ def test_the_one_pass_kernel_quantizes_in_its_epilogue(weight_mode: str, b_major
 def test_each_decode_compiles_within_shared_memory_and_registers(decode: str, weight_mode: str, b_major: str) -> None:
     """The fused kernel of each decode compiles (no GPU), launches the declared kernels,
     fits sm_90's shared memory, and keeps its stack to the staging addresses the MMA
-    warpgroups spill (11-14 words; the loops themselves use no local memory: SASS, RESULTS)."""
+    warpgroups spill before the k-loop and reload once a tile (22 words since the integer
+    decode; the k-loop and the epilogue's loops use no local memory: SASS, RESULTS)."""
     pytest.importorskip("cutlass", reason="compiling needs CuTe DSL")
     from dglu_build.cubin_info import read_cubin
     from dglu_build.kernels.sm90_bf16.config import SMEM_ARCH, SMEM_CAPACITY
@@ -127,4 +128,4 @@ def test_each_decode_compiles_within_shared_memory_and_registers(decode: str, we
     (main,) = [kernel for kernel in fields["kernels"] if kernel["role"] == "main"]
     assert main["dynamic_smem_bytes"] <= SMEM_CAPACITY[SMEM_ARCH] - 1024
     frame = read_cubin(cubin).kernels[main["symbol"]].frame_bytes
-    assert frame <= 64
+    assert frame <= 96

@@ -38,7 +38,7 @@ from ..blocks.mxfp8 import (
     sf_offset,
     store_byte,
 )
-from ..blocks.mxfp8_decode import PIECE, StageDecoder
+from ..blocks.mxfp8_decode import CHUNK_WORDS, PIECE, StageDecoder
 from ..blocks.tile_scheduler import tile_coords
 from ..blocks.tma_helpers import DTYPES, box_smem_layout, tma_atom
 from ..sm90_bf16.config import (
@@ -167,17 +167,18 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         sB8 = storage.sB8.get_tensor(b8)
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
-        # 32-bit word views of the same bytes for the decoder
+        # 32-bit word views of the same bytes for the decoder: K-major stages as 16-byte
+        # chunks, the N-major one as words
         words = cutlass.Int32
-        pieces = lambda rows: self.num_stages * rows * TILE_K // PIECE  # noqa: E731
+        fp8_chunks = lambda rows: self.num_stages * rows * TILE_K // (4 * CHUNK_WORDS)  # noqa: E731
         a8_words = cute.make_tensor(cute.recast_ptr(storage.sA8.data_ptr(), dtype=words),
-                                    cute.make_layout((PIECE // 4, pieces(self.tile_m))))
+                                    cute.make_layout((CHUNK_WORDS, fp8_chunks(self.tile_m))))
         if cutlass.const_expr(self.b_n_major):
             b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
                                         cute.make_layout(self.num_stages * self.tile_n * TILE_K // 4))
         else:
             b8_words = cute.make_tensor(cute.recast_ptr(storage.sB8.data_ptr(), dtype=words),
-                                        cute.make_layout((PIECE // 4, pieces(self.tile_n))))
+                                        cute.make_layout((CHUNK_WORDS, fp8_chunks(self.tile_n))))
         chunks = lambda rows: DECODED_STAGES * rows * TILE_K // PIECE  # noqa: E731
         a_chunks = cute.make_tensor(cute.recast_ptr(storage.sA.data_ptr(), dtype=words),
                                     cute.make_layout((4, chunks(self.tile_m))))
@@ -207,19 +208,19 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             expert_sf_bytes = row_atoms(n) * atoms_k * ATOM_BYTES
             sfb_address = sfb_ptr.toint() + cutlass.Int64(expert) * cutlass.Int64(expert_sf_bytes)
         num_k_blocks = cute.size(tCrA, mode=[2])
-        a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m)
-        b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n)
-        # each k-tile's scale bytes are read a k-tile ahead (their L2 latency behind a decode);
         # A's tiles hold owned rows only (below M), B's last n-tile may pass N
-        a_scales = self.decode_a.scales(a_tile, 0, blocks, False)
-        b_scales = self.decode_b.scales(b_tile, 0, blocks, True)
+        a_tile = self.decode_a.tile(mma_tidx, sfa_ptr.toint(), m_tile * self.tile_m, atoms_k, m, blocks, False)
+        b_tile = self.decode_b.tile(mma_tidx, sfb_address, n_tile * self.tile_n, atoms_k, n, blocks, True)
+        # each k-tile's scale bytes are read a k-tile ahead (their L2 latency behind a decode)
+        a_scales = self.decode_a.scales(a_tile, 0, False)
+        b_scales = self.decode_b.scales(b_tile, 0, True)
         for k_tile in range(k_tile_count):
             # alternate over every k-tile the CTA decodes, across tiles too: a warpgroup done
             # with a tile must not decode into the buffer the other's last WGMMAs still read
             buffer = read_state.count % DECODED_STAGES
             # past the last k-tile: blocks past K, nothing read
-            next_a = self.decode_a.scales(a_tile, k_tile + 1, blocks, False)
-            next_b = self.decode_b.scales(b_tile, k_tile + 1, blocks, True)
+            next_a = self.decode_a.scales(a_tile, k_tile + 1, False)
+            next_b = self.decode_b.scales(b_tile, k_tile + 1, True)
             mainloop.consumer_wait(read_state)
             self.decode_a.decode(mma_tidx, a_tile, a8_words, read_state.index, a_chunks, buffer, a_scales)
             self.decode_b.decode(mma_tidx, b_tile, b8_words, read_state.index, b_chunks, buffer, b_scales)
