@@ -229,6 +229,7 @@ def cudnn_fe_blockscaled_compile(config: Any, n: int, k: int, m: int = 4096,
         **blockscaled_samples(config, m, n, k), sf_vec_size=config.recipe.sf_vec_size,
         mma_tiler_mn=(config.tile_m, config.tile_n), cluster_shape_mn=(config.cluster_m, config.cluster_n),
         act_func=config.act_func, b_major="n" if config.b_n_major else "k", use_dynamic_sched=config.dynamic_schedule,
+        discrete_col_sfd=config.discrete_col_sfd, use_single_group_runtime_offsets=config.single_group,
         **config.act_params,
     )
     return _compiled(api, config, stubbed_blockscaled_device, symbol_prefix)

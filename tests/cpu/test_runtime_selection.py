@@ -136,7 +136,8 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
         assert flag in command
     entry = json.loads(lines[-1].strip().removeprefix("- "))
     assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
-                     "act_out": False, "experts": 0}
+                     "act_out": False, "discrete_col_sfd": False,
+                     "use_single_group_runtime_offsets": False, "experts": 0}
 
 
 def test_missing_variant_with_nothing_installed() -> None:
@@ -146,7 +147,8 @@ def test_missing_variant_with_nothing_installed() -> None:
     assert "no variants are installed" in message
     entry = json.loads(message.splitlines()[-1].strip().removeprefix("- "))
     assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
-                     "act_out": False, "experts": 0}
+                     "act_out": False, "discrete_col_sfd": False,
+                     "use_single_group_runtime_offsets": False, "experts": 0}
     assert "--no-dbias" in message
 
 

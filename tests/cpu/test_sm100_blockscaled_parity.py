@@ -65,6 +65,15 @@ CASES = [
     Case("nvfp4_dsituglu_discrete", _key(**NVFP4, act_func="dsituglu", weight_mode="discrete"), 1024, 2048),
     Case("mxfp8_dswiglu_discrete_n_major_dynamic", _key(weight_mode="discrete", b_major="n", scheduler="dynamic",
                                                       experts=4), 1024, 1024),
+    # the options cuDNN FE's kernel compiles in (key fields): dense, so the shipped cubin
+    Case("mxfp8_dswiglu_dense_discrete_col_sfd", _key(discrete_col_sfd=True), 2048, 4096),
+    Case("mxfp8_dgeglu_dense_single_group", _key(act_func="dgeglu", use_single_group_runtime_offsets=True, experts=1),
+         1536, 2048),
+    Case("nvfp4_dswiglu_dense_single_group_128x256", _key(**NVFP4, use_single_group_runtime_offsets=True, experts=1,
+                                                          tile_m=128, cluster_m=1), 1024, 2048),
+    Case("mxfp8_dsituglu_discrete_discrete_col_sfd_single_group", _key(
+        act_func="dsituglu", weight_mode="discrete", discrete_col_sfd=True, use_single_group_runtime_offsets=True,
+        experts=1), 1024, 1024),
 ]
 
 
@@ -88,3 +97,5 @@ def test_the_cases_cover_both_recipes_three_activations_dense_discrete_and_both_
     assert {case.shapes for case in CASES} == {"symbolic", "cudnn"}
     assert {(key["ab_dtype"], key["weight_mode"]) for key in keys} == {
         (ab, mode) for ab in ("e4m3", "e2m1x2") for mode in ("dense", "discrete")}
+    assert {key.get("discrete_col_sfd", False) for key in keys} == {True, False}
+    assert {key.get("use_single_group_runtime_offsets", False) for key in keys} == {True, False}

@@ -51,11 +51,12 @@ def kernel_object(config: Config) -> Any:
         mma_tiler_mn=(config.tile_m, config.tile_n),
         cluster_shape_mn=(config.cluster_m, config.cluster_n),
         vectorized_f32=False,
-        discrete_col_sfd=False,
+        discrete_col_sfd=config.discrete_col_sfd,
         expert_cnt=config.experts,
         weight_mode=MoEWeightMode.DISCRETE if config.discrete_weights else MoEWeightMode.DENSE,
         use_dynamic_sched=config.dynamic_schedule,
         act_func=config.act_func,
+        use_single_group_runtime_offsets=config.single_group,
         **({"situ_beta1": config.act_params["situ_beta1"]} if config.act_func == "dsituglu" else {}),
     )
 

@@ -155,7 +155,8 @@ def main_kernel(config: Config) -> KernelDeclaration:
         sfd = (
             TmaTensor("d_col", ("m", "n2")),
             PointerExtents("sfd_row", ("m_atoms", "n2_atoms", "n2_pitch"), 24),
-            PointerExtents("sfd_col", ("m_atoms", "n2_atoms", "m_pitch"), 24),
+            # discrete_col_sfd: the kernel lays SFD_col over D as SFD_row (each expert's rows its own block)
+            PointerExtents("sfd_col", ("m_atoms", "n2_atoms", "n2_pitch" if config.discrete_col_sfd else "m_pitch"), 24),
             Pointer("norm_const"),
         )
     return KernelDeclaration(
@@ -245,6 +246,9 @@ def tma_rules(config: Config) -> dict[str, dict]:
 
 
 _NOT_BUILT = "must be False: cuDNN FE's block-scaled kernels are built here without it (no key field yet)"
+_BOOL = "expected a bool (the kernel compiles it in: it selects the variant of that key field)"
+# the options cuDNN FE's kernel compiles in: each selects the variants of its key field
+COMPILED_OPTIONS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 _EPILOGUE_OPS = (None, "identity", "relu", "srelu")  # validated, applied by no dGLU kernel (NVIDIA's neither)
 _FP4_STORAGE = {"uint8": "FP4 operands are torch.float4_e2m1fn_x2 (view the uint8 storage as it)"}
 
@@ -261,8 +265,9 @@ def front(recipe: Recipe) -> dict:
             why=f"{spelled(operands)} operands take one {recipe.sf_dtype.upper()} scale per "
             f"{recipe.sf_vec_size} elements of K ({recipe.name.upper()}), so it must be {recipe.sf_vec_size}",
         ),
-        "discrete_col_sfd": accepted(False, why=_NOT_BUILT),
-        "use_single_group_runtime_offsets": accepted(False, why=_NOT_BUILT),
+        "discrete_col_sfd": accepted(False, True, why=_BOOL) if recipe is MXFP8 else accepted(
+            False, why="must be False: NVFP4's bf16/fp16/fp32 D has no SFD_col"),
+        "use_single_group_runtime_offsets": accepted(False, True, why=_BOOL),
         "vector_f32": accepted(False, why=_NOT_BUILT, error="NotImplementedError"),
         "round_dgrad_to_input_dtype": accepted(
             False, why="must be False with block-scaled operands (the BF16 kernels' option)"
@@ -303,8 +308,9 @@ def front(recipe: Recipe) -> dict:
             ),
             "d_dtype": dtypes(recipe.d_dtypes, d_why, default=None if recipe is MXFP8 else "bf16"),
         },
-        "checks": ["scaled_operands", "b_major_from_strides"],
+        "checks": ["scaled_operands", "b_major_from_strides", "single_group_offsets"],
         "outputs": list(SEED_OUTPUTS),
+        "compiled_options": list(COMPILED_OPTIONS),
     }
 
 
