@@ -175,3 +175,27 @@ def test_arch_of_a_capability_is_exact(capability, arch) -> None:
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (9, 1), (10, 1), (12, 0)])
 def test_a_capability_without_an_arch_name(capability) -> None:
     assert arch_for_capability(capability) is None
+
+
+def test_compiled_options_select_only_in_a_family_that_compiles_them_in() -> None:
+    """discrete_col_sfd / use_single_group_runtime_offsets: a variant whose front policy lists
+    them in compiled_options matches its key's value only; any other (a Hopper MXFP8 variant,
+    which reads them at run time as kernel flags) matches either value."""
+    from types import SimpleNamespace
+
+    from dglu.contract.schema import VariantKey
+
+    def made(name: str, compiled: tuple[str, ...], **fields) -> SimpleNamespace:
+        key = VariantKey(**{**variant_key(tile_m=256, tile_n=256), "act_params": (), **fields})
+        return SimpleNamespace(name=name, key=key, front=SimpleNamespace(compiled_options=compiled), directory=".")
+
+    compiled = ("discrete_col_sfd", "use_single_group_runtime_offsets")
+    flags = made("flags", ())
+    plain, dcs = made("plain", compiled), made("dcs", compiled, discrete_col_sfd=True)
+    ask = lambda **fields: replace(request_for(tile_m=256, tile_n=256), act_params=(), **fields)  # noqa: E731
+    assert select_variant([flags], ask(discrete_col_sfd=True)).name == "flags"
+    assert select_variant([flags], ask(use_single_group_runtime_offsets=True)).name == "flags"
+    assert select_variant([plain, dcs], ask(discrete_col_sfd=True)).name == "dcs"
+    assert select_variant([dcs, plain], ask()).name == "plain"
+    with pytest.raises(VariantNotFoundError, match="discrete_col_sfd=True"):
+        select_variant([plain], ask(discrete_col_sfd=True))

@@ -271,3 +271,17 @@ def test_the_class_api_selects_the_single_group_variant(b200_options):
     assert op_.check_support()
     assert op_._variant.name == variant_entry(SGO_KEY, b"")["name"]
     assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_the_front_policy_names_the_compiled_options_and_the_reader_checks_them():
+    from dglu.contract.element_types import ELEMENT_TYPES
+    from dglu.contract.errors import ManifestError
+    from dglu.contract.front import front_json, read_front
+
+    data = front_json(interface.FRONTS["mxfp8"])
+    assert read_front(data, "entry", ELEMENT_TYPES).compiled_options == (
+        "discrete_col_sfd", "use_single_group_runtime_offsets")
+    assert read_front({k: v for k, v in data.items() if k != "compiled_options"}, "e", ELEMENT_TYPES).compiled_options == ()
+    for bad in (["experts"], ["no_such_field"], "discrete_col_sfd", ["discrete_col_sfd", "discrete_col_sfd"]):
+        with pytest.raises(ManifestError, match="compiled_options"):
+            read_front({**data, "compiled_options": bad}, "entry", ELEMENT_TYPES)
