@@ -212,6 +212,9 @@ def blockscaled_samples(config: Any, m: int, n: int, k: int) -> dict[str, Any]:
         samples["sample_dbias"] = torch.empty((experts, 2 * n, 1), dtype=torch.bfloat16)
     if config.discrete_weights:
         samples.update(num_experts=experts, b_shape=(n, k), b_dtype=ab)
+    elif config.b_n_major:  # cuDNN FE takes N-major dense B in its canonical (L, K, N) form
+        samples["sample_b"] = _storage((experts, k_storage, n), ab)
+        samples["sample_sfb"] = _scale_factors(n, k, experts, vec, sf)
     else:
         samples["sample_b"] = _storage((experts, n, k_storage), ab).permute(1, 2, 0)
         samples["sample_sfb"] = _scale_factors(n, k, experts, vec, sf)

@@ -192,9 +192,19 @@ DCS_KEY = {**MXFP8_KEY, "discrete_col_sfd": True}
 SGO_KEY = {**MXFP8_KEY, "use_single_group_runtime_offsets": True, "experts": 1}
 
 
+DENSE_N_KEY = {**MXFP8_KEY, "b_major": "n"}  # N-major dense B: built as cuDNN FE's default path compiles it
+
+
 @pytest.fixture
 def b200_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    return _stand_ins(B200, tmp_path, monkeypatch, DCS_KEY, SGO_KEY)
+    return _stand_ins(B200, tmp_path, monkeypatch, DCS_KEY, SGO_KEY, DENSE_N_KEY)
+
+
+def test_an_n_major_dense_b_selects_the_n_major_variant_by_its_strides(b200_options):
+    fake, runs = b200_options
+    n_major = torch.zeros(L, K, N, dtype=E4M3).permute(2, 1, 0)  # (N, K, L), N contiguous
+    api.grouped_gemm_dglu(**_mxfp8_call(b_tensor=n_major))
+    assert runs == [variant_entry(DENSE_N_KEY, b"")["name"]]
 
 
 def _one_expert(**changes) -> dict:

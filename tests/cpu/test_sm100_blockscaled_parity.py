@@ -67,6 +67,10 @@ CASES = [
                                                       experts=4), 1024, 1024),
     # e5m2 A/B (with e4m3 D: e5m2 D fails in CuTe DSL 4.8.1) on the dynamic scheduler, dense: the shipped cubin
     Case("mxfp8_e5m2_dgeglu_dense_dynamic", _key(ab_dtype="e5m2", act_func="dgeglu", scheduler="dynamic"), 1024, 2048),
+    # N-major dense B (cuDNN FE's canonical (L, K, N) form): the shipped cubin
+    Case("mxfp8_dswiglu_dense_n_major", _key(b_major="n"), 2048, 4096),
+    Case("mxfp8_dsituglu_dense_n_major_dbias_128x256_sm103a", _key(b_major="n", act_func="dsituglu", dbias=True,
+                                                                   tile_m=128, cluster_m=1, arch="sm_103a"), 1024, 2048),
     # the options cuDNN FE's kernel compiles in (key fields): dense, so the shipped cubin
     Case("mxfp8_dswiglu_dense_discrete_col_sfd", _key(discrete_col_sfd=True), 2048, 4096),
     Case("mxfp8_dgeglu_dense_single_group", _key(act_func="dgeglu", use_single_group_runtime_offsets=True, experts=1),

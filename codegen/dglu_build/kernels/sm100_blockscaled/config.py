@@ -55,6 +55,7 @@ class Config(Bf16Config):
     """One variant of the family; ``from_key`` checks it builds."""
 
     descriptors_per_expert: ClassVar[int] = 2  # B's and SFB's, per expert (discrete weights)
+    builds_dense_n_major: ClassVar[bool] = True  # cuDNN FE's default path: (L, K, N) B, N and K symbolic
 
     ab_dtype: str = "e4m3"
     discrete_col_sfd: bool = False  # SFD_col in each expert's own block (the kernel compiles it in)
