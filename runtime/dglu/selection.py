@@ -105,8 +105,10 @@ def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | No
     entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
-    if nearest is not None and nearest.key.experts == 0:
-        entry["experts"] = 0  # its family takes any expert count
+    if nearest is not None:
+        # what its family takes at run time stays as its key has it (experts 0: any L;
+        # options it reads as kernel flags: the build's default)
+        entry.update({name: base[name] for name in ("experts", *COMPILED_OPTIONS) if _takes_any(nearest, name)})
     return entry
 
 

@@ -197,5 +197,10 @@ def test_compiled_options_select_only_in_a_family_that_compiles_them_in() -> Non
     assert select_variant([flags], ask(use_single_group_runtime_offsets=True)).name == "flags"
     assert select_variant([plain, dcs], ask(discrete_col_sfd=True)).name == "dcs"
     assert select_variant([dcs, plain], ask()).name == "plain"
-    with pytest.raises(VariantNotFoundError, match="discrete_col_sfd=True"):
+    with pytest.raises(VariantNotFoundError, match="discrete_col_sfd=True") as missing:
         select_variant([plain], ask(discrete_col_sfd=True))
+    assert "--discrete-col-sfd" in str(missing.value)
+    # a Hopper call (the option a run-time flag) of a missing tile: the command builds its family's default
+    with pytest.raises(VariantNotFoundError) as missing:
+        select_variant([flags], ask(discrete_col_sfd=True, tile_m=128, tile_n=128))
+    assert "--tile 128x128" in str(missing.value) and "--discrete-col-sfd" not in str(missing.value)
