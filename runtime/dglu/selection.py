@@ -108,7 +108,8 @@ def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | No
     if nearest is not None:
         # what its family takes at run time stays as its key has it (experts 0: any L;
         # options it reads as kernel flags: the build's default)
-        entry.update({name: base[name] for name in ("experts", *COMPILED_OPTIONS) if _takes_any(nearest, name)})
+        entry.update({name: base[name] for name in ("experts", *COMPILED_OPTIONS)
+                      if entry[name] != base[name] and _takes_any(nearest, name)})
     return entry
 
 
