@@ -10,8 +10,8 @@ C and D in bf16, fp16 or fp32.
 
 The pieces both Blackwell families declare alike (cuDNN FE's two kernels share their
 launch skeleton) are the public helpers here, which sm100_blockscaled's interface uses:
-``argument``, ``matrix``, ``b_strides``, ``b_expert_view``, ``workspaces``,
-``helper_kernel``, ``tma_common``/``epilogue_tma`` and ``entry_fields``.
+``argument``, ``matrix``, ``b_strides``, ``common_arguments``, ``b_expert_view``,
+``workspaces``, ``helper_kernel``, ``TMA_COMMON``/``epilogue_tma`` and ``entry_fields``.
 """
 
 from __future__ import annotations
