@@ -212,6 +212,9 @@ def blockscaled_samples(config: Any, m: int, n: int, k: int) -> dict[str, Any]:
         samples["sample_dbias"] = torch.empty((experts, 2 * n, 1), dtype=torch.bfloat16)
     if config.discrete_weights:
         samples.update(num_experts=experts, b_shape=(n, k), b_dtype=ab)
+    elif config.b_n_major:  # cuDNN FE takes N-major dense B in its canonical (L, K, N) form
+        samples["sample_b"] = _storage((experts, k_storage, n), ab)
+        samples["sample_sfb"] = _scale_factors(n, k, experts, vec, sf)
     else:
         samples["sample_b"] = _storage((experts, n, k_storage), ab).permute(1, 2, 0)
         samples["sample_sfb"] = _scale_factors(n, k, experts, vec, sf)
@@ -229,6 +232,7 @@ def cudnn_fe_blockscaled_compile(config: Any, n: int, k: int, m: int = 4096,
         **blockscaled_samples(config, m, n, k), sf_vec_size=config.recipe.sf_vec_size,
         mma_tiler_mn=(config.tile_m, config.tile_n), cluster_shape_mn=(config.cluster_m, config.cluster_n),
         act_func=config.act_func, b_major="n" if config.b_n_major else "k", use_dynamic_sched=config.dynamic_schedule,
+        discrete_col_sfd=config.discrete_col_sfd, use_single_group_runtime_offsets=config.single_group,
         **config.act_params,
     )
     return _compiled(api, config, stubbed_blockscaled_device, symbol_prefix)

@@ -229,14 +229,11 @@ def _pair_option(pair: str, name: str):
 @_jobs_option
 def add(
     act_params: tuple[tuple[str, float], ...],
-    dbias: bool,
-    deterministic: bool,
-    act_out: bool,
     tiles: tuple[tuple[int, int], ...],
     clusters: tuple[tuple[int, int], ...],
     out: Path,
     jobs: int,
-    **listed: tuple[str, ...],
+    **listed: Any,
 ) -> None:
     """Add the variants described by the options to an artifact directory.
 
@@ -254,13 +251,16 @@ def add(
       dglu-build add --act dgeglu --act-out
       dglu-build add --ab-dtype e5m2 --d-dtype e5m2 --act dgeglu --dbias   # MXFP8
       dglu-build add --arch sm_100a --act dswiglu --tile 256x256 --cluster 2x1 --experts 12   # Blackwell
+      dglu-build add --arch sm_100a --ab-dtype e4m3 --d-dtype e4m3 --act dswiglu --tile 256x256 --cluster 2x1 \
+          --experts 8 --discrete-col-sfd   # Blackwell MXFP8, SFD_col per expert
     """
     from dglu_build.build import BuildError
     from dglu_build.specs import SpecError, expand_fields
 
     require_build_extra("add")
-    fields = {**{name: list(values) for name, values in listed.items()}, "act_params": dict(act_params), "dbias": dbias,
-              "deterministic": deterministic, "act_out": act_out}
+    # repeatable options give lists (every combination is built); switches and flags one value
+    fields = {name: list(value) if isinstance(value, tuple) else value for name, value in listed.items()}
+    fields["act_params"] = dict(act_params)
     shapes = [
         {"tile_m": tile_m, "tile_n": tile_n, "cluster_m": cluster_m, "cluster_n": cluster_n}
         for tile_m, tile_n in tiles

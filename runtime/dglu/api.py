@@ -46,6 +46,7 @@ from .cache import BoundedCache
 from .call import CALL_CACHE_CAPACITY, WRAPPER_SOURCES, OpConfig, family_front, named_tensors
 from .front import (
     check_operands,
+    check_single_group,
     check_required,
     check_values,
     dtype_name,
@@ -144,6 +145,8 @@ def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
     require({name: given[name] for name in _REQUIRED}, "every call (the op's inputs)")
     # 4. the installed variant (shapes and strides are checked once the tensors are bound)
     tensors = named_tensors(False, a=a, c=c, padded_offsets=given["padded_offsets"])
+    check_single_group(policy, config.options.single_group, "padded_offsets", tensors["padded_offsets"][1],
+                       a.shape[0], config.options.m_aligned)  # before the selection: L is in the key
     bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
     check_flags(config.options, bound.variant)
     return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)

@@ -158,6 +158,8 @@ def select_installed(
         scheduler=options.scheduler,
         deterministic=options.deterministic,
         act_out=options.act_out,
+        discrete_col_sfd=options.discrete_col_sfd,
+        use_single_group_runtime_offsets=options.single_group,
         experts=experts,
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]

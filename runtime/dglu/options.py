@@ -185,9 +185,11 @@ def check_m_aligned(options: OpOptions, variant: Any) -> None:
 
 def check_flags(options: OpOptions, variant: Any) -> None:
     """Each option that sets a kernel flag to 1 selects a variant whose kernel reads that
-    flag (its manifest entry lists it); else refuse, naming the option and the variant."""
+    flag (its manifest entry lists it) or compiles the option in (its front policy's
+    ``compiled_options``: the selection matched its key); else refuse, naming the option
+    and the variant."""
     for name, value in options.flags().items():
-        if value and name not in variant.flags:
+        if value and name not in variant.flags and name not in variant.front.compiled_options:
             raise ValueError(
                 f"{name}: True, but the selected variant {variant.name}'s kernel has no such "
                 f"flag (its manifest entry lists {list(variant.flags) or 'none'}): pass False, "

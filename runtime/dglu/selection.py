@@ -2,7 +2,9 @@
 
 Every given field of a request must equal the variant's key (act_params: the compiled
 constants, compared as numbers). tile, cluster, scheduler, consumer and decode take part only
-when the request gives them. Among the matches the largest tile wins, the first in selection order
+when the request gives them; discrete_col_sfd and use_single_group_runtime_offsets only for
+variants whose family compiles them in (its front policy's ``compiled_options``: the others
+read them at run time, as kernel flags, or accept only False). Among the matches the largest tile wins, the first in selection order
 (dglu.manifest) among equals: the default does not depend on how a build orders variants.
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
@@ -18,7 +20,7 @@ from typing import Any
 
 from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
 from .contract.reader import VariantEntry
-from .contract.schema import Variant, VariantKey
+from .contract.schema import Variant
 from .errors import VariantNotFoundError
 
 __all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_message", "select_variant"]
@@ -59,6 +61,8 @@ class VariantRequest:
     decode: str | None = None  # where block-scaled operands are decoded; no call argument sets it
     deterministic: bool = False
     act_out: bool = False
+    discrete_col_sfd: bool = False  # matched where the family compiles it in
+    use_single_group_runtime_offsets: bool = False  # likewise
     experts: int | None = None  # the call's L; a variant of experts 0 takes any
 
     def wanted(self) -> dict[str, Any]:
@@ -68,13 +72,22 @@ class VariantRequest:
         }
 
 
-def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
-    return [name for name, value in wanted.items() if getattr(key, name) != value and not _any_experts(key, name)]
+# request fields that select a variant only in a family that compiles them in
+COMPILED_OPTIONS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 
 
-def _any_experts(key: VariantKey, name: str) -> bool:
-    """A variant of experts 0 takes any expert count (its kernels read L at run time)."""
-    return name == "experts" and key.experts == 0
+def _differences(variant: Variant | VariantEntry, wanted: dict[str, Any]) -> list[str]:
+    key = variant.key
+    return [name for name, value in wanted.items() if getattr(key, name) != value and not _takes_any(variant, name)]
+
+
+def _takes_any(variant: Variant | VariantEntry, name: str) -> bool:
+    """A variant of experts 0 takes any expert count (its kernels read L at run time); one
+    whose family does not compile in an option of COMPILED_OPTIONS takes any value of it
+    (dglu.options.check_flags then checks its kernel flags)."""
+    if name == "experts":
+        return variant.key.experts == 0
+    return name in COMPILED_OPTIONS and name not in variant.front.compiled_options
 
 
 def _show(name: str, value: Any) -> str:
@@ -92,8 +105,11 @@ def _suggested_key(request: VariantRequest, nearest: Variant | VariantEntry | No
     entry = {name: base.get(name) for name in KEY_FIELDS}
     entry.update(request.wanted())
     entry["act_params"] = dict(request.act_params)
-    if nearest is not None and nearest.key.experts == 0:
-        entry["experts"] = 0  # its family takes any expert count
+    if nearest is not None:
+        # what its family takes at run time stays as its key has it (experts 0: any L;
+        # options it reads as kernel flags: the build's default)
+        entry.update({name: base[name] for name in ("experts", *COMPILED_OPTIONS)
+                      if entry[name] != base[name] and _takes_any(nearest, name)})
     return entry
 
 
@@ -119,12 +135,12 @@ def missing_variant_message(
         )
         + (f" (any {', '.join(any_fields)})" if any_fields else ""),
     ]
-    ranked = sorted(variants, key=lambda v: len(_differences(v.key, wanted)))
+    ranked = sorted(variants, key=lambda v: len(_differences(v, wanted)))
     if ranked:
         lines.append("  nearest available variants (the fields that differ):")
         for variant in ranked[:NEAREST_SHOWN]:
             diffs = ", ".join(
-                _show(n, getattr(variant.key, n)) for n in _differences(variant.key, wanted)
+                _show(n, getattr(variant.key, n)) for n in _differences(variant, wanted)
             )
             lines.append(f"    {variant.name}: {diffs}")
     else:
@@ -144,7 +160,7 @@ def missing_variant_message(
 def has_variant(variants: Sequence[Variant | VariantEntry], request: VariantRequest) -> bool:
     """Whether some variant matches every given field of ``request``."""
     wanted = request.wanted()
-    return any(not _differences(variant.key, wanted) for variant in variants)
+    return any(not _differences(variant, wanted) for variant in variants)
 
 
 def select_variant(
@@ -156,7 +172,7 @@ def select_variant(
     """Of the variants matching every given field of ``request``, the one with the largest
     tile (the first in selection order among equals)."""
     wanted = request.wanted()
-    matches = [variant for variant in variants if not _differences(variant.key, wanted)]
+    matches = [variant for variant in variants if not _differences(variant, wanted)]
     if not matches:
         raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
     chosen = max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)

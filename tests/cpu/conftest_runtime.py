@@ -105,6 +105,8 @@ def variant_name(key: dict[str, Any]) -> str:
         f"{key['arch']}_{key['c_dtype']}_{key['d_dtype']}_{key['act_func']}{params}_"
         f"{'dbias' if key['dbias'] else 'nodbias'}_{key['weight_mode']}_{key['b_major']}_"
         f"{key['tile_m']}x{key['tile_n']}_{key['cluster_m']}x{key['cluster_n']}_{key['scheduler']}"
+        + ("_dcs" if key.get("discrete_col_sfd") else "")
+        + ("_sgo" if key.get("use_single_group_runtime_offsets") else "")
     )
 
 

@@ -32,7 +32,8 @@ variants:
 
 
 def test_the_key_field_and_its_allowed_values() -> None:
-    assert KEY_FIELDS["deterministic"] is bool and list(KEY_FIELDS)[-3:] == ["deterministic", "act_out", "experts"]
+    assert KEY_FIELDS["deterministic"] is bool and list(KEY_FIELDS)[-5:] == [
+        "deterministic", "act_out", "discrete_col_sfd", "use_single_group_runtime_offsets", "experts"]
     assert families()["sm90_bf16"].allowed["deterministic"] == (False, True)
 
 

@@ -21,7 +21,8 @@ def test_the_key_record_and_the_request_have_the_tables_fields() -> None:
     assert VariantKey._fields == NAMES == tuple(KEY_FIELDS)
     assert tuple(f.name for f in dataclasses.fields(VariantRequest)) == NAMES
     assert VariantKey._field_defaults == KEY_FIELD_DEFAULTS == {
-        "consumer": "cooperative", "decode": "prepass", "deterministic": False, "act_out": False, "experts": 0
+        "consumer": "cooperative", "decode": "prepass", "deterministic": False, "act_out": False,
+        "discrete_col_sfd": False, "use_single_group_runtime_offsets": False, "experts": 0,
     }
     assert tuple(WRAPPER_SOURCES) == tuple(CLASS_SOURCES) == NAMES
 
@@ -41,12 +42,13 @@ def test_the_build_command_parses_back_into_the_key() -> None:
     from dglu_build.cli import add
 
     key = variant_key(act_func="dgeglu", dbias=False, tile_n=64, deterministic=True, act_out=True,
-                      act_params={"geglu_alpha": 1.0})
+                      discrete_col_sfd=True, use_single_group_runtime_offsets=True, act_params={"geglu_alpha": 1.0})
     words = shlex.split(build_command(key))[2:]
     context = add.make_context("add", words)
     given = context.params
     assert given["act_func"] == ("dgeglu",) and dict(given["act_params"]) == {"geglu_alpha": 1.0}
     assert given["dbias"] is False and given["deterministic"] is True and given["act_out"] is True
+    assert given["discrete_col_sfd"] is True and given["use_single_group_runtime_offsets"] is True
     assert given["tiles"] == ((128, 64),) and given["clusters"] == ((1, 1),)
     for name in ("arch", "ab_dtype", "c_dtype", "d_dtype", "weight_mode", "b_major", "scheduler"):
         assert given[name] == (key[name],), name

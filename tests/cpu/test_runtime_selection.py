@@ -136,7 +136,8 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
         assert flag in command
     entry = json.loads(lines[-1].strip().removeprefix("- "))
     assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
-                     "act_out": False, "experts": 0}
+                     "act_out": False, "discrete_col_sfd": False,
+                     "use_single_group_runtime_offsets": False, "experts": 0}
 
 
 def test_missing_variant_with_nothing_installed() -> None:
@@ -146,7 +147,8 @@ def test_missing_variant_with_nothing_installed() -> None:
     assert "no variants are installed" in message
     entry = json.loads(message.splitlines()[-1].strip().removeprefix("- "))
     assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
-                     "act_out": False, "experts": 0}
+                     "act_out": False, "discrete_col_sfd": False,
+                     "use_single_group_runtime_offsets": False, "experts": 0}
     assert "--no-dbias" in message
 
 
@@ -173,3 +175,32 @@ def test_arch_of_a_capability_is_exact(capability, arch) -> None:
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (9, 1), (10, 1), (12, 0)])
 def test_a_capability_without_an_arch_name(capability) -> None:
     assert arch_for_capability(capability) is None
+
+
+def test_compiled_options_select_only_in_a_family_that_compiles_them_in() -> None:
+    """discrete_col_sfd / use_single_group_runtime_offsets: a variant whose front policy lists
+    them in compiled_options matches its key's value only; any other (a Hopper MXFP8 variant,
+    which reads them at run time as kernel flags) matches either value."""
+    from types import SimpleNamespace
+
+    from dglu.contract.schema import VariantKey
+
+    def made(name: str, compiled: tuple[str, ...], **fields) -> SimpleNamespace:
+        key = VariantKey(**{**variant_key(tile_m=256, tile_n=256), "act_params": (), **fields})
+        return SimpleNamespace(name=name, key=key, front=SimpleNamespace(compiled_options=compiled), directory=".")
+
+    compiled = ("discrete_col_sfd", "use_single_group_runtime_offsets")
+    flags = made("flags", ())
+    plain, dcs = made("plain", compiled), made("dcs", compiled, discrete_col_sfd=True)
+    ask = lambda **fields: replace(request_for(tile_m=256, tile_n=256), act_params=(), **fields)  # noqa: E731
+    assert select_variant([flags], ask(discrete_col_sfd=True)).name == "flags"
+    assert select_variant([flags], ask(use_single_group_runtime_offsets=True)).name == "flags"
+    assert select_variant([plain, dcs], ask(discrete_col_sfd=True)).name == "dcs"
+    assert select_variant([dcs, plain], ask()).name == "plain"
+    with pytest.raises(VariantNotFoundError, match="discrete_col_sfd=True") as missing:
+        select_variant([plain], ask(discrete_col_sfd=True))
+    assert "--discrete-col-sfd" in str(missing.value)
+    # a Hopper call (the option a run-time flag) of a missing tile: the command builds its family's default
+    with pytest.raises(VariantNotFoundError) as missing:
+        select_variant([flags], ask(discrete_col_sfd=True, tile_m=128, tile_n=128))
+    assert "--tile 128x128" in str(missing.value) and "--discrete-col-sfd" not in str(missing.value)

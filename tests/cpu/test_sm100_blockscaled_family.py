@@ -52,7 +52,9 @@ def test_the_registry_finds_the_family_for_fp8_and_fp4_operands_on_blackwell_onl
         ({**NVFP4, "d_dtype": "e4m3"}, "d_dtype: NVFP4 operands (e2m1x2) write D as ['bf16', 'fp16', 'fp32']"),
         ({**NVFP4, "d_dtype": "fp32"}, "d_dtype: FP4 operands with fp32 D need dbias"),
         ({**NVFP4, "weight_mode": "discrete", "b_major": "n"}, "b_major: FP4 B must be K-major"),
-        ({"b_major": "n"}, "b_major: N-major dense B is not built for symbolic N and K"),
+        ({**NVFP4, "b_major": "n"}, "b_major: FP4 B must be K-major"),  # dense too (FP8 dense N-major builds)
+        ({**NVFP4, "discrete_col_sfd": True}, "discrete_col_sfd: only MXFP8 variants with FP8 D write SFD_col"),
+        ({"use_single_group_runtime_offsets": True}, "use_single_group_runtime_offsets: needs experts 1"),
         ({"experts": 0}, "experts: the kernel compiles its expert count in"),
         ({"tile_m": 128, "cluster_m": 2}, "cluster_m: a 128-row tile runs on one CTA"),
         ({"act_func": "dsituglu", "act_params": {"situ_beta1": 0.0, "situ_beta2": 25.0}}, "situ_beta1 > 0"),
@@ -61,6 +63,14 @@ def test_the_registry_finds_the_family_for_fp8_and_fp4_operands_on_blackwell_onl
 def test_check_refuses_what_the_kernel_does_not_build(change, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         FAMILY.check({**KEY, **change})
+
+
+def test_check_takes_the_compiled_in_options_and_n_major_dense_b():
+    for change in ({"discrete_col_sfd": True}, {"use_single_group_runtime_offsets": True, "experts": 1},
+                   {"b_major": "n"}, {"b_major": "n", "ab_dtype": "e5m2", "discrete_col_sfd": True}):
+        FAMILY.check({**KEY, **change})
+    assert families()["sm100_bf16"].allowed["discrete_col_sfd"] == (False,)
+    assert FAMILY.allowed["use_single_group_runtime_offsets"] == (False, True)
 
 
 def _spec(**change) -> str:

@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_entry, variant_key, write_manifest  # noqa: E402
 from dglu import api, bound, call, driver, manifest, op, runner  # noqa: E402
+from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
 from dglu_build.kernels.declaration import manifest_kernel  # noqa: E402
@@ -41,11 +42,12 @@ def _entry(key: dict, cubin: bytes) -> dict:
     return entry
 
 
-def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The stand-ins over a manifest of one sm_100a NVFP4 variant, one sm_100a MXFP8 variant
-    and one sm_90a BF16 variant, on the device ``info``; (driver, runs)."""
+def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra_keys: dict):
+    """The stand-ins over a manifest of one sm_100a NVFP4 variant, one sm_100a MXFP8 variant,
+    one sm_90a BF16 variant and the sm_100a ``extra_keys``, on the device ``info``; (driver, runs)."""
     entries = []
-    for make_entry, key in ((_entry, NVFP4_KEY), (_entry, MXFP8_KEY), (variant_entry, variant_key())):
+    made = ((_entry, NVFP4_KEY), (_entry, MXFP8_KEY), (variant_entry, variant_key()), *((_entry, k) for k in extra_keys))
+    for make_entry, key in made:
         cubin = os.urandom(512)
         entries.append(make_entry(key, cubin))
         (tmp_path / entries[-1]["cubin"]).write_bytes(cubin)
@@ -140,7 +142,8 @@ def _mxfp8_call(**changes) -> dict:
         ({"sf_vec_size": 16}, "sf_vec_size", "one E8M0 scale per 32"),
         ({"d_dtype": torch.float8_e5m2}, "d_dtype", "e5m2 D does not build"),
         ({"norm_const_tensor": None}, "norm_const_tensor", "required with FP8 operands"),
-        ({"discrete_col_sfd": True}, "discrete_col_sfd", "no key field yet"),
+        ({"discrete_col_sfd": 1}, "discrete_col_sfd", "expected a bool"),
+        ({"use_single_group_runtime_offsets": True}, "use_single_group_runtime_offsets", "needs exactly one expert"),
     ],
 )
 def test_blackwell_mxfp8_refusals_come_from_its_own_policy(b200, changes, argument, fragment):
@@ -181,3 +184,114 @@ def test_the_class_api_takes_fp4_samples_on_blackwell(b200):
     assert op_.check_support()
     assert op_._variant.name == variant_entry(NVFP4_KEY, b"")["name"]
     assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+# discrete_col_sfd and use_single_group_runtime_offsets: cuDNN FE's kernel compiles them in,
+# so each selects the variants of its key field (the front policy's compiled_options)
+DCS_KEY = {**MXFP8_KEY, "discrete_col_sfd": True}
+SGO_KEY = {**MXFP8_KEY, "use_single_group_runtime_offsets": True, "experts": 1}
+
+
+DENSE_N_KEY = {**MXFP8_KEY, "b_major": "n"}  # N-major dense B: built as cuDNN FE's default path compiles it
+
+
+@pytest.fixture
+def b200_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    return _stand_ins(B200, tmp_path, monkeypatch, DCS_KEY, SGO_KEY, DENSE_N_KEY)
+
+
+def test_an_n_major_dense_b_selects_the_n_major_variant_by_its_strides(b200_options):
+    fake, runs = b200_options
+    n_major = torch.zeros(L, K, N, dtype=E4M3).permute(2, 1, 0)  # (N, K, L), N contiguous
+    api.grouped_gemm_dglu(**_mxfp8_call(b_tensor=n_major))
+    assert runs == [variant_entry(DENSE_N_KEY, b"")["name"]]
+
+
+def _one_expert(**changes) -> dict:
+    """The MXFP8 call with one expert of all M rows (padded_offsets (1,), never read)."""
+    sf = _mxfp8_call()["sfb_tensor"][..., :1]
+    return _mxfp8_call(padded_offsets=torch.tensor([M], dtype=torch.int32), alpha_tensor=torch.ones(1),
+                       beta_tensor=torch.ones(1), b_tensor=torch.zeros(1, N, K, dtype=E4M3).permute(1, 2, 0),
+                       sfb_tensor=sf, **changes)
+
+
+@pytest.mark.parametrize(("changes", "key"), [({"discrete_col_sfd": True}, DCS_KEY), ({}, MXFP8_KEY)])
+def test_discrete_col_sfd_selects_the_variant_that_compiles_it_in(b200_options, changes, key):
+    fake, runs = b200_options
+    *_, sfd_col = api.grouped_gemm_dglu(**_mxfp8_call(**changes))
+    assert runs == [variant_entry(key, b"")["name"]]
+    assert sfd_col.shape == (32, 4, -(-2 * N // 128), 4, M // 128, 1)  # the seed's shape in both layouts
+
+
+@pytest.mark.parametrize(("changes", "key"), [
+    ({"use_single_group_runtime_offsets": True}, SGO_KEY),
+    ({"use_single_group_runtime_offsets": True, "discrete_col_sfd": False}, SGO_KEY),
+])
+def test_single_group_offsets_select_the_one_expert_variant_that_compiles_them_in(b200_options, changes, key):
+    fake, runs = b200_options
+    api.grouped_gemm_dglu(**_one_expert(**changes))
+    assert runs == [variant_entry(key, b"")["name"]]
+
+
+def test_a_one_expert_call_without_the_option_finds_no_variant_and_is_told_how_to_build_it(b200_options):
+    fake, runs = b200_options
+    with pytest.raises(VariantNotFoundError) as raised:
+        api.grouped_gemm_dglu(**_one_expert())
+    assert "use_single_group_runtime_offsets=True" in str(raised.value)  # the nearest variant's difference
+    assert "--experts 1" in str(raised.value) and "--use-single-group-runtime-offsets" not in str(raised.value)
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_discrete_col_sfd_without_its_variant_names_the_option_and_the_build_command(b200):
+    fake, runs = b200
+    with pytest.raises(VariantNotFoundError) as raised:
+        api.grouped_gemm_dglu(**_mxfp8_call(discrete_col_sfd=True))
+    message = str(raised.value)
+    assert "discrete_col_sfd=True (from discrete_col_sfd)" in message and "--discrete-col-sfd" in message
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_nvfp4_refuses_discrete_col_sfd_naming_it(b200):
+    fake, runs = b200
+    with pytest.raises(ValueError) as raised:
+        api.grouped_gemm_dglu(**_call(discrete_col_sfd=True))
+    assert str(raised.value).startswith("discrete_col_sfd:") and "no SFD_col" in str(raised.value)
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def _e8m0(rows: int, kc: int, l: int = 1) -> torch.Tensor:
+    """Empty MXFP8 scale factors (E8M0 per 32 of ``kc``) in the seed's permuted layout."""
+    return torch.zeros((l, -(-rows // 128), -(-kc // 128), 32, 4, 4), dtype=torch.uint8).view(E8M0).permute(
+        3, 4, 1, 5, 2, 0)
+
+
+def test_the_class_api_selects_the_single_group_variant(b200_options):
+    fake, runs = b200_options
+    call = _one_expert()
+    samples = {"sample_a": call["a_tensor"], "sample_c": call["c_tensor"],
+               "sample_d_row": torch.zeros(M, 2 * N, 1, dtype=E4M3), "sample_d_col": torch.zeros(M, 2 * N, 1, dtype=E4M3),
+               "sample_sfa": call["sfa_tensor"], "sample_b": call["b_tensor"], "sample_sfb": call["sfb_tensor"],
+               "sample_sfd_row": _e8m0(M, 2 * N), "sample_sfd_col": _e8m0(2 * N, M),
+               "sample_padded_offsets": call["padded_offsets"], "sample_alpha": call["alpha_tensor"],
+               "sample_beta": call["beta_tensor"], "sample_prob": call["prob_tensor"],
+               "sample_dprob": call["dprob_tensor"], "sample_dbias": torch.zeros(1, 2 * N, 1, dtype=torch.bfloat16),
+               "sample_norm_const": torch.ones(1), "sf_vec_size": 32, "mma_tiler_mn": (256, 256),
+               "use_single_group_runtime_offsets": True}
+    op_ = api.GroupedGemmDglu(**samples)
+    assert op_.check_support()
+    assert op_._variant.name == variant_entry(SGO_KEY, b"")["name"]
+    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+
+
+def test_the_front_policy_names_the_compiled_options_and_the_reader_checks_them():
+    from dglu.contract.element_types import ELEMENT_TYPES
+    from dglu.contract.errors import ManifestError
+    from dglu.contract.front import front_json, read_front
+
+    data = front_json(interface.FRONTS["mxfp8"])
+    assert read_front(data, "entry", ELEMENT_TYPES).compiled_options == (
+        "discrete_col_sfd", "use_single_group_runtime_offsets")
+    assert read_front({k: v for k, v in data.items() if k != "compiled_options"}, "e", ELEMENT_TYPES).compiled_options == ()
+    for bad in (["experts"], ["no_such_field"], "discrete_col_sfd", ["discrete_col_sfd", "discrete_col_sfd"]):
+        with pytest.raises(ManifestError, match="compiled_options"):
+            read_front({**data, "compiled_options": bad}, "entry", ELEMENT_TYPES)

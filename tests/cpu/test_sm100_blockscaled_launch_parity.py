@@ -126,3 +126,38 @@ def test_the_calls_cover_three_activations_dbias_discrete_n_major_dynamic_both_t
     assert {v.scheduler for v in VARIANTS} == {"static", "dynamic"}
     assert {(v.tile_m, v.tile_n) for v in VARIANTS} == {(256, 256), (128, 256)}
     assert {v.arch for v in VARIANTS} == {"sm_100a", "sm_103a"}
+
+
+# Key choices added after the first six calls: the options cuDNN FE's kernel compiles in
+# (SFD_col in each expert's own block: its {pointer, extents} struct is then SFD_row's; one
+# expert whose rows are A's M: padded_offsets still a parameter, never read), and N-major
+# dense B
+COMPILED_OPTION_SPECS = """
+defaults: {ab_dtype: e4m3, c_dtype: bf16, d_dtype: e4m3, weight_mode: dense, b_major: k, tile_m: 256, tile_n: 256,
+           cluster_m: 2, cluster_n: 1, scheduler: static, arch: sm_100a, experts: 8, act_func: dswiglu, dbias: false}
+variants:
+  - {discrete_col_sfd: true}
+  - {act_func: dgeglu, weight_mode: discrete, dbias: true, discrete_col_sfd: true, scheduler: dynamic, arch: sm_103a}
+  - {use_single_group_runtime_offsets: true, experts: 1}
+  - {act_func: dsituglu, use_single_group_runtime_offsets: true, discrete_col_sfd: true, experts: 1,
+     tile_m: 128, cluster_m: 1}
+  # N-major dense B (cuDNN FE's canonical (L, K, N) form, N and K symbolic on its default path)
+  - {b_major: n}
+  - {b_major: n, act_func: dgeglu, dbias: true, scheduler: dynamic, tile_m: 128, cluster_m: 1, ab_dtype: e5m2,
+     arch: sm_103a}
+"""
+COMPILED_OPTION_VARIANTS = parse_specs(COMPILED_OPTION_SPECS)
+
+
+@pytest.fixture(scope="module")
+def compiled_option_artifacts(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sm100_blockscaled_options") / "artifacts"
+    build_artifacts(COMPILED_OPTION_VARIANTS, out, jobs=2, progress=lambda line: None)
+    return out
+
+
+@pytest.mark.parametrize("variant", COMPILED_OPTION_VARIANTS, ids=[variant.name for variant in COMPILED_OPTION_VARIANTS])
+def test_added_key_choices_launch_what_cudnn_fes_host_code_launches(stand_in, compiled_option_artifacts, variant,
+                                                                    tmp_path):
+    assert variant.discrete_col_sfd or variant.use_single_group_runtime_offsets or variant.b_major == "n"
+    test_dglu_launches_what_cudnn_fes_host_code_launches(stand_in, compiled_option_artifacts, variant, tmp_path)

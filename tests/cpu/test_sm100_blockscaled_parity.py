@@ -65,6 +65,21 @@ CASES = [
     Case("nvfp4_dsituglu_discrete", _key(**NVFP4, act_func="dsituglu", weight_mode="discrete"), 1024, 2048),
     Case("mxfp8_dswiglu_discrete_n_major_dynamic", _key(weight_mode="discrete", b_major="n", scheduler="dynamic",
                                                       experts=4), 1024, 1024),
+    # e5m2 A/B (with e4m3 D: e5m2 D fails in CuTe DSL 4.8.1) on the dynamic scheduler, dense: the shipped cubin
+    Case("mxfp8_e5m2_dgeglu_dense_dynamic", _key(ab_dtype="e5m2", act_func="dgeglu", scheduler="dynamic"), 1024, 2048),
+    # N-major dense B (cuDNN FE's canonical (L, K, N) form): the shipped cubin
+    Case("mxfp8_dswiglu_dense_n_major", _key(b_major="n"), 2048, 4096),
+    Case("mxfp8_dsituglu_dense_n_major_dbias_128x256_sm103a", _key(b_major="n", act_func="dsituglu", dbias=True,
+                                                                   tile_m=128, cluster_m=1, arch="sm_103a"), 1024, 2048),
+    # the options cuDNN FE's kernel compiles in (key fields): dense, so the shipped cubin
+    Case("mxfp8_dswiglu_dense_discrete_col_sfd", _key(discrete_col_sfd=True), 2048, 4096),
+    Case("mxfp8_dgeglu_dense_single_group", _key(act_func="dgeglu", use_single_group_runtime_offsets=True, experts=1),
+         1536, 2048),
+    Case("nvfp4_dswiglu_dense_single_group_128x256", _key(**NVFP4, use_single_group_runtime_offsets=True, experts=1,
+                                                          tile_m=128, cluster_m=1), 1024, 2048),
+    Case("mxfp8_dsituglu_discrete_discrete_col_sfd_single_group", _key(
+        act_func="dsituglu", weight_mode="discrete", discrete_col_sfd=True, use_single_group_runtime_offsets=True,
+        experts=1), 1024, 1024),
 ]
 
 
@@ -80,11 +95,14 @@ def test_dglu_compiles_cudnn_fes_block_scaled_configuration_byte_for_byte(case):
 
 def test_the_cases_cover_both_recipes_three_activations_dense_discrete_and_both_architectures():
     keys = [case.key for case in CASES]
-    assert {key["ab_dtype"] for key in keys} == {"e4m3", "e2m1x2"}
+    assert {key["ab_dtype"] for key in keys} == {"e4m3", "e5m2", "e2m1x2"}
+    assert {(key["weight_mode"], key["scheduler"]) for key in keys} >= {("dense", "dynamic"), ("discrete", "dynamic")}
     assert {key["act_func"] for key in keys} == {"dswiglu", "dgeglu", "dsituglu"}
     assert {key["dbias"] for key in keys} == {True, False}
     assert {key["weight_mode"] for key in keys} == {"dense", "discrete"}
     assert {key["arch"] for key in keys} == {"sm_100a", "sm_103a"}
     assert {case.shapes for case in CASES} == {"symbolic", "cudnn"}
-    assert {(key["ab_dtype"], key["weight_mode"]) for key in keys} == {
+    assert {(key["ab_dtype"], key["weight_mode"]) for key in keys} >= {
         (ab, mode) for ab in ("e4m3", "e2m1x2") for mode in ("dense", "discrete")}
+    assert {key.get("discrete_col_sfd", False) for key in keys} == {True, False}
+    assert {key.get("use_single_group_runtime_offsets", False) for key in keys} == {True, False}

@@ -29,7 +29,8 @@ def seed(request: pytest.FixtureRequest) -> int:
 
 
 # Modules that know Blackwell; the others check the Hopper matrix (configs.SHIPPED).
-BLACKWELL_MODULES = ("test_sm100_gpu", "test_sm100_tma_descriptors")
+BLACKWELL_MODULES = ("test_sm100_gpu", "test_sm100_tma_descriptors", "test_sm100_blockscaled_gpu",
+                     "test_sm100_blockscaled_options_gpu")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,8 +7,11 @@ A policy names the element types of A (and B) the family runs (``operands``), th
 operand dtypes no family of its architecture runs with the reason (``refused_operands``,
 by torch dtype name), one rule per seed argument it constrains (``arguments``, in check
 order), the accepted element types of the dtype arguments (``dtypes``), the named front
-checks its operands need (``checks``, dglu.front implements them) and the wrapper's
-results in their order (``outputs``: the roles of the seed's return tuple).
+checks its operands need (``checks``, dglu.front implements them), the wrapper's
+results in their order (``outputs``: the roles of the seed's return tuple) and, optionally,
+the options its kernels compile in (``compiled_options``: each names the variant key field
+of the same name, so the option's value selects a variant; a family that reads such an
+option at run time, or accepts only its default, leaves it out).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .errors import ManifestError
+from .keys import KEY_FIELDS
 
 ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "NotImplementedError": NotImplementedError}
 # The named operand checks a family may ask for (dglu.front.OPERAND_CHECKS implements them).
@@ -68,6 +72,7 @@ class FrontPolicy(NamedTuple):
     dtypes: Mapping[str, DtypeRule]
     checks: tuple[str, ...]
     outputs: tuple[str, ...]
+    compiled_options: tuple[str, ...] = ()
 
 
 def _same(value: Any, accepted: Any) -> bool:
@@ -139,9 +144,9 @@ def read_front(data: Any, where: str, element_types: Any) -> FrontPolicy:
     """A ``front`` field (JSON data), checked; errors start with ``where``.
     ``element_types``: the names the manifest knows (dglu.contract.element_types)."""
     fields = ("operands", "refused_operands", "arguments", "dtypes", "checks", "outputs")
-    if not isinstance(data, dict) or set(data) != set(fields):
+    if not isinstance(data, dict) or not set(fields) <= set(data) <= {*fields, "compiled_options"}:
         shown = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise _fail(where, f"must be an object with the fields {list(fields)}, got {shown}")
+        raise _fail(where, f"must be an object with the fields {list(fields)} (and compiled_options), got {shown}")
     operands = _strings(data["operands"], where, "operands")
     unknown = [t for t in operands if t not in element_types]
     if unknown:
@@ -155,6 +160,9 @@ def read_front(data: Any, where: str, element_types: Any) -> FrontPolicy:
     checks = _strings(data["checks"], where, "checks")
     if unknown := [c for c in checks if c not in CHECKS]:
         raise _fail(where, f"checks names unknown checks {unknown} (known: {list(CHECKS)})")
+    compiled = _strings(data.get("compiled_options", []), where, "compiled_options")
+    if unknown := [name for name in compiled if KEY_FIELDS.get(name) is not bool]:
+        raise _fail(where, f"compiled_options names no boolean key field: {unknown}")
     return FrontPolicy(
         operands=operands,
         refused_operands=dict(refused),
@@ -162,6 +170,7 @@ def read_front(data: Any, where: str, element_types: Any) -> FrontPolicy:
         dtypes={name: _dtype_rule(name, rule, where, element_types) for name, rule in data["dtypes"].items()},
         checks=checks,
         outputs=_strings(data["outputs"], where, "outputs"),
+        compiled_options=compiled,
     )
 
 

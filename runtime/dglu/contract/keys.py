@@ -7,9 +7,10 @@ constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``varia
 gives the readable, filesystem-safe name of a key: it also names the variant's kernel
 symbols, so it must not change for existing keys: a ``pingpong`` consumer appends ``_pp``
 (``cooperative_rf`` ``_crf``), a ``mainloop`` decode ``_mld`` (``one_pass`` ``_1p``), a
-``deterministic`` key ``_det`` and an ``act_out`` key (the
-kernel also writes prob * GLU(X), X = beta * C) ``_aout`` and a key compiled for an expert
-count ``_e<n>``; their defaults ("cooperative", "prepass", False, 0) add nothing.
+``deterministic`` key ``_det``, an ``act_out`` key (the
+kernel also writes prob * GLU(X), X = beta * C) ``_aout``, a ``discrete_col_sfd`` key
+``_dcs``, a ``use_single_group_runtime_offsets`` key ``_sgo`` and a key compiled for an
+expert count ``_e<n>``; their defaults ("cooperative", "prepass", False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("act_out", bool, "Also write prob * GLU(X), X = beta * C, (M, N) in bf16 (the input dW2 needs)", "--act-out",
              "flag", "act_out or activation_tensor", "act_out or sample_activation", False, False,
              negated="--no-act-out"),
+    # options the Blackwell block-scaled kernel compiles in (cuDNN FE's constructor), each a
+    # variant of its own; families that read them at run time (sm90_mxfp8's kernel flags)
+    # or not at all keep the default (the front policy's ``compiled_options`` says which)
+    KeyField("discrete_col_sfd", bool, "SFD_col in each expert's own block (Blackwell MXFP8 with FP8 D)",
+             "--discrete-col-sfd", "flag", "discrete_col_sfd", "discrete_col_sfd", False, False,
+             negated="--no-discrete-col-sfd"),
+    KeyField("use_single_group_runtime_offsets", bool,
+             "One expert whose rows are A's M, padded_offsets never read (Blackwell block-scaled, experts 1)",
+             "--use-single-group-runtime-offsets", "flag", "use_single_group_runtime_offsets",
+             "use_single_group_runtime_offsets", False, False, negated="--no-use-single-group-runtime-offsets"),
     # 0: the kernels take any expert count L at run time (Hopper); n > 0: compiled for L = n
     # (Blackwell, cuDNN FE's kernel), the variant's name ending in _e<n>
     KeyField("experts", int, "Expert count compiled in: the Blackwell kernels take one L each; 0: any (Hopper)",
@@ -185,6 +196,10 @@ def variant_name(key: Mapping[str, Any]) -> str:
         parts.append("det")
     if key.get("act_out", KEY_FIELD_DEFAULTS["act_out"]):
         parts.append("aout")
+    if key.get("discrete_col_sfd", KEY_FIELD_DEFAULTS["discrete_col_sfd"]):
+        parts.append("dcs")
+    if key.get("use_single_group_runtime_offsets", KEY_FIELD_DEFAULTS["use_single_group_runtime_offsets"]):
+        parts.append("sgo")
     if key.get("experts", KEY_FIELD_DEFAULTS["experts"]):
         parts.append(f"e{key['experts']}")
     return "_".join(parts)

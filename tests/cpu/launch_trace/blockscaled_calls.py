@@ -50,6 +50,9 @@ def tensors(config, m: int, n: int, k: int) -> dict[str, torch.Tensor]:
     if config.discrete_weights:
         made["b_ptrs"] = torch.zeros((experts,), dtype=torch.int64)
         made["sfb_ptrs"] = torch.zeros((experts,), dtype=torch.int64)
+    elif config.b_n_major:
+        made["b"] = _byte((experts, k, n), ab).permute(2, 1, 0)  # (N, K, L), N contiguous
+        made["sfb"] = _scale_factors(config, n, k, experts)
     else:
         made["b"] = _byte((experts, n, k), ab).permute(1, 2, 0)  # (N, K, L), K contiguous
         made["sfb"] = _scale_factors(config, n, k, experts)
@@ -77,8 +80,8 @@ def dsl_host(config, made: dict[str, torch.Tensor], n: int, k: int, workspace: i
         sfb = make_ptr(cutlass.Int64, made["sfb_ptrs"].data_ptr(), gmem, assumed_align=8)
         n_value, k_value = cutlass.Int32(n), cutlass.Int32(k)
         b_stride = cutlass.Int64(n if config.b_n_major else k)
-    else:
-        b, sfb = made["b"], made["sfb"]
+    else:  # N-major dense B as cuDNN FE takes it: its canonical (L, K, N) form
+        b, sfb = made["b"].permute(2, 1, 0) if config.b_n_major else made["b"], made["sfb"]
         n_value, k_value, b_stride = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int64(0)
     compiled(
         made["a"], b, sfb, n_value, k_value, b_stride, make_ptr(cutlass.Uint8, workspace, gmem, assumed_align=128),

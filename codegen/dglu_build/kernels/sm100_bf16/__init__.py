@@ -47,6 +47,8 @@ class Sm100Bf16Family(PackagedFamily):
         "decode": ("prepass",),  # the key's default: cuDNN FE's kernels read their operands as they are
         "deterministic": (False,),
         "act_out": (False,),
+        "discrete_col_sfd": (False,),  # the block-scaled kernel's options
+        "use_single_group_runtime_offsets": (False,),
     }
 
     def sources(self) -> dict[str, str]:

@@ -35,6 +35,9 @@ class Config:
     # TMA descriptors the helper writes per expert with discrete weights (B; the
     # block-scaled family's kernel writes B's and SFB's)
     descriptors_per_expert: ClassVar[int] = 1
+    # N-major dense B with symbolic N and K: not built here (see check); the block-scaled
+    # kernel's is cuDNN FE's own default compile
+    builds_dense_n_major: ClassVar[bool] = False
 
     arch: str
     c_dtype: str
@@ -89,7 +92,7 @@ class Config:
             raise ValueError(f"cluster_m: a {self.tile_m}-row tile spans a CTA pair: cluster_m must be 2, got {self.cluster_m}")
         if not self.two_cta and self.cluster_m != 1:
             raise ValueError(f"cluster_m: a {self.tile_m}-row tile runs on one CTA: cluster_m must be 1, got {self.cluster_m}")
-        if self.b_n_major and not self.discrete_weights:
+        if self.b_n_major and not self.discrete_weights and not self.builds_dense_n_major:
             raise ValueError(
                 "b_major: N-major dense B is not built for symbolic N and K: its launch differs from the one "
                 "cuDNN FE's host code makes for that cubin (tests/cpu/test_sm100_launch_parity.py); "

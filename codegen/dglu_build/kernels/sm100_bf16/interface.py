@@ -7,6 +7,11 @@ every declared parameter against the cubin's KPARAM_INFO. The op's arguments, li
 checks are those cuDNN FE's BF16 path applies (``GroupedGemmDgluBf16API.check_support``):
 M % 256, N % 32, 16-byte aligned addresses and rows, L <= 1024, bf16 A/B and dbias,
 C and D in bf16, fp16 or fp32.
+
+The pieces both Blackwell families declare alike (cuDNN FE's two kernels share their
+launch skeleton) are the public helpers here, which sm100_blockscaled's interface uses:
+``argument``, ``matrix``, ``b_strides``, ``common_arguments``, ``b_expert_view``,
+``workspaces``, ``helper_kernel``, ``TMA_COMMON``/``epilogue_tma`` and ``entry_fields``.
 """
 
 from __future__ import annotations
@@ -36,40 +41,55 @@ from .config import (
 
 ALIGN_BYTES = 16  # cuDNN FE requires every data pointer 16-byte aligned
 SCALARS = {"n2": "2*n"}
-SWIZZLES = {64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
+# by the bytes of one epilogue row of C or D (32 columns: 32 bytes for FP8, 64 for 16-bit, 128 for fp32)
+SWIZZLES = {32: "32B", 64: "64B", 128: "128B"}
 SWIZZLE_ELEMENTS = 64  # bf16 elements in one 128-byte swizzle row
 
 
-def _argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, rank_drop: bool = False) -> dict:
-    rule = {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io, "align": align}
-    return {**rule, "rank_drop": True} if rank_drop else rule
+def argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, **extra: object) -> dict:
+    """An ARGUMENT rule (docs/manifest.md); ``extra``: its optional fields (rank_drop, allocation)."""
+    return {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io, "align": align, **extra}
 
 
-def _b_strides(config: Config) -> list:
+def matrix(rows: str, cols: str, dtype: str, io: str) -> dict:
+    """An (rows, cols, 1) row-major matrix of the op (A, C, D_row, D_col); rank 2 accepted."""
+    return argument([rows, cols, 1], [cols, 1, f"{rows}*{cols}"], dtype, io, rank_drop=True)
+
+
+def b_strides(config: Config) -> list:
     """B's (N, K, L) strides: K contiguous, or N contiguous (b_major "n")."""
     return [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
 
 
-def arguments(config: Config) -> dict[str, dict]:
-    """The op's tensor arguments this variant takes, in the order they are checked."""
-    per_expert = _argument(["l"], [1], "fp32", "in")
-    if config.discrete_weights:
-        b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
-    else:
-        b = {"b": _argument(["n", "k", "l"], _b_strides(config), "bf16", "in")}
+def common_arguments(config: Config, ab_dtype: str, b: dict[str, dict], outputs: dict[str, dict],
+                     after_a: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Both families' tensor arguments, in check order: A (then ``after_a``), the weights
+    ``b``, C, D_row, the ``outputs`` beyond it, then the per-expert and per-row tensors and
+    dbias (the kernel adds its bf16 partial sums with atomics: the wrapper's starts at zero)."""
+    per_expert = argument(["l"], [1], "fp32", "in")
     return {
-        "a": _argument(["m", "k", 1], ["k", 1, "m*k"], "bf16", "in", rank_drop=True),
+        "a": matrix("m", "k", ab_dtype, "in"),
+        **(after_a or {}),
         **b,
-        "c": _argument(["m", "n2", 1], ["n2", 1, "m*n2"], config.c_dtype, "in", rank_drop=True),
-        "d_row": _argument(["m", "n2", 1], ["n2", 1, "m*n2"], config.d_dtype, "out", rank_drop=True),
-        "padded_offsets": _argument(["l"], [1], "i32", "in"),
+        "c": matrix("m", "n2", config.c_dtype, "in"),
+        "d_row": matrix("m", "n2", config.d_dtype, "out"),
+        **outputs,
+        "padded_offsets": argument(["l"], [1], "i32", "in"),
         "alpha": per_expert,
         "beta": per_expert,
-        "prob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
-        "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
-        # the kernel adds its bf16 partial sums with atomics: the wrapper's dbias starts at zero
-        **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate")} if config.dbias else {}),
+        "prob": argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
+        "dprob": argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
+        **({"dbias": argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate")} if config.dbias else {}),
     }
+
+
+def arguments(config: Config) -> dict[str, dict]:
+    """The op's tensor arguments this variant takes, in the order they are checked."""
+    if config.discrete_weights:
+        b = {"b_ptrs": argument(["l"], [1], "i64", "in", align=8)}
+    else:
+        b = {"b": argument(["n", "k", "l"], b_strides(config), "bf16", "in")}
+    return common_arguments(config, "bf16", b, {})
 
 
 def limits(config: Config) -> dict[str, dict]:
@@ -84,14 +104,18 @@ def limits(config: Config) -> dict[str, dict]:
     }
 
 
-def views(config: Config) -> dict[str, dict]:
-    """Discrete weights: the template of one expert's (N, K) matrix (the main kernel's B
-    descriptor; the helper writes each expert's own into the workspace)."""
+def b_expert_view(config: Config, dtype: str) -> dict[str, dict]:
+    """Discrete weights: the template of one expert's (N, K) matrix of ``dtype`` (the main
+    kernel's B descriptor; the helper writes each expert's own into the workspace)."""
     if not config.discrete_weights:
         return {}
-    strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
-    return {"b_expert": {"of": "b_ptrs", "dtype": "bf16", "shape": ["n", "k", 1], "strides": strides,
+    return {"b_expert": {"of": "b_ptrs", "dtype": dtype, "shape": ["n", "k", 1], "strides": b_strides(config),
                          "address_align_down": ALIGN_BYTES}}
+
+
+def views(config: Config) -> dict[str, dict]:
+    """The TMA views: with discrete weights, one expert's B."""
+    return b_expert_view(config, "bf16")
 
 
 def workspaces(config: Config) -> dict[str, dict]:
@@ -136,21 +160,23 @@ def main_kernel(config: Config) -> KernelDeclaration:
     )
 
 
-def helper_kernel(config: Config) -> KernelDeclaration:
-    """cuDNN FE's helper: one block per expert writes its B descriptor (discrete), block 0
-    resets the tile counter (dynamic); dense weights leave its B arguments zero."""
+def helper_kernel(config: Config, pointers: tuple[str, ...] = ("b_ptrs",), k: str = "k",
+                  mma_states: tuple[str, ...] = ("mma_state",), mma_align: int | None = None) -> KernelDeclaration:
+    """cuDNN FE's helper: one block per expert writes its descriptors (discrete: of the
+    weight ``pointers``' tensors, K given as ``k``), block 0 resets the tile counter
+    (dynamic); dense weights leave its weight arguments zero. Then the workspace and the
+    kernel's zero ``mma_states`` (aligned to ``mma_align``, else half their size)."""
     if config.discrete_weights:
-        weights = (Pointer("b_ptrs"), Int32("n"), Int32("k"), Int64("n" if config.b_n_major else "k"))
+        weights = (*map(Pointer, pointers), Int32("n"), Int32(k), Int64("n" if config.b_n_major else k))
         count: str | int = "l"
     else:
-        weights = (Zeros("b_ptrs", 8, 8), Zeros("n", 4, 4), Zeros("k", 4, 4), Zeros("b_stride", 8, 8))
+        weights = (*(Zeros(name, 8, 8) for name in pointers), Zeros("n", 4, 4), Zeros("k", 4, 4),
+                   Zeros("b_stride", 8, 8))
         count = 1
-    return KernelDeclaration(
-        role="helper",
-        params=(*weights, Pointer("workspace"), Zeros("mma_state", config.mma_state_bytes, config.mma_state_bytes // 2)),
-        block=HELPER_THREADS,
-        grid={"rule": "elementwise", "count": count},
-    )
+    align = mma_align or config.mma_state_bytes // 2
+    mma = tuple(Zeros(name, config.mma_state_bytes, align) for name in mma_states)
+    return KernelDeclaration(role="helper", params=(*weights, Pointer("workspace"), *mma), block=HELPER_THREADS,
+                             grid={"rule": "elementwise", "count": count})
 
 
 def kernels(config: Config) -> list[KernelDeclaration]:
@@ -162,41 +188,43 @@ def tma_rules(config: Config) -> dict[str, dict]:
     """TMA descriptors, innermost first: A (K, M) and B (K, N, L) in 64-wide K boxes with
     128-byte swizzle (each CTA of a pair loads half of B's N); C and D (2N, M) in epilogue
     tiles of 32 columns by 128 rows, swizzled by the bytes of one row."""
-    common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
-    ab = {**common, "dtype": "bf16", "swizzle": "128B"}
-    rows, cols = EPILOGUE_TILE
+    ab = {**TMA_COMMON, "dtype": "bf16", "swizzle": "128B"}
     if config.b_n_major:
         # N innermost: a 128-byte swizzle row holds 64 of N; the tile takes b_box_n/64 boxes
         b_rule = {**ab, "dims": [0, 1, 2], "box": [SWIZZLE_ELEMENTS, TILE_K, 1]}
     else:
         b_rule = {**ab, "dims": [1, 0, 2], "box": [TILE_K, config.b_box_n, 1]}
-    b = {b_tensor(config): b_rule}
-
-    def epilogue(dtype: str) -> dict:
-        return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
-                "swizzle": SWIZZLES[cols * DTYPE_BITS[dtype] // 8]}
-
     return {
         "a": {**ab, "dims": [1, 0], "box": [TILE_K, config.cta_tile_m]},
-        **b,
-        "c": epilogue(config.c_dtype),
-        "d_row": epilogue(config.d_dtype),
+        b_tensor(config): b_rule,
+        "c": epilogue_tma(config.c_dtype, DTYPE_BITS[config.c_dtype]),
+        "d_row": epilogue_tma(config.d_dtype, DTYPE_BITS[config.d_dtype]),
     }
+
+
+TMA_COMMON = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
+
+
+def epilogue_tma(dtype: str, bits: int) -> dict:
+    """The TMA rule of C, D_row or D_col (``dtype`` of ``bits``): (2N, M) in epilogue tiles
+    of 32 columns by 128 rows, swizzled by the bytes of one row."""
+    rows, cols = EPILOGUE_TILE
+    return {**TMA_COMMON, "dtype": dtype, "dims": [1, 0], "box": [cols, rows], "swizzle": SWIZZLES[cols * bits // 8]}
 
 
 # What the front door accepts for this family (dglu.contract.front): cuDNN FE's BF16 path.
 FRONT = float_front(FLOAT_TYPES, {})
 
 
+def entry_fields(config: Config, front: dict, scalars: dict[str, str], arguments: dict, limits: dict, views: dict,
+                 tma: dict) -> dict:
+    """The manifest fields of a variant that need no compile (kernels come from the
+    compile): the family's declarations given, the workspace and row alignment both share."""
+    return {"front": front, "m_aligned": M_ALIGNED, "arguments": arguments, "scalars": scalars, "limits": limits,
+            "views": views, "workspaces": workspaces(config), "tma": tma}
+
+
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
-    return {
-        "front": FRONT,
-        "m_aligned": M_ALIGNED,
-        "arguments": arguments(config),
-        "scalars": dict(SCALARS),
-        "limits": limits(config),
-        "views": views(config),
-        "workspaces": workspaces(config),
-        "tma": tma_rules(config),
-    }
+    return entry_fields(config, FRONT, dict(SCALARS), arguments(config), limits(config), views(config),
+                        tma_rules(config))

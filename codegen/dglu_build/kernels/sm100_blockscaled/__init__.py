@@ -42,6 +42,9 @@ class Sm100BlockScaledFamily(PackagedFamily):
         "act_func": tuple(ACT_PARAM_DEFAULTS),
         # the seed's block-scaled tiles: TILE_M 128 or 256, TILE_N 256
         "tile_mn": ((256, 256), (128, 256)),
+        # compiled in by cuDNN FE's kernel (``const_expr`` in its epilogue and prologue)
+        "discrete_col_sfd": (False, True),
+        "use_single_group_runtime_offsets": (False, True),
     }
 
     def sources(self) -> dict[str, str]:

@@ -51,11 +51,12 @@ def kernel_object(config: Config) -> Any:
         mma_tiler_mn=(config.tile_m, config.tile_n),
         cluster_shape_mn=(config.cluster_m, config.cluster_n),
         vectorized_f32=False,
-        discrete_col_sfd=False,
+        discrete_col_sfd=config.discrete_col_sfd,
         expert_cnt=config.experts,
         weight_mode=MoEWeightMode.DISCRETE if config.discrete_weights else MoEWeightMode.DENSE,
         use_dynamic_sched=config.dynamic_schedule,
         act_func=config.act_func,
+        use_single_group_runtime_offsets=config.single_group,
         **({"situ_beta1": config.act_params["situ_beta1"]} if config.act_func == "dsituglu" else {}),
     )
 
@@ -116,13 +117,24 @@ def fake_arguments(config: Config, shapes: str = "symbolic", n: int = 2048, k: i
         b_stride = cutlass.Int64((n if config.b_n_major else k) if static_discrete else 0)
         b_major = OperandMajorMode.MN if config.b_n_major else OperandMajorMode.K
     elif static_dense:
-        b = make_fake_tensor(ab, (n, k, experts), stride=(k, 1, n * k), assumed_align=16)
+        if config.b_n_major:  # canonical (L, K, N)
+            b = make_fake_tensor(ab, (experts, k, n), stride=(n * k, n, 1), assumed_align=16)
+        else:
+            b = make_fake_tensor(ab, (n, k, experts), stride=(k, 1, n * k), assumed_align=16)
         n_atoms = cdiv(n, 128)
         sfb = make_fake_tensor(DTYPES[config.recipe.sf_dtype], (32, 4, n_atoms, 4, rest_k, experts),
                                stride=(16, 4, rest_k * SF_STRIDE_DIVISIBILITY, 1, SF_STRIDE_DIVISIBILITY,
                                        n_atoms * rest_k * SF_STRIDE_DIVISIBILITY), assumed_align=16)
         n_value, k_value, b_stride = i32(0), i32(0), cutlass.Int64(0)
-        b_major = OperandMajorMode.K
+        b_major = OperandMajorMode.MN if config.b_n_major else OperandMajorMode.K
+    elif config.b_n_major:  # cuDNN FE's canonical N-major B: (L, K, N) row-major, N divisible
+        l_sym = _sym()
+        kernel_facing = make_fake_compact_tensor(ab, (_sym(k_div), _sym(), l_sym), stride_order=(0, 1, 2))
+        (sn, sk, sl), (n_sym, k_sym, _) = kernel_facing.stride, kernel_facing.shape
+        b = make_fake_tensor(ab, (l_sym, k_sym, n_sym), stride=(sl, sk, sn), assumed_align=16)
+        sfb = _scale_factors(config, _sym(), rest_k, _sym(SF_STRIDE_DIVISIBILITY), groups=l_sym)
+        n_value, k_value, b_stride = i32(0), i32(0), cutlass.Int64(0)
+        b_major = OperandMajorMode.MN
     else:
         l_sym = _sym()
         b = make_fake_compact_tensor(ab, (_sym(), _sym(k_div), l_sym), stride_order=row_major, assumed_align=16)

@@ -55,14 +55,19 @@ class Config(Bf16Config):
     """One variant of the family; ``from_key`` checks it builds."""
 
     descriptors_per_expert: ClassVar[int] = 2  # B's and SFB's, per expert (discrete weights)
+    builds_dense_n_major: ClassVar[bool] = True  # cuDNN FE's default path: (L, K, N) B, N and K symbolic
 
     ab_dtype: str = "e4m3"
+    discrete_col_sfd: bool = False  # SFD_col in each expert's own block (the kernel compiles it in)
+    single_group: bool = False  # one expert whose rows are A's M (padded_offsets never read)
 
     @classmethod
     def parse(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a key, unchecked."""
         base = Bf16Config.parse(key)
-        return cls(**{field.name: getattr(base, field.name) for field in fields(base)}, ab_dtype=key["ab_dtype"])
+        return cls(**{field.name: getattr(base, field.name) for field in fields(base)}, ab_dtype=key["ab_dtype"],
+                   discrete_col_sfd=key.get("discrete_col_sfd", False),
+                   single_group=key.get("use_single_group_runtime_offsets", False))
 
     def check(self) -> None:
         """Raise ValueError naming the field(s) of a combination the kernel cannot build."""
@@ -76,6 +81,16 @@ class Config(Bf16Config):
             raise ValueError("b_major: FP4 B must be K-major (cuDNN FE's check_support), got 'n'")
         if self.fp4 and self.d_dtype == "fp32" and not self.dbias:
             raise ValueError("d_dtype: FP4 operands with fp32 D need dbias (cuDNN FE refuses fp32 D without it)")
+        if self.discrete_col_sfd and not self.generate_sfd:
+            raise ValueError(
+                "discrete_col_sfd: only MXFP8 variants with FP8 D write SFD_col (cuDNN FE ignores it otherwise), "
+                f"got ab_dtype {self.ab_dtype!r}, d_dtype {self.d_dtype!r}"
+            )
+        if self.single_group and self.experts != 1:
+            raise ValueError(
+                f"use_single_group_runtime_offsets: needs experts 1 (the kernel's one expert takes A's rows), "
+                f"got {self.experts}"
+            )
         if self.act_func == "dsituglu" and not all(value > 0 for value in self.act_params.values()):
             raise ValueError("act_params: dSiTU-GLU needs situ_beta1 > 0 and situ_beta2 > 0")
 

@@ -22,20 +22,23 @@ from __future__ import annotations
 
 from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
 
-from ..declaration import Int32, Int64, KernelDeclaration, Pointer, PointerExtents, TmaTensor, Zeros
+from ..declaration import Int32, KernelDeclaration, Pointer, PointerExtents, TmaTensor, Zeros
 from ..front import NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, spelled
 from ..sm100_bf16 import interface as bf16
-from ..sm100_bf16.config import EPILOGUE_TILE, HELPER_THREADS, M_ALIGNED, THREADS_PER_CTA
+from ..sm100_bf16.config import DTYPE_BITS as BF16_DTYPE_BITS, THREADS_PER_CTA
 from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
 from .config import FP4, MXFP8, NVFP4, Config, Recipe
 
 ALIGN_BYTES = bf16.ALIGN_BYTES
-DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
-SWIZZLES = {32: "32B", 64: "64B", 128: "128B"}  # by the bytes of one epilogue row of C or D
+DTYPE_BITS = {**BF16_DTYPE_BITS, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
 TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
 SF_ATOM_ROWS = 128
 SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
 SFB_ITEM = ("u64", 64)
+MMA_STATES = ("mma_state", "mma_state_sfb")  # the two TiledMma parameters (A/B's and SFB's), 4-byte aligned
+MMA_STATE_ALIGN = 4
+
+
 def _scale_factors(row_atoms: str, col_atoms: str, l: str | int, pitch: str, size: str, io: str, dtype: str) -> dict:
     """A scale-factor ARGUMENT, 16-byte aligned: the kernel reads it by TMA."""
     return scale_factor_argument(row_atoms, col_atoms, l, pitch, size, io, dtype, ALIGN_BYTES)
@@ -70,47 +73,28 @@ def scalars(config: Config) -> dict[str, str]:
     return found
 
 
-def _argument(shape: list, strides: list, dtype: str, io: str, align: int = ALIGN_BYTES, **extra) -> dict:
-    return {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io, "align": align, **extra}
-
-
-def _matrix(rows: str, cols: str, dtype: str, io: str) -> dict:
-    """An (rows, cols, 1) row-major matrix of the op (A, C, D_row, D_col); rank 2 accepted."""
-    return _argument([rows, cols, 1], [cols, 1, f"{rows}*{cols}"], dtype, io, rank_drop=True)
-
-
 def arguments(config: Config) -> dict[str, dict]:
-    """The op's tensor arguments this variant takes, in the order they are checked."""
-    ab, sf, per_expert = config.ab_dtype, config.recipe.sf_dtype, _argument(["l"], [1], "fp32", "in")
+    """The op's tensor arguments this variant takes, in the order they are checked: the
+    sm100 BF16 family's, with the scale factors after A and B, and D_col, SFD_row,
+    SFD_col, norm_const (MXFP8) or amax (a 16-bit D) after D_row."""
+    ab, sf = config.ab_dtype, config.recipe.sf_dtype
     if config.discrete_weights:
-        b = {"b_ptrs": _argument(["l"], [1], "i64", "in", align=8), "sfb_ptrs": _argument(["l"], [1], "i64", "in", align=8)}
+        b = {name: bf16.argument(["l"], [1], "i64", "in", align=8) for name in ("b_ptrs", "sfb_ptrs")}
     else:
-        b = {"b": _argument(["n", "k", "l"], bf16._b_strides(config), ab, "in"),
+        b = {"b": bf16.argument(["n", "k", "l"], bf16.b_strides(config), ab, "in"),
              "sfb": _scale_factors("n_atoms", "k_atoms", "l", "k_pitch", "sfb_bytes", "in", sf)}
-    sfd = {}
+    outputs = {}
     if config.generate_sfd:
-        sfd = {
-            "d_col": _matrix("m", "n2", config.d_dtype, "out"),
+        outputs = {
+            "d_col": bf16.matrix("m", "n2", config.d_dtype, "out"),
             "sfd_row": _scale_factors("m_atoms", "n2_atoms", 1, "n2_pitch", "sfd_row_bytes", "out", sf),
             "sfd_col": _scale_factors("n2_atoms", "m_atoms", 1, "m_pitch", "sfd_col_bytes", "out", sf),
-            "norm_const": _argument([1], [1], "fp32", "in", align=4),
+            "norm_const": bf16.argument([1], [1], "fp32", "in", align=4),
         }
-    return {
-        "a": _matrix("m", "k", ab, "in"),
-        "sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf),
-        **b,
-        "c": _matrix("m", "n2", config.c_dtype, "in"),
-        "d_row": _matrix("m", "n2", config.d_dtype, "out"),
-        **sfd,
-        # per-expert amax of D (the kernel's atomic max: cuDNN FE's wrapper starts it at -inf)
-        **({"amax": _argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4)} if config.amax else {}),
-        "padded_offsets": _argument(["l"], [1], "i32", "in"),
-        "alpha": per_expert,
-        "beta": per_expert,
-        "prob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "in"),
-        "dprob": _argument(["m", 1, 1], [1, 1, 1], "fp32", "accumulate"),
-        **({"dbias": _argument(["l", "n2", 1], ["n2", 1, 1], "bf16", "accumulate")} if config.dbias else {}),
-    }
+    if config.amax:  # per-expert amax of D (the kernel's atomic max: cuDNN FE's wrapper starts it at -inf)
+        outputs["amax"] = bf16.argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4)
+    sfa = {"sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf)}
+    return bf16.common_arguments(config, ab, b, outputs, after_a=sfa)
 
 
 def limits(config: Config) -> dict[str, dict]:
@@ -135,16 +119,7 @@ def views(config: Config) -> dict[str, dict]:
         "sfb_atoms": {"of": sfb_of, "dtype": sfb_type, "shape": [sfb_items, "n_atoms", "k_atoms", experts],
                       "strides": [1, "sfb_pitch", sfb_items, "sfb_items"], "address_align_down": ALIGN_BYTES},
     }
-    if config.discrete_weights:
-        strides = [1, "n", "n*k"] if config.b_n_major else ["k", 1, "n*k"]
-        found["b_expert"] = {"of": "b_ptrs", "dtype": config.ab_dtype, "shape": ["n", "k", 1], "strides": strides,
-                             "address_align_down": ALIGN_BYTES}
-    return found
-
-
-def workspaces(config: Config) -> dict[str, dict]:
-    """The kernel's scratch: per-expert B and SFB descriptors and/or the dynamic tile counter."""
-    return bf16.workspaces(config)
+    return {**found, **bf16.b_expert_view(config, config.ab_dtype)}
 
 
 def main_kernel(config: Config) -> KernelDeclaration:
@@ -155,14 +130,14 @@ def main_kernel(config: Config) -> KernelDeclaration:
         sfd = (
             TmaTensor("d_col", ("m", "n2")),
             PointerExtents("sfd_row", ("m_atoms", "n2_atoms", "n2_pitch"), 24),
-            PointerExtents("sfd_col", ("m_atoms", "n2_atoms", "m_pitch"), 24),
+            # discrete_col_sfd: the kernel lays SFD_col over D as SFD_row (each expert's rows its own block)
+            PointerExtents("sfd_col", ("m_atoms", "n2_atoms", "n2_pitch" if config.discrete_col_sfd else "m_pitch"), 24),
             Pointer("norm_const"),
         )
     return KernelDeclaration(
         role="main",
         params=(
-            Zeros("mma_state", config.mma_state_bytes, 4),
-            Zeros("mma_state_sfb", config.mma_state_bytes, 4),
+            *(Zeros(name, config.mma_state_bytes, MMA_STATE_ALIGN) for name in MMA_STATES),
             TmaTensor("a", ("m", "k_values")),
             TmaTensor(bf16.b_tensor(config), ("n", "k_values", l_or_1)),
             TmaTensor("sfa_atoms", ("m_atoms", "k_atoms")),
@@ -189,25 +164,11 @@ def main_kernel(config: Config) -> KernelDeclaration:
     )
 
 
-def helper_kernel(config: Config) -> KernelDeclaration:
-    """cuDNN FE's helper: one block per expert writes its B and SFB descriptors (discrete),
-    block 0 resets the tile counter (dynamic); dense weights leave its B arguments zero."""
-    if config.discrete_weights:
-        weights = (Pointer("b_ptrs"), Pointer("sfb_ptrs"), Int32("n"), Int32("k_values"),
-                   Int64("n" if config.b_n_major else "k_values"))
-        count: str | int = "l"
-    else:
-        weights = (Zeros("b_ptrs", 8, 8), Zeros("sfb_ptrs", 8, 8), Zeros("n", 4, 4), Zeros("k", 4, 4),
-                   Zeros("b_stride", 8, 8))
-        count = 1
-    mma = (Zeros("mma_state", config.mma_state_bytes, 4), Zeros("mma_state_sfb", config.mma_state_bytes, 4))
-    return KernelDeclaration(role="helper", params=(*weights, Pointer("workspace"), *mma), block=HELPER_THREADS,
-                             grid={"rule": "elementwise", "count": count})
-
-
 def kernels(config: Config) -> list[KernelDeclaration]:
-    """The variant's kernels in launch order."""
-    return [*([helper_kernel(config)] if config.has_helper else []), main_kernel(config)]
+    """The variant's kernels in launch order: sm100_bf16's helper (here writing B's and
+    SFB's descriptors per expert, K in values, two MMA states), then the main kernel."""
+    helper = bf16.helper_kernel(config, ("b_ptrs", "sfb_ptrs"), "k_values", MMA_STATES, MMA_STATE_ALIGN)
+    return [*([helper] if config.has_helper else []), main_kernel(config)]
 
 
 def tma_rules(config: Config) -> dict[str, dict]:
@@ -215,18 +176,15 @@ def tma_rules(config: Config) -> dict[str, dict]:
     128-byte swizzle (each CTA of a pair loads half of B's N); the scale factors unswizzled,
     a box the atoms of a CTA's rows of A or B; C, D_row and D_col (2N, M) in epilogue tiles
     of 32 columns by 128 rows, swizzled by the bytes of one row."""
-    common = {"l2_promotion": "128B", "oob_fill": "none", "interleave": "none"}
-    ab = {**common, "dtype": config.ab_dtype, "swizzle": "128B"}
-    rows, cols = EPILOGUE_TILE
+    ab = {**bf16.TMA_COMMON, "dtype": config.ab_dtype, "swizzle": "128B"}
     tile_k = TILE_K_BYTES * 8 // DTYPE_BITS[config.ab_dtype]
 
     def epilogue(dtype: str) -> dict:
-        return {**common, "dtype": dtype, "dims": [1, 0], "box": [cols, rows],
-                "swizzle": SWIZZLES[cols * DTYPE_BITS[dtype] // 8]}
+        return bf16.epilogue_tma(dtype, DTYPE_BITS[dtype])
 
     def atoms(item: tuple[str, int], rows: int, rank: int) -> dict:  # a box: the atoms of a CTA's rows
         box = [item[1], rows // SF_ATOM_ROWS, *[1] * (rank - 2)]
-        return {**common, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": box}
+        return {**bf16.TMA_COMMON, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": box}
 
     if config.b_n_major:  # N innermost (discrete FP8 B): a 128-byte swizzle row holds tile_k of N
         b_rule = {**ab, "dims": [0, 1, 2], "box": [tile_k, tile_k, 1]}
@@ -245,6 +203,9 @@ def tma_rules(config: Config) -> dict[str, dict]:
 
 
 _NOT_BUILT = "must be False: cuDNN FE's block-scaled kernels are built here without it (no key field yet)"
+_BOOL = "expected a bool (the kernel compiles it in: it selects the variant of that key field)"
+# the options cuDNN FE's kernel compiles in: each selects the variants of its key field
+COMPILED_OPTIONS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 _EPILOGUE_OPS = (None, "identity", "relu", "srelu")  # validated, applied by no dGLU kernel (NVIDIA's neither)
 _FP4_STORAGE = {"uint8": "FP4 operands are torch.float4_e2m1fn_x2 (view the uint8 storage as it)"}
 
@@ -261,8 +222,9 @@ def front(recipe: Recipe) -> dict:
             why=f"{spelled(operands)} operands take one {recipe.sf_dtype.upper()} scale per "
             f"{recipe.sf_vec_size} elements of K ({recipe.name.upper()}), so it must be {recipe.sf_vec_size}",
         ),
-        "discrete_col_sfd": accepted(False, why=_NOT_BUILT),
-        "use_single_group_runtime_offsets": accepted(False, why=_NOT_BUILT),
+        "discrete_col_sfd": accepted(False, True, why=_BOOL) if recipe is MXFP8 else accepted(
+            False, why="must be False: NVFP4's bf16/fp16/fp32 D has no SFD_col"),
+        "use_single_group_runtime_offsets": accepted(False, True, why=_BOOL),
         "vector_f32": accepted(False, why=_NOT_BUILT, error="NotImplementedError"),
         "round_dgrad_to_input_dtype": accepted(
             False, why="must be False with block-scaled operands (the BF16 kernels' option)"
@@ -303,8 +265,9 @@ def front(recipe: Recipe) -> dict:
             ),
             "d_dtype": dtypes(recipe.d_dtypes, d_why, default=None if recipe is MXFP8 else "bf16"),
         },
-        "checks": ["scaled_operands", "b_major_from_strides"],
+        "checks": ["scaled_operands", "b_major_from_strides", "single_group_offsets"],
         "outputs": list(SEED_OUTPUTS),
+        "compiled_options": list(COMPILED_OPTIONS),
     }
 
 
@@ -313,13 +276,5 @@ FRONTS = {recipe.name: front(recipe) for recipe in (MXFP8, NVFP4)}
 
 def entry(config: Config) -> dict:
     """The manifest fields of a variant that need no compile (kernels come from the compile)."""
-    return {
-        "front": FRONTS[config.recipe.name],
-        "m_aligned": M_ALIGNED,
-        "arguments": arguments(config),
-        "scalars": scalars(config),
-        "limits": limits(config),
-        "views": views(config),
-        "workspaces": workspaces(config),
-        "tma": tma_rules(config),
-    }
+    return bf16.entry_fields(config, FRONTS[config.recipe.name], scalars(config), arguments(config), limits(config),
+                             views(config), tma_rules(config))

@@ -41,6 +41,9 @@ class Sm90Bf16Family(PackagedFamily):
         "decode": ("prepass",),  # BF16 operands: nothing to decode
         "deterministic": (False, True),
         "act_out": (False, True),
+        # the block-scaled options no Hopper kernel compiles in (sm90_mxfp8 reads them as flags)
+        "discrete_col_sfd": (False,),
+        "use_single_group_runtime_offsets": (False,),
         "experts": (0,),  # any expert count, at run time
     }
     source_dirs: tuple[Path, ...] = (Path(__file__).parent, KERNELS_DIR / "blocks")
