@@ -168,9 +168,17 @@ def test_the_agreement_column_shows_both_gates():
     unchecked = shape_result(Shape("none", n=64, k=64, expert_rows=(256,)), {"timings": {}})
     record = results_record(ENVIRONMENT, {}, [both, unchecked], None, False)
     rows = table(record).splitlines()
-    assert rows[0].rstrip().endswith("agreement f/det")
-    assert rows[1].rstrip().endswith("ok/WRONG 3e-03")
-    assert rows[2].rstrip().endswith("-/-")
+    assert rows[0].rstrip().endswith("agreement f/det" + "fused variant".rjust(26))
+    assert rows[1].rstrip().endswith("ok/WRONG 3e-03" + "error".rjust(26))  # no variant recorded
+    assert rows[2].rstrip().endswith("-/-" + "error".rjust(26))
+
+
+def test_the_variant_column_shows_the_launch_shape_the_selection_chose():
+    chosen = shape_result(
+        SHAPE, {**measured(fused=0.2), "variant": "sm90a_bf16_bf16_bf16_dswiglu_dbias_dense_k_128x128_2x1_static_pp"}
+    )
+    rows = table(results_record(ENVIRONMENT, {}, [chosen], None, False)).splitlines()
+    assert rows[1].rstrip().endswith(" 128x128_2x1_static_pp")
 
 
 def test_table_and_summary_line_show_the_figures():
