@@ -30,6 +30,7 @@ from dglu.manifest import SearchEntry, installed_variants, load_manifests, merge
 from .baselines import grouped_gemm
 from .fused import agreement, build_op, run_fused
 from .inputs import make_buffer_sets
+from .quack import gemm_dgated, quack_runner
 from .shapes import select_shapes
 from .timing import time_calls
 
@@ -83,6 +84,14 @@ def main() -> None:
         record = {"shape": shape.name}
         calls = {"gemm": [lambda s=s: grouped_gemm(s) for s in sets]}
         for consumer in consumers:
+            if consumer == "quack":  # bench.quack's gemm_dgated, when quack imports
+                dgated = gemm_dgated()
+                if isinstance(dgated, str):
+                    record["quack"] = dgated
+                else:
+                    runner = quack_runner(dgated)
+                    calls["quack"] = [lambda s=s: runner(s) for s in sets]
+                continue
             for det in (False, True) if deterministic and ":" not in consumer else (False,):
                 label = consumer + ("_det" if det else "")
                 try:
