@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, select_installed
+from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, problem_class, select_installed
 from ..contract.front import FrontPolicy
 from ..contract.schema import Variant
 from ..dtypes import FLOAT_TYPES
@@ -97,7 +97,8 @@ def describe_call(
         raise ValueError(f"{name}: dtype {spec.dtype} is not accepted; expected one of {C_DTYPES}")
     if config.discrete:
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
-    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape))
+    dispatched = problem_class(arrays["a"][1].shape, arrays["c"][1].shape, arrays["padded_offsets"][1])
+    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape), dispatched)
     check_m_aligned(config.options, variant)
     check_flags(config.options, variant)
     problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
@@ -105,7 +106,8 @@ def describe_call(
 
 
 def _select(
-    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None
+    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None,
+    dispatched: Mapping[str, int] | None = None,
 ) -> Variant:
     return select_installed(
         config.options,
@@ -115,4 +117,5 @@ def _select(
         config.weight_mode,
         {**WRAPPER_SOURCES, "arch": arch_source},
         experts,
+        dispatched,
     )
