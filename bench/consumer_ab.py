@@ -2,7 +2,10 @@
 ``consumer``) against torch._grouped_mm on the bench shapes.
 
 ``python -m bench.consumer_ab CONSUMERS [SHAPES] [ROUNDS] [det]``: CONSUMERS and SHAPES
-comma-separated (a consumer "name:c2" runs on a 2x1 cluster; SHAPES empty: all). The
+comma-separated (a consumer "name:c2" runs on a 2x1 cluster, "name:t64" on the 128x64
+tile, "name:t256" on the 128x256 tile, "name:c2t64" both, "name@DIR" only from the
+artifact directory DIR, so
+that two builds of one variant name can be timed side by side; SHAPES empty: all). The
 variants are the installed wheel's and $DGLU_CUBIN_PATH's; each op is built while the
 selection sees only one consumer's variants (dglu.call.installed_variants filtered: no
 call argument chooses a consumer, so this is a measurement, not an API). Per shape: the
@@ -15,36 +18,54 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import dglu
 import dglu.call
 from dglu.errors import VariantNotFoundError
-from dglu.manifest import installed_variants
+from dglu.manifest import SearchEntry, installed_variants, load_manifests, merged_variants
 
 from .baselines import grouped_gemm
 from .fused import agreement, build_op, run_fused
 from .inputs import make_buffer_sets
+from .quack import gemm_dgated, quack_runner
 from .shapes import select_shapes
 from .timing import time_calls
 
 BUDGET_MS = 80.0  # time_calls budget per candidate per round
 
 
-def op_for(consumer: str, samples, det: bool = False):
-    """bench.fused.build_op's op (``consumer`` "name:c2": on a 2x1 cluster)."""
-    consumer, _, cluster = consumer.partition(":")
-    dglu.call.installed_variants = lambda: tuple(v for v in installed_variants() if v.key.consumer == consumer)
+TILES = {"t64": (128, 64), "t256": (128, 256)}
+
+
+def candidates(consumer: str, directory: str):
+    """The variants of ``consumer``: the installed ones, or those of artifact ``directory``."""
+    if not directory:
+        return tuple(v for v in installed_variants() if v.key.consumer == consumer)
+    entry = SearchEntry(Path(directory), "DGLU_CUBIN_PATH", required=True)
+    variants, _ = merged_variants(load_manifests([entry]))
+    return tuple(v for v in variants if v.key.consumer == consumer)
+
+
+def op_for(label: str, samples, det: bool = False):
+    """bench.fused.build_op's op (``label`` "name[:[c2][t64|t256]][@DIR]", see the module
+    docstring)."""
+    label, _, directory = label.partition("@")
+    consumer, _, shape = label.partition(":")
+    chosen = candidates(consumer, directory)
+    dglu.call.installed_variants = lambda: chosen
     try:
-        if not cluster:
+        if not shape:
             return build_op(samples, deterministic=det)
         op = dglu.GroupedGemmDgluSm90(
             sample_a=samples.a, sample_c=samples.c, sample_d_row=samples.d_row,
             sample_padded_offsets=samples.padded_offsets, sample_alpha=samples.alpha,
             sample_beta=samples.beta, sample_prob=samples.prob, sample_dprob=samples.dprob,
             sample_dbias=samples.dbias, sample_b=samples.b, act_func="dswiglu", deterministic=det,
-            cluster_shape_mn=(2, 1),
+            cluster_shape_mn=(2, 1) if shape.startswith("c2") else (1, 1),
+            mma_tiler_mn=TILES.get(shape.removeprefix("c2")),
         )
         op.compile()
         return op
@@ -63,6 +84,14 @@ def main() -> None:
         record = {"shape": shape.name}
         calls = {"gemm": [lambda s=s: grouped_gemm(s) for s in sets]}
         for consumer in consumers:
+            if consumer == "quack":  # bench.quack's gemm_dgated, when quack imports
+                dgated = gemm_dgated()
+                if isinstance(dgated, str):
+                    record["quack"] = dgated
+                else:
+                    runner = quack_runner(dgated)
+                    calls["quack"] = [lambda s=s: runner(s) for s in sets]
+                continue
             for det in (False, True) if deterministic and ":" not in consumer else (False,):
                 label = consumer + ("_det" if det else "")
                 try:

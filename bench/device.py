@@ -10,11 +10,12 @@ import time
 import traceback
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from .baselines import dense_mm, grouped_gemm, unfused
 from .fused import agreement, build_op, run_fused
 from .inputs import BufferSet, make_buffer_sets
+from .quack import gemm_dgated, quack_runner
 from .shapes import Shape
 from .timing import time_calls
 
@@ -32,6 +33,9 @@ DESCRIPTIONS = {
     "in eager PyTorch",
     "grouped_compiled_epilogue": "torch._grouped_mm + the same epilogue under torch.compile",
     "dense_mm": "torch.mm of the same FLOPs: (M, K) @ (K, N)",
+    "quack_dgated": "quack's gemm_dgated (JIT CuTe DSL, default config), when quack imports: "
+    "the grouped GEMM + dSwiGLU + prob scaling + dprob, and the post-activation (M, N); no "
+    "dbias, alpha or beta (bench.quack)",
 }
 EAGER_ONLY = {"fused_eager"}  # timed without CUDA graphs
 # dglu op candidate -> (deterministic, record key of its variant, of its gate's result)
@@ -41,17 +45,24 @@ FUSED_OPS = {
 }
 
 
+class Skipped(NamedTuple):
+    """A candidate this run does not time, and why (not a failed measurement)."""
+
+    reason: str
+
+
 def error_record(exc: BaseException) -> dict[str, str]:
     """What the results JSON keeps of a failure: the error and where it came from."""
     return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=4)}
 
 
 def runners(
-    ops: dict[str, Any], compiled_epilogue: Any
-) -> dict[str, Callable[[BufferSet], Any] | str]:
+    ops: dict[str, Any], compiled_epilogue: Any, quack_dgated: Any = None
+) -> dict[str, Callable[[BufferSet], Any] | str | Skipped]:
     """Per candidate, its call on a buffer set, or why it cannot run (``ops`` maps each
     FUSED_OPS candidate to its dglu op, None when it could not be made; the compiled
-    epilogue is None when torch.compile could not make it)."""
+    epilogue is None when torch.compile could not make it; ``quack_dgated`` is
+    bench.quack.gemm_dgated's result: the function, or why it is skipped)."""
 
     def fused(name: str) -> Callable[[BufferSet], Any] | str:
         op = ops[name]
@@ -72,6 +83,9 @@ def runners(
         "grouped_eager_epilogue": unfused,
         "grouped_compiled_epilogue": compiled,
         "dense_mm": dense_mm,
+        "quack_dgated": Skipped(quack_dgated or "skipped: not asked for")
+        if quack_dgated is None or isinstance(quack_dgated, str)
+        else quack_runner(quack_dgated),
     }
 
 
@@ -113,7 +127,10 @@ def measure_shape(
     sets = make_buffer_sets(shape, device, seed)
     record: dict[str, Any] = {"buffer_sets": len(sets), "timings": {}}
     ops = {name: _gated_op(sets[0], *keys, record) for name, keys in FUSED_OPS.items()}
-    for name, run in runners(ops, compiled_epilogue).items():
+    for name, run in runners(ops, compiled_epilogue, gemm_dgated()).items():
+        if isinstance(run, Skipped):
+            record["timings"][name] = {"skipped": run.reason}
+            continue
         if isinstance(run, str):
             record["timings"][name] = {"error": run}
             continue

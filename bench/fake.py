@@ -28,6 +28,7 @@ FAKE_FACTORS = {
     "grouped_eager_epilogue": (3.0, 9.0),
     "grouped_compiled_epilogue": (1.5, 5.0),
     "dense_mm": (0.8, 0.95),
+    "quack_dgated": (1.05, 1.4),
 }
 FAKE_DETERMINISTIC_COST = (1.0, 1.1)  # (low, high) factor of the fake fused time
 

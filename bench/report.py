@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .floors import SOURCE as FLOORS_SOURCE
@@ -15,12 +16,14 @@ TIME_COLUMNS = (
     ("+eager", "grouped_eager_epilogue"),
     ("+compiled", "grouped_compiled_epilogue"),
     ("mm", "dense_mm"),
+    ("quack", "quack_dgated"),
 )
 # (column header, ratio) for the ratio columns, in order.
 RATIO_COLUMNS = (
     ("fused/gemm", "fused_over_gemm"),
     ("compiled/fused", "compiled_over_fused"),
     ("det/fused", "deterministic_over_fused"),
+    ("quack/fused", "quack_over_fused"),
 )
 # ratio -> (its bound's field in the shape record, whether the ratio must stay at or below it)
 RATIO_BOUNDS = {
@@ -39,8 +42,12 @@ SUMMARY_RATIOS = (
     ("fused/gemm", "fused_over_gemm"),
     ("compiled/fused", "compiled_over_fused"),
     ("deterministic/fused", "deterministic_over_fused"),
+    ("quack/fused", "quack_over_fused"),
 )
 SHAPE_WIDTH = 20
+VARIANT_WIDTH = 26
+# the launch-shape part of a variant name: tile, cluster, scheduler, consumer (dglu.contract.keys)
+LAUNCH_PART = re.compile(r"\d+x\d+_\d+x\d+_.*$")
 CELL_WIDTH = 16
 
 
@@ -51,7 +58,7 @@ def _cell(value: str) -> str:
 def _time_cell(timings: dict[str, Any], name: str) -> str:
     ms = median_ms(timings, name)
     if ms is None:
-        return _cell("error" if name in timings else "-")
+        return _cell("skipped" if "skipped" in timings.get(name, {}) else "error" if name in timings else "-")
     return _cell(f"{ms:.3f} ({timings[name]['tflops']:.0f})")
 
 
@@ -78,6 +85,16 @@ def _floor_cell(shape: dict[str, Any], candidate: str) -> str:
     return _cell(f"{fraction} of {floor['floor_ms']:.3f}{floor['bound'][0]}")
 
 
+def _variant_cell(shape: dict[str, Any]) -> str:
+    """The fused op's variant as the selection chose it: its tile, cluster, scheduler and
+    consumer ("128x128_2x1_static_pp")."""
+    name = shape.get("variant")
+    if not isinstance(name, str):
+        return "error".rjust(VARIANT_WIDTH)
+    found = LAUNCH_PART.search(name)
+    return (found.group(0) if found else name).rjust(VARIANT_WIDTH)
+
+
 def _gate_mark(shape: dict[str, Any], key: str) -> str:
     """ok, WRONG, or - (not checked) for the gate kept under ``key``."""
     return {True: "ok", False: "WRONG", None: "-"}[lookup(shape, key, "ok")]
@@ -99,7 +116,7 @@ def table(record: dict[str, Any]) -> str:
         for title, _ in TIME_COLUMNS
     )
     header += "".join(_cell(title) for title, _ in RATIO_COLUMNS + FLOOR_COLUMNS)
-    header += _cell("agreement f/det")
+    header += _cell("agreement f/det") + "fused variant".rjust(VARIANT_WIDTH)
     lines = [header]
     for shape in record["shapes"]:
         timings = shape["timings"]
@@ -109,6 +126,7 @@ def table(record: dict[str, Any]) -> str:
             + "".join(_bounded_ratio_cell(shape, name) for _, name in RATIO_COLUMNS)
             + "".join(_floor_cell(shape, name) for _, name in FLOOR_COLUMNS)
             + _agreement_cell(shape)
+            + _variant_cell(shape)
         )
     lines.append(FLOOR_LEGEND)
     host = record.get("host")

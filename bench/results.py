@@ -20,6 +20,8 @@ EXECUTE_TARGET_US = 15.0  # host CPU per call of the class API's execute
 WRAPPER_TARGET_US = 25.0  # host CPU per call of the wrapper
 EXECUTE_DRIVER_CALLS_TARGET = 3  # driver calls per steady execute
 
+QUACK_TARGET = 1.0  # issue 25: the fused op ahead of quack's gemm_dgated on every shape
+DETERMINISTIC_TARGET = 1.06  # issue 25: deterministic / fused, every shape
 # ratio name -> (numerator candidate, denominator candidate)
 RATIOS = {
     "fused_over_gemm": ("fused", "grouped_gemm"),
@@ -28,6 +30,7 @@ RATIOS = {
     "fused_over_dense": ("fused", "dense_mm"),
     "fused_eager_over_fused": ("fused_eager", "fused"),
     "deterministic_over_fused": ("fused_deterministic", "fused"),
+    "quack_over_fused": ("quack_dgated", "fused"),
 }
 # record key of a dglu op's gate -> how the op is named when it fails
 GATES = {"agreement": "fused op", "deterministic_agreement": "deterministic fused op"}
@@ -78,6 +81,9 @@ def shape_targets(shape: Shape, ratios: dict[str, Any], fused_tflops: float | No
     ]
     if shape.tflops_target is not None:
         targets.append(Target("fused TFLOP/s", fused_tflops, shape.tflops_target, False))
+    targets.append(Target("deterministic / fused", ratios["deterministic_over_fused"], DETERMINISTIC_TARGET, True))
+    if ratios.get("quack_over_fused") is not None:  # only in a run where quack imports
+        targets.append(Target("quack gemm_dgated / fused", ratios["quack_over_fused"], QUACK_TARGET, False))
     if shape.speedup_target is not None:
         targets.append(
             Target(

@@ -5,7 +5,8 @@ named by the environment variable DGLU_SPECS (paths separated by
 os.pathsep, relative to the source tree or absolute). They are built in the
 artifact directory DGLU_BUILD_DIR (incrementally: `dglu-build wheel` has
 built them there already), or in a temporary one when it is unset; the wheel
-gets a copy of exactly these variants, taken under the directory's lock.
+gets a copy of exactly these variants, taken under the directory's lock, and the
+spec files' dispatch rules as dglu/_cubins/dispatch.json.
 Compiling needs CuTe DSL (a build requirement) but no GPU; the wheel's
 runtime does not need CuTe DSL.
 """
@@ -36,11 +37,11 @@ class CubinBuildHook(BuildHookInterface):
         root = Path(self.root)
         sys.path[:0] = [str(root / "codegen"), str(root / "runtime")]
         from dglu_build.artifact_store import open_store
-        from dglu_build.build import BuildFailed, build_in_store
+        from dglu_build.build import BuildFailed, build_in_store, write_dispatch
         from dglu_build.compile_pool import available_cores
         from dglu_build.kernels import compile_variant
         from dglu_build.progress import LineProgress
-        from dglu_build.specs import load_spec_files
+        from dglu_build.specs import load_dispatch_files, load_spec_files
         from dglu_build.wheel import ENV_BUILD_DIR, ENV_SPECS, write_notices
 
         source = ENV_SPECS if ENV_SPECS in os.environ else "default specs"
@@ -61,6 +62,7 @@ class CubinBuildHook(BuildHookInterface):
                 raise BuildFailed(result)
             store.copy_to(packed, [variant.name for variant in variants])
         write_notices(packed, [variant.key for variant in variants])
+        write_dispatch(packed, load_dispatch_files(specs, variants))
         for path in sorted(p for p in packed.rglob("*") if p.is_file()):
             build_data["force_include"][str(path)] = f"{PACKAGE_DIR}/{path.relative_to(packed).as_posix()}"
 

@@ -24,7 +24,8 @@ install_dglu_wheel() {
 }
 
 # install_on_pythonpath WHEEL SCRIPT: install WHEEL into a fresh temporary directory (removed
-# when the calling script exits) and put it on PYTHONPATH; if pip fails, print its log under
+# when the calling script exits) and put it on PYTHONPATH, before what the caller had there
+# (optional peers such as quack for bench.quack); if pip fails, print its log under
 # SCRIPT's name and exit 2.
 install_on_pythonpath() {
     local site log
@@ -36,5 +37,5 @@ install_on_pythonpath() {
         echo "$log" >&2
         exit 2
     fi
-    export PYTHONPATH="$site"
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"  # after the wheel: optional peers (bench.quack)
 }

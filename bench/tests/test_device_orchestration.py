@@ -88,7 +88,8 @@ def test_every_candidate_is_timed_and_the_op_agrees(cpu_device, monkeypatch):
     record = device.measure_shape(SHAPE, "cpu", 100.0, 0, dswiglu_epilogue)
     assert built == [False, True]
     assert list(record["timings"]) == list(device.DESCRIPTIONS)
-    assert all(t["median_ms"] == 2.0 for t in record["timings"].values())
+    timed = {name: t for name, t in record["timings"].items() if name != "quack_dgated"}
+    assert all(t["median_ms"] == 2.0 for t in timed.values())
     assert record["timings"]["fused_eager"]["method"] == "eager"
     assert record["timings"]["fused"]["method"] == "cuda_graph"
     assert record["timings"]["fused_deterministic"]["method"] == "cuda_graph"
@@ -158,3 +159,25 @@ def test_the_deterministic_op_missing_leaves_the_default_one_timed(cpu_device, m
     assert record["agreement"]["ok"] is True
     assert "median_ms" in record["timings"]["fused"]
     assert "could not be built" in record["timings"]["fused_deterministic"]["error"]
+
+
+def test_quack_is_skipped_with_its_reason_when_it_does_not_import(cpu_device, monkeypatch):
+    use_ops(monkeypatch, cpu_device, StandInOp())
+    monkeypatch.setattr(device, "gemm_dgated", lambda: "skipped: quack is not importable (ImportError: x)")
+    record = device.measure_shape(SHAPE, "cpu", 100.0, 0, None)
+    assert record["timings"]["quack_dgated"] == {"skipped": "skipped: quack is not importable (ImportError: x)"}
+    assert "median_ms" in record["timings"]["fused"]
+
+
+def test_quack_is_timed_beside_the_op_when_it_imports(cpu_device, monkeypatch):
+    calls = []
+
+    def stand_in_dgated(a, b, pre_act, **options):
+        calls.append((a.shape, b.shape, pre_act.shape, options["cu_seqlens_m"].tolist()))
+
+    use_ops(monkeypatch, cpu_device, StandInOp())
+    monkeypatch.setattr(device, "gemm_dgated", lambda: stand_in_dgated)
+    record = device.measure_shape(SHAPE, "cpu", 100.0, 0, None)
+    assert record["timings"]["quack_dgated"]["median_ms"] == 2.0
+    # A (M, K), B (L, K, N), C (M, 2N), the expert row ranges with a leading 0
+    assert calls[0] == ((512, 64), (3, 64, 64), (512, 128), [0, 256, 256, 512])

@@ -3,6 +3,8 @@ the table and summary line built from the record."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.report import summary_line, table
 from bench.results import error_paths, results_record, shape_result
 from bench.shapes import Shape
@@ -71,8 +73,21 @@ def test_the_gemm_bound_is_the_shapes_own():
 def test_shapes_without_targets_only_carry_the_gemm_bound():
     plain = Shape("plain", n=64, k=64, expert_rows=(256,))
     result = shape_result(plain, measured(fused=1.0, grouped_gemm=1.0))
-    assert [t["name"] for t in result["targets"]] == ["fused / grouped GEMM only"]
+    assert [t["name"] for t in result["targets"]] == ["fused / grouped GEMM only", "deterministic / fused"]
     assert result["targets"][0]["met"] is True
+    assert result["targets"][1]["met"] is None  # no deterministic op timed
+
+
+def test_the_deterministic_op_is_judged_against_issue_25s_bound():
+    plain = Shape("plain", n=64, k=64, expert_rows=(256,))
+    targets = {
+        cost: {t["name"]: t for t in shape_result(plain, measured(fused=1.0, fused_deterministic=cost))["targets"]}
+        for cost in (1.06, 1.07)
+    }
+    assert targets[1.06]["deterministic / fused"]["met"] is True
+    assert targets[1.07]["deterministic / fused"] == {
+        "name": "deterministic / fused", "value": pytest.approx(1.07), "bound": "<= 1.06", "met": False,
+    }
 
 
 def host_record(first_call_ms: float, execute_us: float, graph_ok: bool | None) -> dict:
@@ -107,7 +122,7 @@ def test_record_tallies_targets_errors_and_wrong_results():
         "host: CUDA graph replay differs from an eager call",
     ]
     tally = record["targets"]
-    assert tally["total"] == 3 + 3 + 5  # the host's five: first call, execute, wrapper, driver calls, graph
+    assert tally["total"] == 4 + 4 + 5  # the host's five: first call, execute, wrapper, driver calls, graph
     assert "host: execute: host CPU us per call = 20 (target <= 15)" in tally["missed"]
     assert "big: (grouped + compiled epilogue) / fused" in tally["not_measured"]
     host_targets = {t["name"]: t for t in record["host"]["targets"]}
@@ -168,9 +183,17 @@ def test_the_agreement_column_shows_both_gates():
     unchecked = shape_result(Shape("none", n=64, k=64, expert_rows=(256,)), {"timings": {}})
     record = results_record(ENVIRONMENT, {}, [both, unchecked], None, False)
     rows = table(record).splitlines()
-    assert rows[0].rstrip().endswith("agreement f/det")
-    assert rows[1].rstrip().endswith("ok/WRONG 3e-03")
-    assert rows[2].rstrip().endswith("-/-")
+    assert rows[0].rstrip().endswith("agreement f/det" + "fused variant".rjust(26))
+    assert rows[1].rstrip().endswith("ok/WRONG 3e-03" + "error".rjust(26))  # no variant recorded
+    assert rows[2].rstrip().endswith("-/-" + "error".rjust(26))
+
+
+def test_the_variant_column_shows_the_launch_shape_the_selection_chose():
+    chosen = shape_result(
+        SHAPE, {**measured(fused=0.2), "variant": "sm90a_bf16_bf16_bf16_dswiglu_dbias_dense_k_128x128_2x1_static_pp"}
+    )
+    rows = table(results_record(ENVIRONMENT, {}, [chosen], None, False)).splitlines()
+    assert rows[1].rstrip().endswith(" 128x128_2x1_static_pp")
 
 
 def test_table_and_summary_line_show_the_figures():

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dglu.contract.dispatch import DISPATCH_FILE, DispatchRule, dispatch_text
 from dglu_build.abi_check import AbiMismatch, check_variant_cubin
+from dglu_build.atomic_write import write_atomic
 from dglu_build.artifact_store import STORED_FIELDS, ArtifactStore, Record, open_store
 from dglu_build.build_key import SYMBOL_PREFIX, BuildInputs, current_build_inputs
 from dglu_build.compile_pool import CompileFn, CompileJob, CompileOutcome, available_cores, compile_all
@@ -189,3 +191,14 @@ def _check_compiled_fields(compiled: dict[str, Any], where: str) -> None:
 
 def print_to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def write_dispatch(directory: Path, rules: Sequence[DispatchRule]) -> None:
+    """Write ``rules`` (the spec files' ``dispatch:``) as ``directory``'s dispatch.json
+    (dglu.contract.dispatch), or remove a stale one when there are none."""
+    path = directory / DISPATCH_FILE
+    if rules:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, dispatch_text(list(rules)).encode())
+    else:
+        path.unlink(missing_ok=True)

@@ -139,12 +139,13 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
       dglu-build compile kernel_specs/default.yaml -o .artifacts/default -j 8
       dglu-build compile kernel_specs/default.yaml --shard 2/4 -o shard2
     """
-    from dglu_build.build import BuildError
-    from dglu_build.specs import SpecError, expand_fields, load_spec_files
+    from dglu_build.build import BuildError, write_dispatch
+    from dglu_build.specs import SpecError, expand_fields, load_dispatch_files, load_spec_files
 
     require_build_extra("compile")
     with _user_errors(SpecError, BuildError):
         variants = load_spec_files(specs)
+        rules = load_dispatch_files(specs, variants)
         if archs:
             variants = [
                 variant
@@ -158,6 +159,8 @@ def compile(specs: tuple[Path, ...], out: Path, jobs: int, archs: tuple[str, ...
                 raise BuildError(f"--shard {shard}: the specs have {len(variants)} variants, so this shard is empty")
             variants = [variant for variant in variants if variant.name in set(names)]
         _build(variants, out, jobs)
+        if not shard:  # a shard's directory holds a part of the variants; the wheel's build writes the table
+            write_dispatch(out, rules)
 
 
 class _MxN(click.ParamType):
@@ -470,7 +473,7 @@ def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir
       dglu-build wheel kernel_specs/default.yaml --build-dir .artifacts/release
     """
     from dglu_build.build import BuildError
-    from dglu_build.specs import SpecError, load_spec_files
+    from dglu_build.specs import SpecError, load_dispatch_files, load_spec_files
     from dglu_build.wheel import build_wheel, check_source
 
     require_build_extra("wheel")
@@ -478,6 +481,7 @@ def wheel(specs: tuple[Path, ...], out: Path, jobs: int, source: Path, build_dir
     with _user_errors(SpecError, BuildError):
         check_source(source)
         variants = load_spec_files(specs)
+        load_dispatch_files(specs, variants)  # checked here; the wheel's build hook writes them
         _build(variants, build_dir, jobs)
         built = build_wheel(source, specs, build_dir, out)
     click.echo(f"wrote {built} ({built.stat().st_size / 1e6:.2f} MB, {len(variants)} variants)")

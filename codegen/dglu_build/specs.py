@@ -1,7 +1,9 @@
 """Kernel variant specs: the YAML schema, its validation and expansion.
 
-A spec file is a mapping with an optional ``defaults:`` mapping and a
-``variants:`` list. Each entry of ``variants`` is merged over ``defaults``;
+A spec file is a mapping with an optional ``defaults:`` mapping, a
+``variants:`` list and an optional ``dispatch:`` list (the measured rules that choose a
+call's launch shape when it leaves it open: dglu.contract.dispatch; the build writes them
+into the artifact directory's dispatch.json). Each entry of ``variants`` is merged over ``defaults``;
 any field given as a list stands for each of its values, and an entry
 expands to the cartesian product of its lists. After expansion every
 variant has all of the contract's key fields (``dglu.contract.keys``; those of
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dglu.contract.dispatch import DispatchRule, read_rule
+from dglu.contract.errors import ManifestError
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS, KEY_FIELD_DEFAULTS, KEY_FIELDS, variant_name
 from dglu.contract.schema import VariantKey
 from dglu_build.kernels.family import KernelFamily
@@ -32,7 +36,7 @@ from dglu_build.yaml_strict import StrictLoader
 
 _TYPE_NAMES = {str: "a string", bool: "a boolean (true or false)", int: "an integer", dict: "a mapping"}
 
-TOP_LEVEL_KEYS = ("defaults", "variants")
+TOP_LEVEL_KEYS = ("defaults", "variants", "dispatch")
 
 
 class SpecError(ValueError):
@@ -110,6 +114,33 @@ def load_spec_files(paths: Sequence[str | Path]) -> list[Variant]:
             if known != variant:
                 raise SpecError(f"{path}: variant name collision: {variant.name}, also given differently by {known_path}")
     return [variant for variant, _ in variants.values()]
+
+
+def load_dispatch_files(paths: Sequence[str | Path], variants: Sequence[Variant]) -> list[DispatchRule]:
+    """The ``dispatch:`` rules of the spec files in ``paths``, in order; SpecError when a
+    rule is malformed or chooses a launch shape that none of ``variants`` (the files'
+    variants) of its architecture has."""
+    rules = []
+    for path in map(Path, paths):
+        _, data = _load_yaml(path.read_text(), str(path))
+        entries = data.get("dispatch", []) if isinstance(data, dict) else []
+        if not isinstance(entries, list):
+            raise SpecError(f"{path}: 'dispatch' needs a list of rules, got {_describe(entries)}")
+        for index, entry in enumerate(entries):
+            where = f"{path}: dispatch[{index}]"
+            try:
+                rule = read_rule(entry, where)
+            except ManifestError as err:
+                raise SpecError(str(err)) from None
+            if not any(_chooses(rule, variant) for variant in variants):
+                raise SpecError(f"{where}: chooses {dict(rule.choose)} on {rule.arch}, which no variant of the spec files has")
+            rules.append(rule)
+    return rules
+
+
+def _chooses(rule: DispatchRule, variant: Variant) -> bool:
+    key = variant.key
+    return key["arch"] == rule.arch and all(key[field] == value for field, value in rule.choose)
 
 
 def expand_fields(fields: dict, where: str) -> list[Variant]:

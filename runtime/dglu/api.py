@@ -95,8 +95,9 @@ def _request_key(settings: tuple[Any, ...], tensors: tuple[Any, ...]) -> tuple[A
     reads. The settings by value and type (so (128, 128.0) differs from (128, 128)), which
     tensor arguments are given, A's and C's dtypes, A's device, the expert count
     (padded_offsets' shape: Blackwell's kernels compile it in) and dense B's order by its
-    strides; None when A, C or padded_offsets is no tensor (then nothing is cached and the
-    checks say what is wrong). The other tensors' dtypes are checked with their shapes, once
+    strides, and A's and C's shapes (a call that leaves its launch shape open takes the
+    dispatch table's rule for its problem class); None when A, C or padded_offsets is no
+    tensor (then nothing is cached and the checks say what is wrong). The other tensors' dtypes are checked with their shapes, once
     per call signature (dglu.bound)."""
     try:
         a, c, b = tensors[_A], tensors[_C], tensors[_B]
@@ -110,6 +111,8 @@ def _request_key(settings: tuple[Any, ...], tensors: tuple[Any, ...]) -> tuple[A
             a.device,
             tuple(tensors[_OFFSETS].shape),
             None if b is None else dense_b_major(b),
+            a.shape,
+            c.shape,
         )
     except (AttributeError, TypeError):
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -16,11 +17,12 @@ from .driver import device_info
 from .dtypes import torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
 from .front import front_of_operands, tensor_dtype
+from .contract.dispatch import rule_for
 from .contract.front import FrontPolicy
 from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
 from .contract.schema import Variant
-from .manifest import installed_variants, search_path
+from .manifest import installed_dispatch, installed_variants, search_path
 from .options import OpOptions, check_m_aligned
 from .problem import Problem, TensorView
 from .selection import VariantRequest, arch_for_capability, select_variant
@@ -121,6 +123,7 @@ def select(
         config.mode,
         sources,
         expert_count(tensors["padded_offsets"][1].shape) if "padded_offsets" in tensors else None,
+        problem_class(tensors["a"][1].shape, tensors["c"][1].shape, tensors.get("padded_offsets", (None, None))[1]),
     )
     check_m_aligned(options, variant)
     return variant
@@ -134,13 +137,17 @@ def select_installed(
     weight_mode: str,
     sources: dict[str, str],
     experts: int | None = None,
+    problem: Mapping[str, int] | None = None,
 ) -> Variant:
     """The installed variant of these options, architecture, (A/B, C, D) dtypes, dbias and
     weight mode (dglu.selection), read in full (ManifestError when its entry is bad); else
     VariantNotFoundError naming each field's ``sources`` (the arguments that chose it) and
-    the command that builds the variant. The torch and JAX entry points both select
+    the command that builds the variant. With the tile left open the dispatch table's
+    rule for ``problem`` (problem_class's fields) is preferred, and with the cluster left
+    open too, then one CTA per cluster. The torch and JAX entry points both select
     through it."""
     tile = options.tile or (None, None)
+    cluster = options.cluster or (None, None)
     request = VariantRequest(
         arch=arch,
         ab_dtype=dtypes[0],
@@ -153,8 +160,8 @@ def select_installed(
         b_major=options.b_major,
         tile_m=tile[0],
         tile_n=tile[1],
-        cluster_m=options.cluster[0],
-        cluster_n=options.cluster[1],
+        cluster_m=cluster[0],
+        cluster_n=cluster[1],
         scheduler=options.scheduler,
         deterministic=options.deterministic,
         act_out=options.act_out,
@@ -164,8 +171,30 @@ def select_installed(
     )
     searched = [f"{entry.directory} ({entry.origin})" for entry in search_path()]
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
-    chosen = select_variant(installed_variants(), request, searched, {**sources, "act_params": constants})
+    preferences = []
+    if options.tile is None and problem is not None:
+        rule = rule_for(installed_dispatch(), arch, problem)
+        if rule is not None:
+            preferences.append(dict(rule.choose))
+    if options.cluster is None:
+        preferences.append(ONE_CTA)
+    chosen = select_variant(
+        installed_variants(), request, searched, {**sources, "act_params": constants}, preferences
+    )
     return full_variant(chosen)
+
+
+ONE_CTA = {"cluster_m": 1, "cluster_n": 1}  # an open cluster's default
+
+
+def problem_class(a_shape: Sequence[int], c_shape: Sequence[int], padded_offsets: Any) -> dict[str, int] | None:
+    """The fields a dispatch rule bounds (dglu.contract.dispatch.PROBLEM_FIELDS): A's rows
+    and K, N (half of C's columns), the expert count; None when a shape is not the
+    op's (the checks after the selection say what is wrong)."""
+    offsets_shape = getattr(padded_offsets, "shape", None)
+    if len(a_shape) < 2 or len(c_shape) < 2 or offsets_shape is None or len(offsets_shape) != 1:
+        return None
+    return {"m": a_shape[0], "n": c_shape[1] // 2, "k": a_shape[1], "experts": offsets_shape[0]}
 
 
 def installed_fronts(arch: str | None) -> dict[str, FrontPolicy]:

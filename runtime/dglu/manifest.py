@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from .contract.dispatch import DispatchRule, read_dispatch
 from .contract.reader import VariantEntry, read_manifest
 from .contract.schema import MANIFEST_FILE, Manifest, Variant
 from .errors import ManifestError
@@ -122,3 +123,10 @@ def installed_variants() -> tuple[VariantEntry, ...]:
     """Every variant this process can launch, in selection order (read lazily:
     dglu.contract.reader.full_variant reads and checks the one a call selects)."""
     return merged_variants(installed_manifests())[0]
+
+
+@functools.cache
+def installed_dispatch() -> tuple[DispatchRule, ...]:
+    """The dispatch rules of the searched directories that have a manifest
+    (dglu.contract.dispatch), earlier directories' first; read once per process."""
+    return tuple(rule for entry, _ in installed_manifests() for rule in read_dispatch(entry.directory))

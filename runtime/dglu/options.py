@@ -9,7 +9,10 @@ deterministic picks the variants whose D, dprob and dbias are bitwise reproducib
 or the fast ones (False); act_out=True picks the variants that also write prob * GLU(X)
 (act_out_tensor); cluster_shape_mn=None means the seed's default: (2, 1), a CTA pair, for
 a 256-row tile (Blackwell's 2-CTA instructions), else (1, 1), one CTA per cluster;
-mma_tiler_mn=None leaves the tile to the selection (dglu.selection); m_aligned must be the
+mma_tiler_mn=None leaves the tile and the consumer to the selection (dglu.selection: the
+dispatch table's rule for the problem, dglu.contract.dispatch, among the variants the call's
+other arguments allow), and with cluster_shape_mn=None too the cluster (else one CTA);
+m_aligned must be the
 selected variant's. A tile, cluster or scheduler that no installed variant has is refused
 by the selection, with the command that builds it.
 """
@@ -30,9 +33,13 @@ CTA_PAIR_CLUSTER = (2, 1)
 CTA_PAIR_TILE_M = 256  # a 256-row tile runs on a CTA pair (2-CTA MMA instructions)
 
 
-def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int]:
-    """The seed's cluster_shape_mn=None: a CTA pair for a 256-row tile, else one CTA."""
-    return CTA_PAIR_CLUSTER if tile is not None and tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
+def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The seed's cluster_shape_mn=None: a CTA pair for a 256-row tile, else one CTA; with
+    the tile left open too, the selection's (dglu.selection: the dispatch table's rule for
+    the problem, else one CTA)."""
+    if tile is None:
+        return None
+    return CTA_PAIR_CLUSTER if tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
 
 class OpOptions(NamedTuple):
     """The variant fields chosen by arguments (the tensors choose the dtypes)."""
@@ -41,7 +48,7 @@ class OpOptions(NamedTuple):
     act_params: tuple[tuple[str, float], ...]
     b_major: str
     tile: tuple[int, int] | None  # None: the selection's default
-    cluster: tuple[int, int]
+    cluster: tuple[int, int] | None  # None: the selection's (tile and cluster both left open)
     scheduler: str  # "static" or "dynamic"
     m_aligned: int  # checked against the selected variant's
     deterministic: bool = False  # True: the variant without order-dependent float atomics

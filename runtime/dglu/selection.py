@@ -5,7 +5,10 @@ constants, compared as numbers). tile, cluster, scheduler, consumer and decode t
 when the request gives them; discrete_col_sfd and use_single_group_runtime_offsets only for
 variants whose family compiles them in (its front policy's ``compiled_options``: the others
 read them at run time, as kernel flags, or accept only False). Among the matches the largest tile wins, the first in selection order
-(dglu.manifest) among equals: the default does not depend on how a build orders variants.
+(dglu.manifest) among equals: the default does not depend on how a build orders variants. A
+call that leaves its launch shape open narrows the matches first by the dispatch table's rule
+for its problem (dglu.contract.dispatch), then to one CTA per cluster (each step only where
+it leaves a match).
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
 """
@@ -168,13 +171,20 @@ def select_variant(
     request: VariantRequest,
     searched: Sequence[str] = (),
     sources: Mapping[str, str] | None = None,
+    preferences: Sequence[Mapping[str, Any]] = (),
 ) -> Variant | VariantEntry:
     """Of the variants matching every given field of ``request``, the one with the largest
-    tile (the first in selection order among equals)."""
+    tile (the first in selection order among equals); ``preferences`` (key fields ->
+    values, e.g. a dispatch rule's choice) narrow the matches first, in turn, each one
+    that leaves some match."""
     wanted = request.wanted()
     matches = [variant for variant in variants if not _differences(variant, wanted)]
     if not matches:
         raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
+    for preference in preferences:
+        preferred = [variant for variant in matches if not _differences(variant, preference)]
+        if preferred:
+            matches = preferred
     chosen = max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)
     log.debug("dglu: selected variant %s from %s", chosen.name, chosen.directory)
     return chosen

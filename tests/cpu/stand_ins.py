@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from dglu import api, bound, call, driver, launch, runner, streams, validation, workspaces
+from dglu.contract.dispatch import read_dispatch
 from dglu.contract.schema import Variant
 from dglu.errors import CudaDriverError
 from dglu.manifest import SearchEntry
@@ -135,6 +136,7 @@ def install(
         (runner, "driver_version", lambda: DRIVER_VERSION),
         (call, "installed_variants", lambda: tuple(variants)),
         (call, "search_path", lambda: [SearchEntry(directory, "test", True)]),
+        (call, "installed_dispatch", lambda: read_dispatch(directory)),
         (validation, "_check_devices", lambda args: None),
         (bound, "resolve_stream", lambda stream, device: STREAM),
         (bound, "on_stream", lambda stream, device: contextlib.nullcontext()),

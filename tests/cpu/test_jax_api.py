@@ -161,7 +161,7 @@ def test_tracing_without_a_gpu_selects_for_any_architecture(driver):
     with pytest.raises(VariantNotFoundError) as raised:
         _shapes(_arrays(), d_dtype=jnp.float32)  # a D dtype no installed variant has
     request = str(raised.value).splitlines()[1]
-    assert "arch=" not in request and "(any arch, tile_m, tile_n)" in request
+    assert "arch=" not in request and "(any arch, tile_m, tile_n, cluster_m, cluster_n)" in request
 
 
 def test_block_scaled_arguments_of_a_bf16_call_are_refused_by_its_familys_policy(driver):

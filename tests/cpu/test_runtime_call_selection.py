@@ -153,3 +153,53 @@ def test_a_missing_variant_names_the_arguments_behind_it(installed, call, fragme
     message = str(error.value)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message}"
+
+
+# the dispatch table: N above 2048 on the 2x1 cluster, N up to 1024 on the 128x64 tile
+RULES = [
+    {"arch": "sm_90a", "when": {"min_m": 1024, "min_n": 2049}, "choose": {"cluster_m": 2, "cluster_n": 1}},
+    {"arch": "sm_90a", "when": {"max_n": 1024}, "choose": {"tile_m": 128, "tile_n": 64}},
+]
+
+
+def select_shaped(m: int, n: int, k: int, experts: int = 4, **arguments):
+    """select() for tensors of a problem's shapes (meta tensors: nothing allocated)."""
+    options = check_options(**{**DEFAULTS, **arguments}, policy=bf16_policy())
+    config = call.OpConfig("dense", None, options, "bf16", True, bf16_policy())
+    tensors = {
+        "a": ("a_tensor", torch.empty(m, k, 1, dtype=torch.bfloat16, device="meta")),
+        "c": ("c_tensor", torch.empty(m, 2 * n, 1, dtype=torch.bfloat16, device="meta")),
+        "padded_offsets": ("padded_offsets", torch.empty(experts, dtype=torch.int32, device="meta")),
+    }
+    return call.select(config, tensors, call.WRAPPER_SOURCES)
+
+
+@pytest.fixture
+def dispatched(installed, tmp_path: Path):
+    from dglu.contract.dispatch import DISPATCH_FILE, dispatch_text, read_rule
+
+    (tmp_path / DISPATCH_FILE).write_text(dispatch_text([read_rule(rule, "test") for rule in RULES]))
+    return installed
+
+
+def test_an_open_launch_shape_takes_the_dispatch_rule_of_its_problem(dispatched) -> None:
+    assert select_shaped(4096, 2880, 512).name == variant_name(KEYS[1])  # 2x1
+    assert select_shaped(4096, 768, 512).name == variant_name(KEYS[5])  # 128x64
+    # no rule holds (N between the rules, or too few rows for the first): the 1x1 default
+    assert select_shaped(4096, 2048, 512).name == variant_name(KEYS[6])
+    assert select_shaped(512, 2880, 512).name == variant_name(KEYS[6])
+
+
+def test_a_given_launch_shape_and_other_arguments_win_over_the_rule(dispatched) -> None:
+    # the tile given: no rule applies
+    assert select_shaped(4096, 2880, 512, mma_tiler_mn=(128, 128)).name == variant_name(KEYS[6])
+    # the cluster given, the tile open: the rule narrows only what the cluster allows
+    assert select_shaped(4096, 768, 512, cluster_shape_mn=(1, 1)).name == variant_name(KEYS[5])
+    assert select_shaped(4096, 768, 512, cluster_shape_mn=(2, 1)).name == variant_name(KEYS[1])
+    # no variant of the rule's choice for the dynamic scheduler: its 1x1 variant
+    assert select_shaped(4096, 2880, 512, use_dynamic_sched=True).name == variant_name(KEYS[0])
+
+
+def test_without_a_dispatch_table_an_open_launch_shape_is_one_cta_with_the_largest_tile(installed) -> None:
+    assert select_shaped(4096, 2880, 512).name == variant_name(KEYS[6])
+    assert select_shaped(4096, 768, 512).name == variant_name(KEYS[6])

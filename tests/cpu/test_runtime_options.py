@@ -35,10 +35,13 @@ def options(**changes):
     return check_options(**{**SEED_DEFAULTS, **changes}, policy=bf16_policy())
 
 
-def test_defaults_select_dswiglu_static_one_cta_any_tile() -> None:
+def test_defaults_select_dswiglu_static_and_leave_the_launch_shape_open() -> None:
     chosen = options()
     assert (chosen.act_func, chosen.act_params, chosen.b_major) == ("dswiglu", (), "k")
-    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, (1, 1), "static")
+    # tile and cluster both the selection's (the dispatch table's rule, else one CTA)
+    assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, None, "static")
+    assert options(mma_tiler_mn=(128, 128)).cluster == (1, 1)
+    assert options(mma_tiler_mn=(256, 256)).cluster == (2, 1)
 
 
 def test_dgeglu_compiles_in_its_constants() -> None:
@@ -65,7 +68,7 @@ def test_tile_cluster_and_scheduler() -> None:
     chosen = options(cluster_shape_mn=(2, 1), use_dynamic_sched=False)
     assert (chosen.tile, chosen.cluster, chosen.scheduler) == (None, (2, 1), "static")
     chosen = options(use_dynamic_sched=True)
-    assert (chosen.cluster, chosen.scheduler) == ((1, 1), "dynamic")
+    assert (chosen.cluster, chosen.scheduler) == (None, "dynamic")
 
 
 @pytest.mark.parametrize(

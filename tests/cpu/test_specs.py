@@ -11,7 +11,7 @@ import pytest
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS, KEY_FIELDS
 from dglu_build.kernels.registry import families
 
-from dglu_build.specs import SpecError, load_specs, parse_specs
+from dglu_build.specs import SpecError, load_dispatch_files, load_spec_files, load_specs, parse_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,9 +140,9 @@ def test_the_family_constrains_every_field_but_act_params():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("", "bad.yaml: needs a mapping with keys ['defaults', 'variants'], got null"),
-        ("- a\n- b\n", "bad.yaml: needs a mapping with keys ['defaults', 'variants'], got a list"),
-        (DEFAULTS + "variant: []\n", "bad.yaml: unknown top-level key 'variant'; allowed: defaults, variants"),
+        ("", "bad.yaml: needs a mapping with keys ['defaults', 'variants', 'dispatch'], got null"),
+        ("- a\n- b\n", "bad.yaml: needs a mapping with keys ['defaults', 'variants', 'dispatch'], got a list"),
+        (DEFAULTS + "variant: []\n", "bad.yaml: unknown top-level key 'variant'; allowed: defaults, variants, dispatch"),
         (DEFAULTS, "bad.yaml: 'variants' needs a non-empty list of entries, got null"),
         (DEFAULTS + "variants: []\n", "bad.yaml: 'variants' needs a non-empty list of entries, got a list"),
         (DEFAULTS + "variants: {act_func: dswiglu}\n", "'variants' needs a non-empty list of entries, got a mapping"),
@@ -317,3 +317,54 @@ def test_buildable_modes_pass_the_check():
         ("dense", "k", "dynamic", 1),
         ("dense", "k", "static", 2),
     ]
+
+
+# --- dispatch rules -----------------------------------------------------------
+
+TWO_TILES = """\
+- {act_func: dswiglu, dbias: true, consumer: pingpong}
+- {act_func: dswiglu, dbias: true, consumer: pingpong, cluster_m: 2}
+"""
+
+
+def dispatch_of(tmp_path, rules: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec(TWO_TILES) + "dispatch:\n" + textwrap.indent(textwrap.dedent(rules), "  "))
+    return load_dispatch_files([path], load_spec_files([path]))
+
+
+def test_dispatch_rules_are_read_in_order(tmp_path):
+    rules = dispatch_of(tmp_path, """\
+        - {arch: sm_90a, when: {min_n: 2049}, choose: {cluster_m: 2, consumer: pingpong}}
+        - {arch: sm_90a, when: {}, choose: {cluster_m: 1}, measured: bench/RESULTS.md}
+    """)
+    assert [dict(rule.choose) for rule in rules] == [{"cluster_m": 2, "consumer": "pingpong"}, {"cluster_m": 1}]
+    assert rules[1].measured == "bench/RESULTS.md"
+
+
+def test_a_dispatch_rule_must_choose_a_variant_of_the_specs(tmp_path):
+    with pytest.raises(SpecError, match=r"dispatch\[0\]: chooses \{'tile_n': 256\} on sm_90a, which no variant"):
+        dispatch_of(tmp_path, "- {arch: sm_90a, when: {}, choose: {tile_n: 256}}\n")
+
+
+def test_a_malformed_dispatch_rule_is_named(tmp_path):
+    with pytest.raises(SpecError, match=r"spec.yaml: dispatch\[0\]: when.max_n: needs a non-negative integer"):
+        dispatch_of(tmp_path, "- {arch: sm_90a, when: {max_n: x}, choose: {cluster_m: 2}}\n")
+
+
+def test_the_default_specs_dispatch_rules_choose_shipped_variants():
+    path = REPO_ROOT / "kernel_specs" / "default.yaml"
+    rules = load_dispatch_files([path], load_spec_files([path]))
+    assert {rule.arch for rule in rules} == {"sm_90a"} and len(rules) == 3
+
+
+def test_the_build_writes_the_rules_beside_the_manifest_and_removes_a_stale_table(tmp_path):
+    from dglu.contract.dispatch import read_dispatch
+    from dglu_build.build import write_dispatch
+
+    rules = dispatch_of(tmp_path, "- {arch: sm_90a, when: {min_n: 2049}, choose: {cluster_m: 2}}\n")
+    out = tmp_path / "artifacts"
+    write_dispatch(out, rules)
+    assert list(read_dispatch(out)) == rules
+    write_dispatch(out, [])
+    assert not (out / "dispatch.json").exists()

@@ -36,7 +36,7 @@ ACTIVATIONS: dict[str, tuple[str, Mapping[str, float]]] = {
     "dsituglu": ("dsituglu", SITU_DEFAULTS),
 }
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-WIDE, NARROW = (128, 128), (128, 64)
+WIDE, NARROW, WIDER = (128, 128), (128, 64), (128, 256)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ SHIPPED: list[Config] = [
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k"),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="n"),
     *_configs(["dswiglu"], BF16, BF16, WIDE, scheduler="dynamic"),
-    Config("dswiglu", BF16, BF16, True, WIDE, cluster=(2, 1)),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, cluster=(2, 1)),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDER, cluster=(2, 1)),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, scheduler="dynamic", deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k", deterministic=True),

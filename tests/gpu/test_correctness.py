@@ -31,7 +31,7 @@ from configs import (  # noqa: E402
     installed_key_fields,
     key_fields,
 )
-from dglu.manifest import installed_variants  # noqa: E402
+from dglu.manifest import installed_dispatch, installed_variants  # noqa: E402
 from dglu.selection import arch_for_capability  # noqa: E402
 from harness import (  # noqa: E402
     Case,
@@ -131,6 +131,32 @@ def test_an_open_tile_selects_the_wider_one() -> None:
     (variant,) = [v for v in installed_variants() if v.name == op.variant_name]
     key = variant.key
     assert (key.tile_m, key.tile_n, key.cluster_m, key.cluster_n, key.scheduler) == (128, 128, 1, 1, "static")
+
+
+def _inside(rule) -> Shape:
+    """A problem within ``rule``'s bounds: N at its upper bound (else its lower one rounded
+    up to 64, else 256), 4 equal experts of at least its rows, K 64 (unbounded K and L)."""
+    bounds = dict(rule.when)
+    n = bounds.get("max_n") or -(-bounds.get("min_n", 256) // 64) * 64
+    rows = -(-max(bounds.get("min_m", 1024), 1024) // 1024) * 256
+    return Shape(n=n, k=64, expert_rows=(rows,) * 4)
+
+
+def test_the_dispatch_table_chooses_the_launch_shape_of_each_problem_class(seed: int) -> None:
+    """A call that leaves tile and cluster open runs the variant its problem's dispatch rule
+    chooses (dglu.contract.dispatch), and its every output element is right."""
+    arch = arch_for_capability(torch.cuda.get_device_capability())
+    rules = [rule for rule in installed_dispatch() if rule.arch == arch]
+    if not rules:
+        pytest.skip(f"the installed variants ship no dispatch rules for {arch}")
+    for rule in rules:
+        shape = _inside(rule)
+        x = case_inputs(Case(SHIPPED[0], shape, seed))
+        samples = (poisoned_d(shape.m, shape.n, BF16), initial_dprob(shape.m, 1), initial_dbias(shape.l, shape.n, 1))
+        op = class_op(SHIPPED[0], x, *samples)
+        (variant,) = [v for v in installed_variants() if v.name == op.variant_name]
+        assert {field: getattr(variant.key, field) for field, _ in rule.choose} == dict(rule.choose), shape
+        run_case(Case(SHIPPED[0], shape, seed, pass_tile=False))
 
 
 @pytest.mark.parametrize(

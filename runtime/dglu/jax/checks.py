@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
-from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, select_installed
+from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, problem_class, select_installed
 from ..contract.front import FrontPolicy
 from ..contract.schema import Variant
 from ..front import (
@@ -120,7 +120,8 @@ def describe_call(
     tensor_dtype(policy, arrays["c"][0], "c_tensor", arrays["c"][1])  # the family's C types
     if config.discrete:
         config.discrete.check_dtype_of(arrays["a"][0], types["a"])
-    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape))
+    dispatched = problem_class(arrays["a"][1].shape, arrays["c"][1].shape, arrays["padded_offsets"][1])
+    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape), dispatched)
     options = config.options
     check_m_aligned(options, variant)
     check_flags(options, variant)
@@ -131,7 +132,8 @@ def describe_call(
 
 
 def _select(
-    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None
+    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None,
+    dispatched: Mapping[str, int] | None = None,
 ) -> Variant:
     return select_installed(
         config.options,
@@ -141,4 +143,5 @@ def _select(
         config.weight_mode,
         {**WRAPPER_SOURCES, "arch": arch_source},
         experts,
+        dispatched,
     )

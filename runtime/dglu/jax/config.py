@@ -17,7 +17,7 @@ ARG_ROLES = ("a", WEIGHTS, "c", "padded_offsets", "alpha", "beta", "prob", "sfa"
              "norm_const", "dprob")
 BF16_ROLES = ("a", WEIGHTS, "c", "padded_offsets", "alpha", "beta", "prob", "dprob")
 ACT_PREFIX = "act_param_"  # activation constants travel as act_param_<name> scalars
-NO_TILE = (0, 0)  # the tile attribute of "let the selection choose"
+NO_TILE = (0, 0)  # the tile (and cluster) attribute of "let the selection choose"
 NAME_SEPARATOR = ","  # joins the result and workspace names into one string attribute
 
 
@@ -65,7 +65,7 @@ class CallConfig(NamedTuple):
             "act_func": options.act_func,
             "b_major": options.b_major,
             "tile": np.array(options.tile or NO_TILE, np.int64),
-            "cluster": np.array(options.cluster, np.int64),
+            "cluster": np.array(options.cluster or NO_TILE, np.int64),
             "scheduler": options.scheduler,
             "m_aligned": np.int64(options.m_aligned),
             "deterministic": options.deterministic,
@@ -112,7 +112,7 @@ def decode_attributes(attrs: Mapping[str, Any]) -> DecodedAttributes:
         ),
         b_major=attrs["b_major"],
         tile=None if tile == NO_TILE else tile,
-        cluster=tuple(attrs["cluster"]),
+        cluster=None if tuple(attrs["cluster"]) == NO_TILE else tuple(attrs["cluster"]),
         scheduler=attrs["scheduler"],
         m_aligned=attrs["m_aligned"],
         deterministic=attrs["deterministic"],

@@ -274,6 +274,9 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             groups = self.groups_in_tile(n_tile, n)
             next_tile = tile
             if ordinal % self.turns == mine % self.turns:
+                # the epilogue's per-tile global reads, issued before the turn wait and the
+                # mainloop they overlap, not on the epilogue's critical path
+                expert, alpha, beta, probs = self.tile_scalars(tCcC, m_tile, offsets, alpha_ptr, beta_ptr, prob_ptr, m, l)
                 if cutlass.const_expr(self.pingpong):
                     if ordinal > 0:
                         cute.arch.barrier(barrier_id=my_turn, number_of_threads=TURN_THREADS)
@@ -290,8 +293,8 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
                     if ordinal > 0:
                         cute.arch.barrier(barrier_id=my_epilogue, number_of_threads=TURN_THREADS)
                 self.epilogue_in_registers(
-                    acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, offsets,
-                    alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
+                    acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, expert,
+                    alpha, beta, probs, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
                 )
                 if cutlass.const_expr(self.pingpong):
                     if next_tile < num_tiles:
@@ -307,12 +310,31 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
 
     # ------------------------------------------------------------------ epilogue
     @cute.jit
+    def tile_scalars(self, tCcC, m_tile, offsets, alpha_ptr, beta_ptr, prob_ptr, m, l):
+        """The epilogue's global reads of tile row ``m_tile``: its expert (a warp's search
+        of padded_offsets), that expert's alpha and beta, and the prob of each of the
+        thread's rows (64 mi + 8 h of its fragment), in registers."""
+        row0 = m_tile * self.tile_m
+        expert = expert_of_row(offsets, l, row0)
+        alpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))[expert]
+        beta = cute.make_tensor(beta_ptr, cute.make_layout(l))[expert]
+        prob_all = cute.make_tensor(prob_ptr, cute.make_layout(m))
+        probs = cute.make_rmem_tensor((self.m_blocks * FRAGMENT_ROWS,), cutlass.Float32)
+        for mi in cutlass.range_constexpr(self.m_blocks):
+            for h in cutlass.range_constexpr(FRAGMENT_ROWS):
+                row, _ = tCcC[((0, h, 0), mi, 0)]
+                probs[mi * FRAGMENT_ROWS + h] = prob_all[row0 + row]
+        return expert, alpha, beta, probs
+
+    @cute.jit
     def epilogue_in_registers(
-        self, acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
+        self, acc, tCcC, ring_c, ring_d, c_full, d_full, group, groups, m_tile, n_tile, mma_tidx, expert,
+        alpha, beta, probs, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
     ):
         """dGLU on one tile's accumulators ``acc``, group by group from the slot ring
-        (``group`` the tile's first group, ``groups`` its groups below n).
+        (``group`` the tile's first group, ``groups`` its groups below n), with the tile's
+        ``expert``, its ``alpha`` and ``beta`` and the thread's rows' ``probs``
+        (tile_scalars).
 
         R = alpha_g^2 acc (under round_dgrad_to_input_dtype rounded to bf16 first, in
         place), X = beta_g C (c_scaled_by_beta) or C; D by the output stage; dprob's row
@@ -322,37 +344,28 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         lane = cute.arch.lane_idx()
         warp = cute.arch.make_warp_uniform(mma_tidx // WARP_SIZE)  # 16 rows each per 64-row block
         row0 = m_tile * self.tile_m
-        expert = expert_of_row(offsets, l, row0)
-        alpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))[expert]
-        beta = cute.make_tensor(beta_ptr, cute.make_layout(l))[expert]
         scale = alpha * alpha
         if cutlass.const_expr(self.dgrad_rounding):
             if round_dgrad != 0:
                 for i in cutlass.range_constexpr(cute.size(acc)):
                     acc[i] = rounded_to_bf16(acc[i] * scale)
             scale = cutlass.select_(round_dgrad != 0, cutlass.Float32(1.0), scale)
-        prob_all = cute.make_tensor(prob_ptr, cute.make_layout(offsets[l - 1]))
         if cutlass.const_expr(self.deterministic):
             num_slabs = (m + DBIAS_SLAB_ROWS - 1) // DBIAS_SLAB_ROWS
             num_n_tiles = (n + self.tile_n - 1) // self.tile_n
             dprob_parts = cute.make_tensor(dprob_ptr, cute.make_layout((num_n_tiles, m), stride=(m, 1)))
             dbias_parts = cute.make_tensor(dbias_ws_ptr, cute.make_layout((num_slabs, 2 * n), stride=(2 * n, 1)))
         else:
-            dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(offsets[l - 1]))
+            dprob_all = cute.make_tensor(dprob_ptr, cute.make_layout(m))
             dbias_ws = cute.make_tensor(dbias_ws_ptr, cute.make_layout((l, 2 * n), stride=(2 * n, 1)))
         act_out_all = None
         if cutlass.const_expr(self.act_out):
             act_out_all = cute.make_tensor(act_out_ptr, cute.make_layout((m, n), stride=(cutlass.Int64(n), 1)))
 
-        # the thread's rows (mi, h) and their probs; dprob's partial sums of those rows
+        # dprob's partial sums of the thread's rows (mi, h)
         rows_per_thread = self.m_blocks * FRAGMENT_ROWS
-        probs = cute.make_rmem_tensor((rows_per_thread,), cutlass.Float32)
         dprob_rows = cute.make_rmem_tensor((rows_per_thread,), cutlass.Float32)
-        for mi in cutlass.range_constexpr(self.m_blocks):
-            for h in cutlass.range_constexpr(FRAGMENT_ROWS):
-                row, _ = tCcC[((0, h, 0), mi, 0)]
-                probs[mi * FRAGMENT_ROWS + h] = prob_all[row0 + row]
-                dprob_rows[mi * FRAGMENT_ROWS + h] = 0.0
+        dprob_rows.fill(0.0)
         # dbias's partial sums of a group: (block j, column e, [64-row block,] gate/input)
         slabs = self.m_blocks if cutlass.const_expr(self.deterministic) else 1
         column_sums = cute.make_rmem_tensor((self.blocks_per_group * PAIR * slabs * 2,), cutlass.Float32)
