@@ -103,7 +103,8 @@ def arguments(config: Config) -> dict[str, dict]:
         "d_row": _matrix("m", "n2", config.d_dtype, "out"),
         **sfd,
         # per-expert amax of D (the kernel's atomic max: cuDNN FE's wrapper starts it at -inf)
-        **({"amax": _argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4)} if config.amax else {}),
+        **({"amax": _argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4, start="-inf")}
+           if config.amax else {}),
         "padded_offsets": _argument(["l"], [1], "i32", "in"),
         "alpha": per_expert,
         "beta": per_expert,
