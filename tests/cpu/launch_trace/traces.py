@@ -64,10 +64,11 @@ def trace_call(
 # The DSL's inline descriptor is the hardware format (tests/gpu/test_sm100_tma_descriptors.py
 # checks it against a real driver's cuTensorMapEncodeTiled), which no public document
 # describes. What dsl_descriptor reads of it was inferred from the descriptors of maps whose
-# encode arguments are known (dglu's, of the same tensors), each field taking several values:
-# word 0 the address; word 1 bits 4-6 the rank - 1, bits 7-12 the element type (HARDWARE_TYPES,
-# its own numbering: BF16 is 10, the driver's enum 9), bits 13-14 the swizzle and bits 17-18
-# the L2 promotion (both the driver's enum values), its upper half and words 2-3 the byte
+# encode arguments are known (dglu's, of the same tensors): word 0 the address; word 1 bits 4-6
+# the rank - 1, bits 7-12 the element type (HARDWARE_TYPES, its own numbering, seen for seven
+# types: BF16 is 10, the driver's enum 9), bits 13-14 the swizzle (the driver's enum, all four
+# values seen) and bits 17-18 the L2 promotion (only 128B is seen: the bits holding the
+# driver's 2, the guess that fits the swizzle's encoding), its upper half and words 2-3 the byte
 # strides past the innermost (32-bit fields in units of 16 bytes); words 4-5 the dims (32-bit
 # fields, minus one); byte 7 of word 6 and the bytes of word 7 the box (minus one). Not
 # located: interleave, OOB fill and element strides (every map here has none, none and 1s, so
