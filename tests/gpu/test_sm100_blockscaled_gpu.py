@@ -30,7 +30,7 @@ from blockscaled_checks import check_accumulated, check_amax, check_quantized_d 
 from blockscaled_configs import MxConfig  # noqa: E402
 from blockscaled_inputs import make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import assert_within, d_allowed  # noqa: E402
-from inputs import Shape, initial_dprob, make_inputs  # noqa: E402
+from inputs import Shape, initial_dbias, initial_dprob, make_inputs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -89,10 +89,11 @@ def _run_class(samples: dict, execute: dict, options: dict) -> None:
     torch.cuda.synchronize()
 
 
-def _mx_call(config: MxConfig, x, api: str, dprob: torch.Tensor, norm_const: torch.Tensor):
+def _mx_call(config: MxConfig, x, api: str, dprob: torch.Tensor, norm_const: torch.Tensor,
+             dbias_before: torch.Tensor | None = None):
     """(D_row, D_col, SFD_row, SFD_col, dbias) of one MXFP8 call through ``api``: the
     wrapper's outputs (its other outputs checked: dprob the caller's, no amax for FP8 D), or
-    the class API's writes into poisoned outputs."""
+    the class API's writes into poisoned outputs, dbias accumulated onto ``dbias_before``."""
     r = x.rest
     options = {"sf_vec_size": 32, **config.act_kwargs(), **config.launch_kwargs(), **TILE}
     if api == "wrapper":
@@ -105,7 +106,7 @@ def _mx_call(config: MxConfig, x, api: str, dprob: torch.Tensor, norm_const: tor
         d_row, d_col, dprob_out, dbias, amax, sfd_row, sfd_col = out
         assert dprob_out is dprob and amax is None and (dbias is not None) == config.dbias
         return d_row, d_col, sfd_row, sfd_col, dbias
-    dbias = torch.zeros((SHAPE.l, 2 * SHAPE.n, 1), dtype=torch.bfloat16, device=DEVICE) if config.dbias else None
+    dbias = None if dbias_before is None else dbias_before.clone()
     out = poisoned_outputs(config, SHAPE, dprob, dbias, DEVICE)
     tensors = {"d_row": out.d_row, "d_col": out.d_col, "sfa": x.sfa, "padded_offsets": r.padded_offsets,
                "alpha": r.alpha, "beta": r.beta, "prob": r.prob, "dprob": dprob, "dbias": dbias,
@@ -133,13 +134,18 @@ def test_mxfp8_shipped_variants(act: str, dbias: bool, mode: str, api: str, seed
     dprob_before = initial_dprob(SHAPE.m, seed, DEVICE)
     dprob = dprob_before.clone()
     norm_const = torch.tensor([0.5], dtype=torch.float32, device=DEVICE)
-    d_row, d_col, sfd_row, sfd_col, dbias_out = _mx_call(config, x, api, dprob, norm_const)
+    # the class API accumulates onto the caller's dbias; the wrapper's starts at zero
+    dbias_before = initial_dbias(SHAPE.l, SHAPE.n, seed, DEVICE) if dbias and api == "class" else None
+    d_row, d_col, sfd_row, sfd_col, dbias_out = _mx_call(config, x, api, dprob, norm_const, dbias_before)
+    if dbias and api == "wrapper":
+        dbias_before = torch.zeros_like(dbias_out)
     r = x.rest
     expected = bs.blockscaled_dglu_backward(x.a, x.sfa, x.b, x.sfb, x.c, SHAPE.ends, r.alpha, r.beta, r.prob,
                                             config.act_func, config.act_params)
     context = f"{variant.name} via the {api} API, seed {seed}"
-    check_quantized_d(d_row, d_col, sfd_row, sfd_col, expected, SHAPE.ends, torch.float8_e4m3fn, 0.5, False, context)
-    dbias_before = torch.zeros_like(dbias_out) if dbias else None
+    # the SFD padding is checked where the test poisoned it (the class API's outputs)
+    check_quantized_d(d_row, d_col, sfd_row, sfd_col, expected, SHAPE.ends, torch.float8_e4m3fn, 0.5, False, context,
+                      check_padding=api == "class")
     check_accumulated(dprob, dprob_before, dbias_out, dbias_before, expected, SHAPE.ends, SHAPE.n, context)
 
 
@@ -173,12 +179,10 @@ def nvfp4_inputs(act: str, seed: int):
     return rest, a, sfa, b, sfb, act_func, dict(act_params)
 
 
-@requires_blackwell
-
-def _nvfp4_call(api: str, inputs, dbias: bool, dprob: torch.Tensor):
+def _nvfp4_call(api: str, inputs, dbias: bool, dprob: torch.Tensor, dbias_before: torch.Tensor | None = None):
     """(D_row, amax, dbias) of one dense NVFP4 call through ``api``: the wrapper's outputs
-    (amax allocated by it, starting at -inf), or the class API's writes into a NaN D_row and
-    the caller's amax, filled with -inf."""
+    (amax allocated by it, starting at -inf), or the class API's writes into a NaN D_row, the
+    caller's amax, filled with -inf, and dbias accumulated onto ``dbias_before``."""
     rest, a, sfa, b, sfb, act_func, act_params = inputs
     m, width = SHAPE.m, 2 * SHAPE.n
     options = {"sf_vec_size": 16, "act_func": act_func, **act_params, **TILE}
@@ -194,7 +198,7 @@ def _nvfp4_call(api: str, inputs, dbias: bool, dprob: torch.Tensor):
         return d_row, amax, dbias_out
     d_row = torch.full((m, width, 1), float("nan"), dtype=torch.bfloat16, device=DEVICE)
     amax = torch.full((SHAPE.l, 2, 1), -torch.inf, dtype=torch.float32, device=DEVICE)
-    dbias_out = torch.zeros((SHAPE.l, width, 1), dtype=torch.bfloat16, device=DEVICE) if dbias else None
+    dbias_out = None if dbias_before is None else dbias_before.clone()
     tensors = {"d_row": d_row, "sfa": sfa, "padded_offsets": rest.padded_offsets, "alpha": rest.alpha,
                "beta": rest.beta, "prob": rest.prob, "dprob": dprob, "b": b, "sfb": sfb, "dbias": dbias_out,
                "amax": amax}
@@ -212,7 +216,10 @@ def test_nvfp4_shipped_dense_variants(act: str, dbias: bool, api: str, seed: int
     variant = _variant("e2m1x2", act_func, dbias, "dense")
     dprob_before = initial_dprob(SHAPE.m, seed, DEVICE)
     dprob = dprob_before.clone()
-    d_row, amax, dbias_out = _nvfp4_call(api, inputs, dbias, dprob)
+    dbias_before = initial_dbias(SHAPE.l, SHAPE.n, seed, DEVICE) if dbias and api == "class" else None
+    d_row, amax, dbias_out = _nvfp4_call(api, inputs, dbias, dprob, dbias_before)
+    if dbias and api == "wrapper":
+        dbias_before = torch.zeros_like(dbias_out)
     expected = bs.blockscaled_dglu_backward(a, sfa, b, sfb, rest.c, SHAPE.ends, rest.alpha, rest.beta, rest.prob,
                                             act_func, act_params, E4M3_SCALES)
     context = f"{variant.name} via the {api} API, seed {seed}"
@@ -220,8 +227,7 @@ def test_nvfp4_shipped_dense_variants(act: str, dbias: bool, api: str, seed: int
     allowed = d_allowed(expected, torch.bfloat16)
     assert_within("d_row", d_row[:valid].reshape(valid, width), expected.d, allowed, context)
     check_amax(amax, expected, allowed, SHAPE.ends, context)  # -inf for the empty experts, as cuDNN FE's
-    check_accumulated(dprob, dprob_before, dbias_out, torch.zeros_like(dbias_out) if dbias else None, expected,
-                      SHAPE.ends, SHAPE.n, context)
+    check_accumulated(dprob, dprob_before, dbias_out, dbias_before, expected, SHAPE.ends, SHAPE.n, context)
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:
