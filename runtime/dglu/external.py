@@ -80,5 +80,7 @@ def enqueue(plan: CallPlan, device: int, cu_stream: object) -> None:
     with device_context(device):
         for pointer, size in plan.clears:
             clear(pointer, size, cu_stream)
+        for pointer, size, word in plan.fills:
+            clear(pointer, size, cu_stream, word)
         for launch in plan.launches:
             launch_kernel(launch)

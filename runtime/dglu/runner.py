@@ -130,11 +130,14 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
 
 class CallPlan(NamedTuple):
     """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
-    size), then the kernel launches; and the tensor views the launches were made for."""
+    size), the ranges to fill with a 32-bit word (pointer, size, word: an accumulated output
+    that starts at -inf), then the kernel launches; and the tensor views the launches were
+    made for."""
 
     clears: tuple[tuple[int, int], ...]
     launches: tuple[Launch, ...]
     views: Mapping[str, TensorView] = {}
+    fills: tuple[tuple[int, int, int], ...] = ()
 
 
 class LastPlan(NamedTuple):
@@ -171,14 +174,17 @@ def _plan(
     a plan for the same scalars, grids and stream, whose launches are reused but for the
     parameters of the tensors whose views differ, when its workspaces are these."""
     scalars = problem.scalars
-    clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear]
+    starts = {role: loaded.variant.arguments[role].start for role in clear}
+    clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear if starts[role] == "zero"]
+    fills = tuple((problem.tensors[role].pointer, problem.tensors[role].size, workspace_pool.START_WORDS[start])
+                  for role, start in starts.items() if start != "zero")
     if not grids:
-        return CallPlan(tuple(clears), ())
+        return CallPlan(tuple(clears), (), fills=fills)
     clears += workspace_pool.zeroed_ranges(workspaces, scalars, given_workspaces)
     if start is not None and all(
         start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
     ):
-        return _replanned(loaded, problem, start, tuple(clears))
+        return _replanned(loaded, problem, start, tuple(clears))._replace(fills=fills)
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -191,7 +197,7 @@ def _plan(
         tensor_maps = _tensor_maps(loaded, kernel.params, views)
         arguments = KernelArguments(pack_params(kernel, scalars, pointers, tensor_maps))
         launches.append(prepare_launch(function, kernel, grid, stream, arguments))
-    return CallPlan(tuple(clears), tuple(launches), views)
+    return CallPlan(tuple(clears), tuple(launches), views, fills)
 
 
 def _replanned(
@@ -292,13 +298,15 @@ def _run_captured(
 
 
 def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
-    """Enqueue the plan's clears, then its launches. The clears only touch dglu's memory,
-    so until the first kernel is enqueued the caller's tensors are untouched; once one
-    ran, what it wrote (D_row, dprob and dbias accumulated in place) cannot be taken back,
-    and a failure of a later kernel says so."""
-    for pointer, size in plan.clears:
+    """Enqueue the plan's clears and fills, then its launches. They only touch dglu's
+    memory, so until the first kernel is enqueued the caller's tensors are untouched; once
+    one ran, what it wrote (D_row, dprob and dbias accumulated in place) cannot be taken
+    back, and a failure of a later kernel says so."""
+    writes = [(pointer, size, ()) for pointer, size in plan.clears]
+    writes += [(pointer, size, (word,)) for pointer, size, word in plan.fills]
+    for pointer, size, word in writes:
         try:
-            workspace_pool.clear(pointer, size, cu_stream)
+            workspace_pool.clear(pointer, size, cu_stream, *word)
         except CudaDriverError as exc:
             raise KernelLaunchError(
                 f"variant {loaded.variant.name}: clearing {size} bytes at {pointer:#x} on "

@@ -255,10 +255,18 @@ def forget_consumed(pool: StreamWorkspaces) -> None:
                 pass  # a broken context: the call's own error says what to do
 
 
-def clear(pointer: int, size: int, stream: Any) -> None:
+START_WORDS = {"-inf": 0xFF800000}  # an accumulated output's start (schema.STARTS) as a float32's bits
+
+
+def clear(pointer: int, size: int, stream: Any, word: int = 0) -> None:
     """Set ``size`` bytes at ``pointer`` to zero on ``stream`` (a CUstream), in 32-bit words
-    when the size allows."""
-    if size % WORD_BYTES:
+    when the size allows; or fill them with the 32-bit ``word`` (START_WORDS), ``size`` a
+    multiple of 4."""
+    if word:
+        if size % WORD_BYTES:
+            raise ValueError(f"filling {size} bytes with a 32-bit word: need a multiple of {WORD_BYTES}")
+        checked("cuMemsetD32Async", pointer, word, size // WORD_BYTES, stream)
+    elif size % WORD_BYTES:
         checked("cuMemsetD8Async", pointer, 0, size, stream)
     else:
         checked("cuMemsetD32Async", pointer, 0, size // WORD_BYTES, stream)

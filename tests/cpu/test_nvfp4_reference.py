@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch", reason="the block-scaled reference needs to
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 
 import blockscaled_reference as bs  # noqa: E402
-from checks import check_d  # noqa: E402
+from blockscaled_checks import check_amax  # noqa: E402
+from checks import check_d, d_allowed  # noqa: E402
 from reference import ACTIVATIONS, dglu_backward  # noqa: E402
 
 NV = bs.E4M3_X16
@@ -395,3 +396,52 @@ def test_planted_nvfp4_bugs_fail(bug: str) -> None:
     expected = bs.blockscaled_dglu_backward(a, sfa, b, sfb, c, SHAPE_ENDS, alpha, beta, prob, "dswiglu", PARAMS, NV)
     with pytest.raises(AssertionError, match="^d_row"):
         check_d(_emulated_d("dswiglu", BUGS[bug](a, sfa, b, sfb)), expected, bug)
+
+
+# --- amax (NVFP4's 16-bit D) and planted bugs ------------------------------------------
+
+
+def _emulated_amax(d: torch.Tensor) -> torch.Tensor:
+    """What the kernel leaves in amax from cuDNN FE's -inf start: fp32 per-expert
+    [max |dgate|, max |dup|] of the D it computed, -inf for an expert with no rows."""
+    return bs.expert_amax(d.squeeze(2).double(), SHAPE_ENDS).float().reshape(-1, 2, 1)
+
+
+def _signed_amax(d: torch.Tensor) -> torch.Tensor:
+    """max of D rather than of |D|."""
+    halves = d.squeeze(2).double().reshape(d.shape[0], -1, 2, 32).transpose(1, 2).reshape(d.shape[0], 2, -1)
+    out = torch.full((len(SHAPE_ENDS), 2), -torch.inf, dtype=torch.float64)
+    start = 0
+    for g, end in enumerate(SHAPE_ENDS):
+        if end > start:
+            out[g] = halves[start:end].amax(dim=(0, 2))
+        start = end
+    return out.float().reshape(-1, 2, 1)
+
+
+AMAX_BUGS = {
+    "an empty expert written 0 (a zeroed start)": lambda d: _emulated_amax(d).nan_to_num(neginf=0.0),
+    "the max of D, not of |D|": _signed_amax,
+    "dgate's and dup's amax swapped": lambda d: _emulated_amax(d)[:, [1, 0]],
+    "each expert's amax one expert late": lambda d: torch.cat([_emulated_amax(d)[-1:], _emulated_amax(d)[:-1]]),
+}
+
+
+def _nvfp4_expected_and_d():
+    a, sfa, b, sfb, c, alpha, beta, prob = _nvfp4_problem(6)
+    expected = bs.blockscaled_dglu_backward(a, sfa, b, sfb, c, SHAPE_ENDS, alpha, beta, prob, "dswiglu", PARAMS, NV)
+    return expected, _emulated_d("dswiglu", (a, sfa, b, sfb))
+
+
+def test_the_emulated_nvfp4_amax_passes_with_minus_infinity_for_the_empty_expert() -> None:
+    expected, d = _nvfp4_expected_and_d()
+    amax = _emulated_amax(d)
+    assert amax[1].tolist() == [[-float("inf")], [-float("inf")]]  # expert 1 has no rows
+    check_amax(amax, expected, d_allowed(expected, torch.bfloat16), SHAPE_ENDS, "emulated NVFP4")
+
+
+@pytest.mark.parametrize("bug", sorted(AMAX_BUGS))
+def test_planted_amax_bugs_fail(bug: str) -> None:
+    expected, d = _nvfp4_expected_and_d()
+    with pytest.raises(AssertionError, match="^amax"):
+        check_amax(AMAX_BUGS[bug](d), expected, d_allowed(expected, torch.bfloat16), SHAPE_ENDS, bug)

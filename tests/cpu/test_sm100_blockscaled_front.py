@@ -295,3 +295,24 @@ def test_the_front_policy_names_the_compiled_options_and_the_reader_checks_them(
     for bad in (["experts"], ["no_such_field"], "discrete_col_sfd", ["discrete_col_sfd", "discrete_col_sfd"]):
         with pytest.raises(ManifestError, match="compiled_options"):
             read_front({**data, "compiled_options": bad}, "entry", ELEMENT_TYPES)
+
+
+def test_the_wrappers_amax_starts_at_minus_infinity_and_its_dbias_at_zero(tmp_path, monkeypatch):
+    """cuDNN FE's wrapper allocates amax full of -inf and the kernel only max-reduces into it
+    (an expert with no rows keeps -inf): dglu's wrapper fills its new amax with -inf's bits
+    on the call's stream, before the launch, and zeroes its new dbias, through the real
+    runner on the stand-in driver."""
+    fake, _ = _stand_ins(B200, tmp_path, monkeypatch)
+    monkeypatch.setattr(bound, "run_variant", runner.run_variant)
+    for module in (op, bound):
+        monkeypatch.setattr(module, "load_variant", runner.load_variant)
+    monkeypatch.setattr(runner, "max_active_clusters", lambda function, kernel: B200.sm_count // 2)
+    out = api.grouped_gemm_dglu(**_call())
+    amax, dbias = out[4], out[3]
+    memsets = {args[0]: args[1:3] for args in fake.names("cuMemsetD32Async")}
+    assert memsets[amax.data_ptr()] == (0xFF800000, L * 2)  # -inf as float32, L x 2 words
+    assert memsets[dbias.data_ptr()] == (0, L * 2 * N // 2)  # bf16 zeros, in 32-bit words
+    order = [args[0] if name.startswith("cuMemset") else name for name, args in fake.calls
+             if name in ("cuMemsetD32Async", "cuLaunchKernelEx")]
+    first_launch = order.index("cuLaunchKernelEx")
+    assert order.index(amax.data_ptr()) < first_launch and order.index(dbias.data_ptr()) < first_launch

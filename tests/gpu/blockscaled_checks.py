@@ -166,3 +166,20 @@ def check_accumulated(
     if dbias is not None:
         error = d_allowed(expected, torch.float32)
         check_dbias(dbias, dbias_before, expected.d, ends, context, d_error=error)
+
+
+def check_amax(amax: torch.Tensor, expected: Expected, allowed: torch.Tensor, ends: Sequence[int], context: str) -> None:
+    """amax (L, 2, 1) fp32, as the kernel leaves it from a -inf start: -inf exactly for an
+    expert with no rows (cuDNN FE's wrapper's start, which the kernel never writes), and
+    within ``allowed`` (D's per-element bound, (valid_m, 2N)) of the reference's per-expert
+    [max |dgate|, max |dup|] for the others."""
+    want = bs.expert_amax(expected.d, ends)
+    got = amax.reshape(len(ends), 2).double().cpu()
+    empty = torch.isinf(want)
+    wrong_empty = empty & (got != -torch.inf)
+    assert not wrong_empty.any(), f"amax: experts with no rows should keep -inf, got {got[empty].tolist()} ({context})"
+    bound = bs.expert_amax(allowed, ends).masked_fill(empty, 0)
+    error = (got - want).masked_fill(empty, 0).abs()
+    assert torch.isfinite(got[~empty]).all() and (error <= bound).all(), (
+        f"amax: got {got.tolist()}, want {want.tolist()} within {bound.tolist()} ({context})"
+    )

@@ -1,7 +1,7 @@
 """Blackwell block-scaled (family sm100_blockscaled): the shipped cuDNN FE kernels, MXFP8 and
-NVFP4, launched by dglu's runtime from their manifest entries (its lower half: the
-manifest's checks, then load and launch, as the launch-parity tier drives it on the CPU),
-every output element against the float64 reference (blockscaled_reference), and against
+NVFP4, called through dglu's public API (the seed-compatible wrapper dglu.grouped_gemm_dglu
+and the class API dglu.GroupedGemmDglu: check_support, compile, execute), every output
+element against the float64 reference (blockscaled_reference), and against
 cudnn.grouped_gemm_dglu_wrapper_sm100 itself where cuDNN FE is importable. Skipped on other
 devices: nothing here has run on Blackwell hardware yet (the CPU tiers check the cubins'
 parity with cuDNN FE's compile and the launches' parity with its host code).
@@ -10,9 +10,9 @@ MXFP8 inputs are blockscaled_inputs' (FP8 A/B, E8M0 scales 2^U[-8, 8] per 32-blo
 blocks both ways); NVFP4 inputs are made here: A and B rounded to E2M1 (two a byte, element
 2j in the low nibble), E4M3 scales per 16 elements drawn from 2^U[-4, 4] * (1 + j/8). Shapes:
 M a multiple of 256, L = 8 (a shipped expert count) with empty experts, N and K leaving
-partial tiles and scale-factor atoms. Outputs are poisoned; dprob accumulates onto non-zero
-contents; amax starts at -inf (the front door's job, not yet wired for Blackwell:
-docs/blackwell.md), so an empty expert keeps -inf.
+partial tiles and scale-factor atoms. The class API writes into poisoned outputs; dprob
+accumulates onto non-zero contents; the wrapper's amax starts at -inf (as cuDNN FE's), the
+class API's is the caller's, filled with -inf here, so an empty expert keeps -inf.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the GPU tests need torch")
 
 import blockscaled_reference as bs  # noqa: E402
-from blockscaled_checks import check_accumulated, check_quantized_d  # noqa: E402
+import dglu  # noqa: E402
+from blockscaled_checks import check_accumulated, check_amax, check_quantized_d  # noqa: E402
 from blockscaled_configs import MxConfig  # noqa: E402
 from blockscaled_inputs import make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import assert_within, d_allowed  # noqa: E402
-from inputs import Shape, initial_dprob, make_inputs  # noqa: E402
+from inputs import Shape, initial_dbias, initial_dprob, make_inputs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -40,6 +41,8 @@ DEVICE = "cuda"
 SHAPE = Shape(n=160, k=160, expert_rows=(256, 0, 512, 256, 0, 256, 768, 256))
 E4M3_SCALES = bs.E4M3_X16
 ACTIVATIONS = ("dswiglu", "dgeglu", "dsituglu")
+TILE = {"mma_tiler_mn": (256, 256), "cluster_shape_mn": (2, 1)}  # the shipped variants' tile
+APIS = ("wrapper", "class")
 
 
 def _arch() -> str | None:
@@ -64,48 +67,86 @@ def _variant(ab_dtype: str, act_func: str, dbias: bool, weight_mode: str):
     pytest.skip(f"no {FAMILY} variant {ab_dtype} {act_func} dbias={dbias} {weight_mode} L={SHAPE.l} installed")
 
 
-def _launch(variant, tensors: dict[str, torch.Tensor], given: dict | None = None, clear: tuple[str, ...] = ()) -> None:
-    """dglu's runtime below the front door: the manifest's checks, load, launch, wait."""
-    from dglu import runner, validation
+def _weights(x, discrete: bool, call: str) -> dict:
+    """B and SFB for ``call`` ("samples", "execute" or "wrapper"): dense tensors, or the
+    discrete experts' pointers."""
+    if not discrete:
+        return {"sample_b": x.b, "sample_sfb": x.sfb} if call == "samples" else {"b_tensor": x.b, "sfb_tensor": x.sfb}
+    n, k, l = x.b.shape
+    if call == "samples":
+        return {"num_experts": l, "b_shape": (n, k), "b_dtype": x.b.dtype}
+    pointers = {"b_ptrs": x.experts.b_ptrs, "sfb_ptrs": x.sfb_ptrs}
+    return pointers if call == "execute" else {**pointers, "n": n, "b_dtype": x.b.dtype}
 
-    problem = validation.describe_tensors(variant, {role: (role, t) for role, t in tensors.items()}, given or {})
-    stream = torch.cuda.current_stream().cuda_stream
-    runner.run_variant(runner.load_variant(variant, torch.cuda.current_device()), problem, stream, clear)
+
+def _run_class(samples: dict, execute: dict, options: dict) -> None:
+    """The class API: built from the samples (``samples``: the execute tensors' names with
+    ``sample_`` in front, but weights), checked, compiled, executed, waited for."""
+    op = dglu.GroupedGemmDglu(**samples, **options)
+    assert op.check_support() is True
+    op.compile()
+    op.execute(**execute)
     torch.cuda.synchronize()
 
 
-def _weights(x, discrete: bool) -> tuple[dict[str, torch.Tensor], dict]:
-    if not discrete:
-        return {"b": x.b, "sfb": x.sfb}, {}
-    n, k, _ = x.b.shape
-    return {"b_ptrs": x.experts.b_ptrs, "sfb_ptrs": x.sfb_ptrs}, {"n": (n, "n")}
+def _mx_call(config: MxConfig, x, api: str, dprob: torch.Tensor, norm_const: torch.Tensor,
+             dbias_before: torch.Tensor | None = None):
+    """(D_row, D_col, SFD_row, SFD_col, dbias) of one MXFP8 call through ``api``: the
+    wrapper's outputs (its other outputs checked: dprob the caller's, no amax for FP8 D), or
+    the class API's writes into poisoned outputs, dbias accumulated onto ``dbias_before``."""
+    r = x.rest
+    options = {"sf_vec_size": 32, **config.act_kwargs(), **config.launch_kwargs(), **TILE}
+    if api == "wrapper":
+        out = dglu.grouped_gemm_dglu(
+            x.a, x.c, x.sfa, padded_offsets=r.padded_offsets, alpha_tensor=r.alpha, beta_tensor=r.beta,
+            prob_tensor=r.prob, dprob_tensor=dprob, norm_const_tensor=norm_const, d_dtype=config.d_dtype,
+            generate_dbias=config.dbias, **_weights(x, config.discrete, "wrapper"), **options,
+        )
+        torch.cuda.synchronize()
+        d_row, d_col, dprob_out, dbias, amax, sfd_row, sfd_col = out
+        assert dprob_out is dprob and amax is None and (dbias is not None) == config.dbias
+        return d_row, d_col, sfd_row, sfd_col, dbias
+    dbias = None if dbias_before is None else dbias_before.clone()
+    out = poisoned_outputs(config, SHAPE, dprob, dbias, DEVICE)
+    tensors = {"d_row": out.d_row, "d_col": out.d_col, "sfa": x.sfa, "padded_offsets": r.padded_offsets,
+               "alpha": r.alpha, "beta": r.beta, "prob": r.prob, "dprob": dprob, "dbias": dbias,
+               "sfd_row": out.sfd_row, "sfd_col": out.sfd_col, "norm_const": norm_const}
+    samples = {"sample_a": x.a, "sample_c": x.c, **{f"sample_{name}": t for name, t in tensors.items()},
+               **_weights(x, config.discrete, "samples")}
+    execute = {"a_tensor": x.a, "c_tensor": x.c, **{_execute_name(name): t for name, t in tensors.items()},
+               **_weights(x, config.discrete, "execute")}
+    _run_class(samples, execute, options)
+    return out.d_row, out.d_col, out.sfd_row, out.sfd_col, dbias
+
+
+def _execute_name(name: str) -> str:
+    """execute()'s name of a tensor: padded_offsets as it is, the others with _tensor."""
+    return name if name == "padded_offsets" else f"{name}_tensor"
 
 
 @requires_blackwell
-@pytest.mark.parametrize(("act", "dbias", "mode"), list(itertools.product(ACTIVATIONS, (True, False), ("dense", "discrete"))))
-def test_mxfp8_shipped_variants(act: str, dbias: bool, mode: str, seed: int) -> None:
+@pytest.mark.parametrize(("act", "dbias", "mode", "api"),
+                         list(itertools.product(ACTIVATIONS, (True, False), ("dense", "discrete"), APIS)))
+def test_mxfp8_shipped_variants(act: str, dbias: bool, mode: str, api: str, seed: int) -> None:
     config = MxConfig(act, dbias=dbias, weight_mode=mode)
     variant = _variant("e4m3", config.act_func, dbias, mode)
     x = make_mx_inputs(config, SHAPE, seed, DEVICE)
     dprob_before = initial_dprob(SHAPE.m, seed, DEVICE)
-    dbias_out = torch.zeros((SHAPE.l, 2 * SHAPE.n, 1), dtype=torch.bfloat16, device=DEVICE) if dbias else None
-    out = poisoned_outputs(config, SHAPE, dprob_before.clone(), dbias_out, DEVICE)
+    dprob = dprob_before.clone()
     norm_const = torch.tensor([0.5], dtype=torch.float32, device=DEVICE)
-    weights, given = _weights(x, mode == "discrete")
+    # the class API accumulates onto the caller's dbias; the wrapper's starts at zero
+    dbias_before = initial_dbias(SHAPE.l, SHAPE.n, seed, DEVICE) if dbias and api == "class" else None
+    d_row, d_col, sfd_row, sfd_col, dbias_out = _mx_call(config, x, api, dprob, norm_const, dbias_before)
+    if dbias and api == "wrapper":
+        dbias_before = torch.zeros_like(dbias_out)
     r = x.rest
-    tensors = {
-        "a": x.a, "sfa": x.sfa, **weights, "c": x.c, "d_row": out.d_row, "d_col": out.d_col, "sfd_row": out.sfd_row,
-        "sfd_col": out.sfd_col, "norm_const": norm_const, "padded_offsets": r.padded_offsets, "alpha": r.alpha,
-        "beta": r.beta, "prob": r.prob, "dprob": out.dprob, **({"dbias": out.dbias} if dbias else {}),
-    }
-    _launch(variant, tensors, given)
     expected = bs.blockscaled_dglu_backward(x.a, x.sfa, x.b, x.sfb, x.c, SHAPE.ends, r.alpha, r.beta, r.prob,
                                             config.act_func, config.act_params)
-    context = f"{variant.name} seed {seed}"
-    check_quantized_d(out.d_row, out.d_col, out.sfd_row, out.sfd_col, expected, SHAPE.ends, torch.float8_e4m3fn,
-                      0.5, False, context)
-    dbias_before = torch.zeros_like(out.dbias) if dbias else None
-    check_accumulated(out.dprob, dprob_before, out.dbias, dbias_before, expected, SHAPE.ends, SHAPE.n, context)
+    context = f"{variant.name} via the {api} API, seed {seed}"
+    # the SFD padding is checked where the test poisoned it (the class API's outputs)
+    check_quantized_d(d_row, d_col, sfd_row, sfd_col, expected, SHAPE.ends, torch.float8_e4m3fn, 0.5, False, context,
+                      check_padding=api == "class")
+    check_accumulated(dprob, dprob_before, dbias_out, dbias_before, expected, SHAPE.ends, SHAPE.n, context)
 
 
 def _e4m3_scales(count: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -138,57 +179,78 @@ def nvfp4_inputs(act: str, seed: int):
     return rest, a, sfa, b, sfb, act_func, dict(act_params)
 
 
-@requires_blackwell
-@pytest.mark.parametrize(("act", "dbias"), list(itertools.product(ACTIVATIONS, (True, False))))
-def test_nvfp4_shipped_dense_variants(act: str, dbias: bool, seed: int) -> None:
-    rest, a, sfa, b, sfb, act_func, act_params = nvfp4_inputs(act, seed)
-    variant = _variant("e2m1x2", act_func, dbias, "dense")
+def _nvfp4_call(api: str, inputs, dbias: bool, dprob: torch.Tensor, dbias_before: torch.Tensor | None = None):
+    """(D_row, amax, dbias) of one dense NVFP4 call through ``api``: the wrapper's outputs
+    (amax allocated by it, starting at -inf), or the class API's writes into a NaN D_row, the
+    caller's amax, filled with -inf, and dbias accumulated onto ``dbias_before``."""
+    rest, a, sfa, b, sfb, act_func, act_params = inputs
     m, width = SHAPE.m, 2 * SHAPE.n
+    options = {"sf_vec_size": 16, "act_func": act_func, **act_params, **TILE}
+    if api == "wrapper":
+        out = dglu.grouped_gemm_dglu(
+            a, rest.c, sfa, padded_offsets=rest.padded_offsets, alpha_tensor=rest.alpha, beta_tensor=rest.beta,
+            prob_tensor=rest.prob, dprob_tensor=dprob, b_tensor=b, sfb_tensor=sfb, d_dtype=torch.bfloat16,
+            generate_dbias=dbias, **options,
+        )
+        torch.cuda.synchronize()
+        d_row, d_col, dprob_out, dbias_out, amax, sfd_row, sfd_col = out
+        assert dprob_out is dprob and d_col is sfd_row is sfd_col is None and (dbias_out is not None) == dbias
+        return d_row, amax, dbias_out
     d_row = torch.full((m, width, 1), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    dprob_before = initial_dprob(m, seed, DEVICE)
-    dprob = dprob_before.clone()
     amax = torch.full((SHAPE.l, 2, 1), -torch.inf, dtype=torch.float32, device=DEVICE)
-    dbias_out = torch.zeros((SHAPE.l, width, 1), dtype=torch.bfloat16, device=DEVICE) if dbias else None
-    tensors = {
-        "a": a, "sfa": sfa, "b": b, "sfb": sfb, "c": rest.c, "d_row": d_row, "amax": amax,
-        "padded_offsets": rest.padded_offsets, "alpha": rest.alpha, "beta": rest.beta, "prob": rest.prob,
-        "dprob": dprob, **({"dbias": dbias_out} if dbias else {}),
-    }
-    _launch(variant, tensors)
+    dbias_out = None if dbias_before is None else dbias_before.clone()
+    tensors = {"d_row": d_row, "sfa": sfa, "padded_offsets": rest.padded_offsets, "alpha": rest.alpha,
+               "beta": rest.beta, "prob": rest.prob, "dprob": dprob, "b": b, "sfb": sfb, "dbias": dbias_out,
+               "amax": amax}
+    samples = {"sample_a": a, "sample_c": rest.c, **{f"sample_{name}": t for name, t in tensors.items()}}
+    execute = {"a_tensor": a, "c_tensor": rest.c, **{_execute_name(name): t for name, t in tensors.items()}}
+    _run_class(samples, execute, options)
+    return d_row, amax, dbias_out
+
+
+@requires_blackwell
+@pytest.mark.parametrize(("act", "dbias", "api"), list(itertools.product(ACTIVATIONS, (True, False), APIS)))
+def test_nvfp4_shipped_dense_variants(act: str, dbias: bool, api: str, seed: int) -> None:
+    inputs = nvfp4_inputs(act, seed)
+    rest, a, sfa, b, sfb, act_func, act_params = inputs
+    variant = _variant("e2m1x2", act_func, dbias, "dense")
+    dprob_before = initial_dprob(SHAPE.m, seed, DEVICE)
+    dprob = dprob_before.clone()
+    dbias_before = initial_dbias(SHAPE.l, SHAPE.n, seed, DEVICE) if dbias and api == "class" else None
+    d_row, amax, dbias_out = _nvfp4_call(api, inputs, dbias, dprob, dbias_before)
+    if dbias and api == "wrapper":
+        dbias_before = torch.zeros_like(dbias_out)
     expected = bs.blockscaled_dglu_backward(a, sfa, b, sfb, rest.c, SHAPE.ends, rest.alpha, rest.beta, rest.prob,
                                             act_func, act_params, E4M3_SCALES)
-    context = f"{variant.name} seed {seed}"
-    valid = SHAPE.valid_m
+    context = f"{variant.name} via the {api} API, seed {seed}"
+    valid, width = SHAPE.valid_m, 2 * SHAPE.n
     allowed = d_allowed(expected, torch.bfloat16)
     assert_within("d_row", d_row[:valid].reshape(valid, width), expected.d, allowed, context)
-    want_amax = bs.expert_amax(expected.d, SHAPE.ends)
-    got_amax = amax.reshape(SHAPE.l, 2).double().cpu()
-    empty = torch.isinf(want_amax)
-    assert torch.equal(torch.isinf(got_amax), empty), (context, got_amax, want_amax)
-    bound = bs.expert_amax(allowed, SHAPE.ends).masked_fill(empty, 0)
-    assert ((got_amax - want_amax).masked_fill(empty, 0).abs() <= bound).all(), (context, got_amax, want_amax)
-    check_accumulated(dprob, dprob_before, dbias_out, torch.zeros_like(dbias_out) if dbias else None, expected,
-                      SHAPE.ends, SHAPE.n, context)
+    check_amax(amax, expected, allowed, SHAPE.ends, context)  # -inf for the empty experts, as cuDNN FE's
+    check_accumulated(dprob, dprob_before, dbias_out, dbias_before, expected, SHAPE.ends, SHAPE.n, context)
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view(torch.uint8)
+
+
+requires_cudnn = pytest.mark.skipif(importlib.util.find_spec("cudnn") is None, reason="cuDNN FE is not installed here")
 
 
 @requires_blackwell
-@pytest.mark.skipif(importlib.util.find_spec("cudnn") is None, reason="cuDNN FE is not installed here")
+@requires_cudnn
 @pytest.mark.parametrize("act", ACTIVATIONS)
 def test_nvfp4_matches_cudnn_fe_itself(act: str, seed: int) -> None:
-    """dglu's launch of the shipped cubin and cuDNN FE's wrapper on the same NVFP4 inputs
-    (its dense default path compiles the same cubin: tests/cpu/test_sm100_blockscaled_parity.py):
-    D_row bitwise, amax bitwise, dprob to the atomics' order."""
+    """dglu's wrapper and cuDNN FE's on the same NVFP4 inputs (its dense default path compiles
+    the same cubin: tests/cpu/test_sm100_blockscaled_parity.py): D_row bitwise, amax bitwise
+    (-inf for the empty experts in both), dprob to the atomics' order."""
     from cudnn import grouped_gemm_dglu_wrapper_sm100
 
-    rest, a, sfa, b, sfb, act_func, act_params = nvfp4_inputs(act, seed)
-    variant = _variant("e2m1x2", act_func, False, "dense")
-    m, width = SHAPE.m, 2 * SHAPE.n
-    d_row = torch.empty((m, width, 1), dtype=torch.bfloat16, device=DEVICE)
-    dprob_ours, dprob_theirs = initial_dprob(m, seed, DEVICE), initial_dprob(m, seed, DEVICE)
-    amax = torch.full((SHAPE.l, 2, 1), -torch.inf, dtype=torch.float32, device=DEVICE)
-    _launch(variant, {"a": a, "sfa": sfa, "b": b, "sfb": sfb, "c": rest.c, "d_row": d_row, "amax": amax,
-                      "padded_offsets": rest.padded_offsets, "alpha": rest.alpha, "beta": rest.beta,
-                      "prob": rest.prob, "dprob": dprob_ours})
+    inputs = nvfp4_inputs(act, seed)
+    rest, a, sfa, b, sfb, act_func, act_params = inputs
+    _variant("e2m1x2", act_func, False, "dense")
+    dprob_ours, dprob_theirs = initial_dprob(SHAPE.m, seed, DEVICE), initial_dprob(SHAPE.m, seed, DEVICE)
+    d_row, amax, _ = _nvfp4_call("wrapper", inputs, False, dprob_ours)
     theirs = grouped_gemm_dglu_wrapper_sm100(
         a_tensor=a, c_tensor=rest.c, sfa_tensor=sfa, padded_offsets=rest.padded_offsets, alpha_tensor=rest.alpha,
         beta_tensor=rest.beta, prob_tensor=rest.prob, dprob_tensor=dprob_theirs, b_tensor=b, sfb_tensor=sfb,
@@ -196,6 +258,35 @@ def test_nvfp4_matches_cudnn_fe_itself(act: str, seed: int) -> None:
     )
     torch.cuda.synchronize()
     valid = SHAPE.valid_m
-    assert torch.equal(d_row[:valid], theirs["d_row_tensor"][:valid])
-    assert torch.equal(amax, theirs["amax_tensor"])
+    assert torch.equal(_bytes(d_row[:valid]), _bytes(theirs["d_row_tensor"][:valid]))
+    assert torch.equal(_bytes(amax), _bytes(theirs["amax_tensor"]))
+    torch.testing.assert_close(dprob_ours[:valid], dprob_theirs[:valid], rtol=1e-3, atol=1e-3)
+
+
+@requires_blackwell
+@requires_cudnn
+@pytest.mark.parametrize(("act", "mode"), list(itertools.product(ACTIVATIONS, ("dense", "discrete"))))
+def test_mxfp8_matches_cudnn_fe_itself(act: str, mode: str, seed: int) -> None:
+    """dglu's wrapper and cuDNN FE's on the same MXFP8 inputs: D_row, D_col, SFD_row and
+    SFD_col bitwise, dprob to the atomics' order."""
+    from cudnn import grouped_gemm_dglu_wrapper_sm100
+
+    config = MxConfig(act, dbias=False, weight_mode=mode)
+    _variant("e4m3", config.act_func, False, mode)
+    x = make_mx_inputs(config, SHAPE, seed, DEVICE)
+    norm_const = torch.tensor([0.5], dtype=torch.float32, device=DEVICE)
+    dprob_ours, dprob_theirs = initial_dprob(SHAPE.m, seed, DEVICE), initial_dprob(SHAPE.m, seed, DEVICE)
+    ours = _mx_call(config, x, "wrapper", dprob_ours, norm_const)
+    r = x.rest
+    theirs = grouped_gemm_dglu_wrapper_sm100(
+        a_tensor=x.a, c_tensor=x.c, sfa_tensor=x.sfa, padded_offsets=r.padded_offsets, alpha_tensor=r.alpha,
+        beta_tensor=r.beta, prob_tensor=r.prob, dprob_tensor=dprob_theirs, norm_const_tensor=norm_const,
+        d_dtype=config.d_dtype, sf_vec_size=32, **_weights(x, config.discrete, "wrapper"), **config.act_kwargs(),
+    )
+    torch.cuda.synchronize()
+    valid = SHAPE.valid_m
+    for name, mine in zip(("d_row", "d_col"), ours[:2], strict=True):
+        assert torch.equal(_bytes(mine[:valid]), _bytes(theirs[f"{name}_tensor"][:valid])), name
+    for name, mine in zip(("sfd_row", "sfd_col"), ours[2:4], strict=True):
+        assert torch.equal(_bytes(mine), _bytes(theirs[f"{name}_tensor"])), name
     torch.testing.assert_close(dprob_ours[:valid], dprob_theirs[:valid], rtol=1e-3, atol=1e-3)

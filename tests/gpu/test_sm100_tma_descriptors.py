@@ -5,8 +5,12 @@ arguments dglu passes for a call (recorded by the stand-in driver in a subproces
 encoded by this machine's real driver and must give the 64 bytes the host code of cuDNN
 FE's own static-shape configuration of that call writes: element type, swizzle,
 interleave, L2 promotion and OOB fill included (the stride of a dimension of extent 1,
-which no address depends on, aside). cuTensorMapEncodeTiled takes no
-architecture, so any CUDA machine (an H200 too) runs this for the Blackwell variants."""
+which no address depends on, aside), for BF16, MXFP8 and NVFP4 variants; NVFP4's A and B,
+which dglu encodes as UINT8 pairs where the DSL writes a packed 4-bit type, by their decoded
+fields in bytes. The real driver's bytes also check the CPU tier's decoder
+(launch_trace/traces.py: inferred, no public spec): decoded, they give back dglu's arguments.
+cuTensorMapEncodeTiled takes no architecture, so any CUDA machine (an H200 too) runs this
+for the Blackwell variants."""
 
 from __future__ import annotations
 
@@ -21,7 +25,14 @@ pytest.importorskip("torch")
 from dglu.contract.reader import read_manifest  # noqa: E402
 from dglu_build.build import build_artifacts  # noqa: E402
 from dglu_build.specs import parse_specs  # noqa: E402
-from tests.cpu.launch_trace.traces import build_stand_in, encode_arguments, trace_call, without_unused_strides  # noqa: E402
+from tests.cpu.launch_trace.parity import SYMBOLIC_FIELDS, tensor_map_fields  # noqa: E402
+from tests.cpu.launch_trace.traces import (  # noqa: E402
+    build_stand_in,
+    dsl_descriptor,
+    encode_arguments,
+    trace_call,
+    without_unused_strides,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,6 +44,14 @@ variants:
   - {}
   - {weight_mode: discrete, b_major: [k, n]}
   - {tile_m: 128, tile_n: 128, cluster_m: 1, c_dtype: fp32, d_dtype: fp16}
+""") + parse_specs("""
+defaults: {ab_dtype: e4m3, c_dtype: bf16, d_dtype: e4m3, weight_mode: dense, b_major: k, tile_m: 256, tile_n: 256,
+           cluster_m: 2, cluster_n: 1, scheduler: static, arch: sm_100a, experts: 8, act_func: dswiglu, dbias: true}
+variants:
+  - {}
+  - {weight_mode: discrete}
+  - {ab_dtype: e2m1x2, d_dtype: bf16}
+  - {ab_dtype: e2m1x2, d_dtype: bf16, weight_mode: discrete, act_func: dsituglu}
 """)
 
 
@@ -65,10 +84,23 @@ def test_dglus_tma_arguments_encode_to_the_dsls_descriptors(variant, tmp_path: P
     (main,) = [kernel for kernel in entry.kernels if kernel.role == "main"]
     (ours,) = [launch for launch in phases["dglu"] if launch["kernel"] == main.symbol]
     (static,) = [launch for launch in phases["static"] if launch["kernel"].startswith("cudnn_static_main")]
+    names = [spec.name for spec in main.params if spec.kind == "tensormap"]
     mine = [bytes.fromhex(p["bytes"]) for spec, p in zip(main.params, ours["params"], strict=True) if spec.kind == "tensormap"]
     theirs = [bytes.fromhex(p["bytes"]) for p in static["params"] if p["size"] == 128]
-    assert len(mine) == len(theirs) == 4  # A, B, C, D
-    for name, encoded_args, reference in zip(("a", "b", "c", "d_row"), mine, theirs, strict=True):
+    assert len(mine) == len(theirs) == len(names)
+    for name, encoded_args, reference in zip(names, mine, theirs, strict=True):
         arguments = encode_arguments(encoded_args)
-        real = without_unused_strides(_real_encode(arguments), arguments["dims"])
-        assert real == without_unused_strides(reference, arguments["dims"]), name
+        real = _real_encode(arguments)
+        # the CPU tier's decoder reads dglu's arguments back from the real driver's bytes
+        assert _decoded(real) == _decoded(encoded_args), name
+        if dsl_descriptor(reference)["dtype"] == "b4":  # FP4 A/B: dglu's UINT8 pairs, the DSL's 4-bit type
+            assert _decoded(real) == _decoded(reference), name
+            continue
+        assert without_unused_strides(real, arguments["dims"]) == without_unused_strides(reference, arguments["dims"]), name
+
+
+def _decoded(data: bytes) -> dict:
+    """What the CPU tier compares of a map (launch_trace/parity.py), strides included."""
+    fields = tensor_map_fields(data)
+    used = [stride if dim > 1 else None for stride, dim in zip(fields["strides"], fields["dims"][1:])]
+    return {**{name: fields[name] for name in SYMBOLIC_FIELDS}, "strides": used}

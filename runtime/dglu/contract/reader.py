@@ -41,6 +41,7 @@ from .schema import (
     PARAM_SOURCES,
     REBUILD_HINT,
     SCHEMA_VERSION,
+    STARTS,
     TMA_ENUMS,
     ZERO_KINDS,
     Argument,
@@ -261,8 +262,9 @@ def _read_scalars(entry: _Entry) -> dict[str, Expr]:
 
 @_memoised
 def _read_argument(entry: _Entry, scalars: frozenset[str]) -> Argument:
-    entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop", "allocation"))
+    entry.only(("shape", "strides", "dtypes", "align", "io"), ("rank_drop", "allocation", "start"))
     shape = entry.exprs("shape", scalars)
+    start = entry.choice("start", STARTS) if "start" in entry.data else "zero"
     return Argument(
         shape=shape,
         strides=entry.exprs("strides", scalars, len(shape)),
@@ -271,6 +273,7 @@ def _read_argument(entry: _Entry, scalars: frozenset[str]) -> Argument:
         io=entry.choice("io", IO_KINDS),
         rank_drop=entry.take("rank_drop", bool, False),
         allocation=entry.take("allocation", str, None),
+        start=start,
     )
 
 

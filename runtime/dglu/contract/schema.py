@@ -23,6 +23,9 @@ REBUILD_HINT = (
 )
 BASE_SCALARS = ("m", "n", "k", "l")
 IO_KINDS = ("in", "out", "accumulate")
+# what an accumulated output the wrapper allocates holds before the kernels run: zeros (a sum)
+# or -inf (a max, as cuDNN FE's wrapper starts amax: an expert with no rows keeps it)
+STARTS = ("zero", "-inf")
 ZERO_KINDS = ("each_call", "by_consumer", "never")
 # rule -> its fields; "active_clusters": (cluster[0], cluster[1], the clusters that fit on
 # the device at once, found at load time with cuOccupancyMaxActiveClusters)
@@ -91,6 +94,7 @@ class Argument(NamedTuple):
     io: str
     rank_drop: bool = False
     allocation: str | None = None  # how to allocate it, for layout errors (scale factors)
+    start: str = "zero"  # an accumulated output's value before the kernels run (STARTS)
 
 
 class Limit(NamedTuple):

@@ -5,7 +5,7 @@ and for cuDNN FE's own static-shape configuration of the same call ("static"), t
 dglu's runtime from the variant's manifest entry ("dglu"). All write their driver calls
 into FAKECUDA_TRACE; a line {"fn": "phase"} starts each. usage: python trace_calls.py CASE_JSON ARTIFACT_DIR (CASE_JSON names the
 variant, the problem's m, n, k, the workspace address the stand-in's first allocation gets
-and the clusters it answers for the occupancy query)"""
+and the clusters it answers for the occupancy query, and whether to run the "static" phase)"""
 
 from __future__ import annotations
 
@@ -116,8 +116,9 @@ def main() -> None:
     made = make(config, case["m"], case["n"], case["k"])
     mark("dsl")
     host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "dglu_" + variant.name, False)
-    mark("static")
-    host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "cudnn_static", True)
+    if case["static"]:
+        mark("static")
+        host(config, made, case["n"], case["k"], case["workspace"], case["clusters"], "cudnn_static", True)
     mark("dglu")
     dglu_runtime(variant, made, case["n"])
     mark("end")

@@ -29,11 +29,13 @@ def build_stand_in(directory: Path) -> Path | None:
     return directory
 
 
-def trace_call(stand_in: Path, artifacts: Path, variant, problem: dict, trace: Path) -> dict[str, list[dict]]:
-    """The launches of each phase ("dsl", "dglu") of one call of ``variant`` (from the
-    manifest in ``artifacts``) of ``problem`` (m, n, k)."""
+def trace_call(
+    stand_in: Path, artifacts: Path, variant, problem: dict, trace: Path, static: bool = True
+) -> dict[str, list[dict]]:
+    """The launches of each phase ("dsl", "static" unless not ``static``, "dglu") of one call
+    of ``variant`` (from the manifest in ``artifacts``) of ``problem`` (m, n, k)."""
     clusters = B200_SMS // (variant.cluster_m * variant.cluster_n)
-    case = {"variant": variant.name, **problem, "workspace": FIRST_ALLOCATION, "clusters": clusters}
+    case = {"variant": variant.name, **problem, "workspace": FIRST_ALLOCATION, "clusters": clusters, "static": static}
     env = {
         **os.environ,
         "LD_PRELOAD": str(stand_in / "libcuda.so.1"),
@@ -59,17 +61,43 @@ def trace_call(stand_in: Path, artifacts: Path, variant, problem: dict, trace: P
     return phases
 
 
-def dsl_descriptor(data: bytes, rank: int) -> dict:
-    """What the DSL's inline TMA descriptor (hardware format, 64 bytes) says of the address
-    (word 0), the byte strides past the innermost (32-bit fields from the upper half of
-    word 1 on, in units of 16 bytes), the dims (32-bit fields of words 4-5, minus one) and
-    the box (byte 7 of word 6, then the bytes of word 7, minus one). Word 1's lower half
-    (element type, rank, swizzle, interleave, L2 promotion, OOB fill) is not decoded."""
+# The DSL's inline descriptor is the hardware format (tests/gpu/test_sm100_tma_descriptors.py
+# checks it against a real driver's cuTensorMapEncodeTiled), which no public document
+# describes. What dsl_descriptor reads of it was inferred from the descriptors of maps whose
+# encode arguments are known (dglu's, of the same tensors): word 0 the address; word 1 bits 4-6
+# the rank - 1, bits 7-12 the element type (HARDWARE_TYPES, its own numbering, seen for seven
+# types: BF16 is 10, the driver's enum 9), bits 13-14 the swizzle (the driver's enum, all four
+# values seen) and bits 17-18 the L2 promotion (only 128B is seen: the bits holding the
+# driver's 2, the guess that fits the swizzle's encoding), its upper half and words 2-3 the byte
+# strides past the innermost (32-bit fields in units of 16 bytes); words 4-5 the dims (32-bit
+# fields, minus one); byte 7 of word 6 and the bytes of word 7 the box (minus one). Not
+# located: interleave, OOB fill and element strides (every map here has none, none and 1s, so
+# no bit moves with them), a fifth dimension (no map here has one), and the meaning of bit 1
+# (always set) and bit 21 (the encoder's own, moving with the strides).
+HARDWARE_TYPES = {0: "u8", 1: "u16", 4: "u64", 6: "f16", 7: "f32", 10: "bf16", 11: "b4"}  # b4: packed 4-bit
+DRIVER_TYPES = {0: "u8", 1: "u16", 4: "u64", 6: "f16", 7: "f32", 9: "bf16"}  # CUtensorMapDataType
+DECODED_RANKS = range(1, 5)
+
+
+def dsl_descriptor(data: bytes) -> dict:
+    """What the DSL's inline TMA descriptor says (see above): address, dtype, swizzle,
+    l2_promotion, strides (bytes), dims and box."""
     words = struct.unpack("<8Q", data[:64])
-    fields = [words[1] >> 32, words[2] & 0xFFFFFFFF, words[2] >> 32, words[3] & 0xFFFFFFFF]
-    dims = [(words[4] & 0xFFFFFFFF) + 1, (words[4] >> 32) + 1, (words[5] & 0xFFFFFFFF) + 1][:rank]
+    rank = ((words[1] >> 4) & 0x7) + 1
+    if rank not in DECODED_RANKS:
+        raise ValueError(f"a descriptor of rank {rank}: only ranks 1 to 4 are decoded")
+    stride_fields = [words[1] >> 32, words[2] & 0xFFFFFFFF, words[2] >> 32, words[3] & 0xFFFFFFFF]
+    dim_fields = [words[4] & 0xFFFFFFFF, words[4] >> 32, words[5] & 0xFFFFFFFF, words[5] >> 32]
     box = [(words[6] >> 56) + 1, *(b + 1 for b in struct.pack("<Q", words[7])[: rank - 1])]
-    return {"address": words[0], "strides": [16 * field for field in fields[: rank - 1]], "dims": dims, "box": box}
+    return {
+        "address": words[0],
+        "dtype": HARDWARE_TYPES[(words[1] >> 7) & 0x3F],
+        "swizzle": (words[1] >> 13) & 0x3,
+        "l2_promotion": (words[1] >> 17) & 0x3,
+        "strides": [16 * field for field in stride_fields[: rank - 1]],
+        "dims": [field + 1 for field in dim_fields[:rank]],
+        "box": box,
+    }
 
 
 def encode_arguments(data: bytes) -> dict:

@@ -8,8 +8,10 @@ the launch-parity tier checks the values against the DSL's own host code
 (tests/cpu/test_sm100_blockscaled_launch_parity.py). Read from that host code:
 
 - the scale-factor TMA descriptors are over the seed's permuted buffers read as whole
-  512-byte atoms (128 rows x 4 blocks): SFA as (256 x u16, row atoms, K atoms), SFB as
-  (64 x u64, row atoms, K atoms, L), a box holding the atoms of one CTA's rows (the views below);
+  512-byte atoms (128 rows x 4 blocks), a box holding the atoms of one CTA's rows and of one
+  K tile (1 for MXFP8, 4 for NVFP4: ``sf_k_tile_atoms``): MXFP8 SFA as (256 x u16, row atoms,
+  K atoms), SFB as (64 x u64, row atoms, K atoms, L); NVFP4 SFA as (256 x u16, K atoms, row
+  atoms), SFB as (64 x u64 x K atoms, row atoms, L) (the views and rules below);
 - a TMA tensor's extents for SFA/SFB are its atom counts (ceil(rows/128), ceil(K/(4*vec)));
 - SFD_row and SFD_col (MXFP8) are {pointer, row atoms, column atoms, pitch} structs.
 
@@ -27,7 +29,7 @@ from ..front import NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, sp
 from ..sm100_bf16 import interface as bf16
 from ..sm100_bf16.config import DTYPE_BITS as BF16_DTYPE_BITS, THREADS_PER_CTA
 from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
-from .config import FP4, MXFP8, NVFP4, Config, Recipe
+from .config import AB_BITS, FP4, MXFP8, NVFP4, Config, Recipe
 
 ALIGN_BYTES = bf16.ALIGN_BYTES
 DTYPE_BITS = {**BF16_DTYPE_BITS, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
@@ -35,6 +37,7 @@ TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
 SF_ATOM_ROWS = 128
 SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
 SFB_ITEM = ("u64", 64)
+TMA_BOX_ITEMS = 256  # the most elements a TMA box spans in one dimension
 MMA_STATES = ("mma_state", "mma_state_sfb")  # the two TiledMma parameters (A/B's and SFB's), 4-byte aligned
 MMA_STATE_ALIGN = 4
 
@@ -92,7 +95,7 @@ def arguments(config: Config) -> dict[str, dict]:
             "norm_const": bf16.argument([1], [1], "fp32", "in", align=4),
         }
     if config.amax:  # per-expert amax of D (the kernel's atomic max: cuDNN FE's wrapper starts it at -inf)
-        outputs["amax"] = bf16.argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4)
+        outputs["amax"] = bf16.argument(["l", 2, 1], [2, 1, 1], "fp32", "accumulate", align=4, start="-inf")
     sfa = {"sfa": _scale_factors("m_atoms", "k_atoms", 1, "k_pitch", "sfa_bytes", "in", sf)}
     return bf16.common_arguments(config, ab, b, outputs, after_a=sfa)
 
@@ -113,11 +116,14 @@ def views(config: Config) -> dict[str, dict]:
     sfa_type, sfa_items = SFA_ITEM
     sfb_type, sfb_items = SFB_ITEM
     sfb_of, experts = ("sfb_ptrs", 1) if config.discrete_weights else ("sfb", "l")
+    sfb_shape, sfb_strides = [sfb_items, "n_atoms", "k_atoms", experts], [1, "sfb_pitch", sfb_items, "sfb_items"]
+    if _sfb_rows_merged(config):  # an atom and its K neighbours as one dimension: all K atoms of 128 rows
+        sfb_shape, sfb_strides = ["sfb_pitch", "n_atoms", experts], [1, "sfb_pitch", "sfb_items"]
     found = {
         "sfa_atoms": {"of": "sfa", "dtype": sfa_type, "shape": [sfa_items, "m_atoms", "k_atoms"],
                       "strides": [1, "sfa_pitch", sfa_items], "address_align_down": ALIGN_BYTES},
-        "sfb_atoms": {"of": sfb_of, "dtype": sfb_type, "shape": [sfb_items, "n_atoms", "k_atoms", experts],
-                      "strides": [1, "sfb_pitch", sfb_items, "sfb_items"], "address_align_down": ALIGN_BYTES},
+        "sfb_atoms": {"of": sfb_of, "dtype": sfb_type, "shape": sfb_shape, "strides": sfb_strides,
+                      "address_align_down": ALIGN_BYTES},
     }
     return {**found, **bf16.b_expert_view(config, config.ab_dtype)}
 
@@ -182,10 +188,6 @@ def tma_rules(config: Config) -> dict[str, dict]:
     def epilogue(dtype: str) -> dict:
         return bf16.epilogue_tma(dtype, DTYPE_BITS[dtype])
 
-    def atoms(item: tuple[str, int], rows: int, rank: int) -> dict:  # a box: the atoms of a CTA's rows
-        box = [item[1], rows // SF_ATOM_ROWS, *[1] * (rank - 2)]
-        return {**bf16.TMA_COMMON, "dtype": item[0], "swizzle": "none", "dims": list(range(rank)), "box": box}
-
     if config.b_n_major:  # N innermost (discrete FP8 B): a 128-byte swizzle row holds tile_k of N
         b_rule = {**ab, "dims": [0, 1, 2], "box": [tile_k, tile_k, 1]}
     else:
@@ -193,13 +195,47 @@ def tma_rules(config: Config) -> dict[str, dict]:
     return {
         "a": {**ab, "dims": [1, 0], "box": [tile_k, config.cta_tile_m]},
         bf16.b_tensor(config): b_rule,
-        "sfa_atoms": atoms(SFA_ITEM, config.cta_tile_m, 3),
-        "sfb_atoms": atoms(SFB_ITEM, config.b_box_n, 4),
+        "sfa_atoms": {**bf16.TMA_COMMON, **sfa_rule(config)},
+        "sfb_atoms": {**bf16.TMA_COMMON, **sfb_rule(config)},
         "c": epilogue(config.c_dtype),
         "d_row": epilogue(config.d_dtype),
         **({"d_col": epilogue(config.d_dtype)} if config.generate_sfd else {}),
     }
 
+
+
+def sf_k_tile_atoms(config: Config) -> int:
+    """Scale-factor atoms along K that one K tile of A and B (128 bytes a row) needs: 1 for
+    MXFP8 (128 values: 4 blocks of 32), 4 for NVFP4 (256 values: 16 blocks of 16)."""
+    k_tile_values = TILE_K_BYTES * 8 // AB_BITS[config.ab_dtype]
+    return k_tile_values // (4 * config.recipe.sf_vec_size)
+
+
+def _sfb_rows_merged(config: Config) -> bool:
+    """True when a box of SFB's atoms and their K neighbours fits one TMA dimension (NVFP4:
+    64 x 4 u64): the DSL then merges them, as its host code's descriptors show."""
+    k_tile = sf_k_tile_atoms(config)
+    return k_tile > 1 and SFB_ITEM[1] * k_tile <= TMA_BOX_ITEMS
+
+
+def sfa_rule(config: Config) -> dict:
+    """SFA's descriptor over the ``sfa_atoms`` view (u16 items, row atoms, K atoms): its box
+    the atoms of a CTA's rows and of one K tile, the K atoms next to the item when a K tile
+    holds several (NVFP4; 256 x u16 already fill a box's dimension, so they stay apart)."""
+    rows, k_tile = config.cta_tile_m // SF_ATOM_ROWS, sf_k_tile_atoms(config)
+    if k_tile == 1:
+        return {"dtype": SFA_ITEM[0], "swizzle": "none", "dims": [0, 1, 2], "box": [SFA_ITEM[1], rows, 1]}
+    return {"dtype": SFA_ITEM[0], "swizzle": "none", "dims": [0, 2, 1], "box": [SFA_ITEM[1], k_tile, rows]}
+
+
+def sfb_rule(config: Config) -> dict:
+    """SFB's descriptor over the ``sfb_atoms`` view: the atoms of the rows of B a CTA loads
+    and of one K tile; (u64 items, row atoms, K atoms, L) or, merged, (u64 items of all K
+    atoms, row atoms, L)."""
+    rows, k_tile = config.b_box_n // SF_ATOM_ROWS, sf_k_tile_atoms(config)
+    if _sfb_rows_merged(config):
+        return {"dtype": SFB_ITEM[0], "swizzle": "none", "dims": [0, 1, 2], "box": [SFB_ITEM[1] * k_tile, rows, 1]}
+    return {"dtype": SFB_ITEM[0], "swizzle": "none", "dims": [0, 1, 2, 3], "box": [SFB_ITEM[1], rows, k_tile, 1]}
 
 
 _NOT_BUILT = "must be False: cuDNN FE's block-scaled kernels are built here without it (no key field yet)"
