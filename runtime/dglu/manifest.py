@@ -118,7 +118,14 @@ def installed_manifests() -> tuple[tuple[SearchEntry, Manifest], ...]:
     return load_manifests(search_path())
 
 
+_merged: list[tuple[object, tuple[VariantEntry, ...]]] = []  # (the manifests, their usable variants)
+
+
 def installed_variants() -> tuple[VariantEntry, ...]:
     """Every variant this process can launch, in selection order (read lazily:
-    dglu.contract.reader.full_variant reads and checks the one a call selects)."""
-    return merged_variants(installed_manifests())[0]
+    dglu.contract.reader.full_variant reads and checks the one a call selects); merged once
+    per reading of the manifests."""
+    manifests = installed_manifests()
+    if not _merged or _merged[0][0] is not manifests:
+        _merged[:] = [(manifests, merged_variants(manifests)[0])]
+    return _merged[0][1]

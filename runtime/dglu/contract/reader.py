@@ -28,7 +28,7 @@ POINTER_BYTES = 8
 from .errors import ManifestError
 from .front import FrontPolicy, read_front
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
-from .index import INDEX_FILE, REWRITE_HINT, Index, read_index, record_span
+from .index import INDEX_FILE, REWRITE_HINT, Index, read_entry, read_index
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 from .schema import (
     BASE_SCALARS,
@@ -563,6 +563,23 @@ def read_variant(data: Any, where: str, directory: Path) -> Variant:
     return _read_rest(entry, identity, directory)
 
 
+_ACT_PARAMS = tuple(KEY_FIELDS).index("act_params")
+_act_params: dict[tuple[Any, ...], tuple[tuple[str, float], ...]] = {}  # a record's act_params, read
+
+
+def _indexed_key(values: list[Any]) -> VariantKey:
+    """An index record's key (its values in KEY_FIELDS' order), unchecked (the entry's key,
+    read when the variant is used, must equal it); act_params as sorted (name, value) pairs,
+    made once per distinct set (a family's variants share a few)."""
+    values = list(values)
+    given = tuple(values[_ACT_PARAMS].items())
+    pairs = _act_params.get(given)
+    if pairs is None:
+        pairs = _act_params[given] = tuple(sorted((k, float(v)) for k, v in given))
+    values[_ACT_PARAMS] = pairs
+    return VariantKey._make(values)
+
+
 class VariantEntry:
     """A VARIANT entry read lazily: its IDENTITY_FIELDS (all that selecting a variant,
     telling a stale one and checking its cubin read) are read and checked at once,
@@ -579,29 +596,37 @@ class VariantEntry:
     def __init__(self, data: Any, where: str, directory: Path) -> None:
         self._entry, identity = _read_identity(data, where, directory)
         self._set(identity, where, directory)
-        self._source: bytes | None = None
+        self._source: tuple[Path, Any, Any, Any] | None = None
 
     @classmethod
     def indexed(
-        cls, record: Any, where: str, directory: Path, manifest: bytes, fronts: Mapping[str, FrontPolicy]
+        cls,
+        record: Any,
+        where: str,
+        directory: Path,
+        manifest: Path,
+        builds: list[Build],
+        fronts: Mapping[str, FrontPolicy],
     ) -> VariantEntry:
-        """The entry of ``record`` (an index record; ``where`` names it in the manifest),
-        whose entry lies in ``manifest`` (the bytes the index was checked against);
-        ``fronts``: the index's front policies, by id (index.front_key)."""
+        """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS;
+        ``where`` names it in the manifest), whose entry lies in ``manifest``; ``builds``
+        and ``fronts``: the index's, read. Only the record's layout is checked now: its
+        fields are checked by ``variant()``, the first time the variant is used, as the
+        entry's own (which they must equal)."""
         self = cls.__new__(cls)
-        front_id = record.get("front_id") if isinstance(record, dict) else None
-        if not isinstance(front_id, str) or front_id not in fronts:
-            raise ManifestError(f"{directory / INDEX_FILE}: {where}: no front {front_id!r}; {REWRITE_HINT}")
-        _, identity = _read_identity(record, where, directory, whole_entry=False, front=fronts[front_id])
-        span = record_span(record, manifest)
-        if span is None:
+        try:
+            name, family, key, cubin, sha256, size, build, front, start, end, crc32 = record
+            if type(name) is not str:
+                raise TypeError(f"name {name!r} is no string")
+            self.key, self.build, self.front = _indexed_key(key), builds[build], fronts[front]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise ManifestError(
-                f"{directory / INDEX_FILE}: the record of {identity['name']!r} has no byte range "
-                f"of {MANIFEST_FILE} (span {record.get('span')!r}); {REWRITE_HINT}"
-            )
-        self._set(identity, where, directory)
-        self._entry = None
-        self._source = manifest[span[0]:span[1]]
+                f"{directory / INDEX_FILE}: {where}: not a record of index_format 4 "
+                f"({type(exc).__name__}: {exc}); {REWRITE_HINT}"
+            ) from None
+        self.name, self.family, self.cubin, self.sha256, self.size = name, family, cubin, sha256, size
+        self.directory, self._where, self._variant, self._entry = directory, where, None, None
+        self._source = (manifest, start, end, crc32)
         return self
 
     def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
@@ -627,10 +652,18 @@ class VariantEntry:
         return self._variant
 
     def _read_indexed_entry(self, identity: Mapping[str, Any]) -> _Entry:
-        """The entry this index record points at, checked as a full read checks it, and
-        its identity against the record's."""
+        """The entry this index record points at (its bytes must have the record's CRC-32),
+        checked as a full read checks it, and its identity against the record's."""
+        manifest, start, end, crc32 = self._source
+        raw = read_entry(manifest, start, end, crc32)
+        if raw is None:
+            raise ManifestError(
+                f"{self.directory / INDEX_FILE}: the record of {self.name!r} names no byte range "
+                f"of {MANIFEST_FILE} with its CRC-32 (bytes {start!r}..{end!r}, CRC-32 {crc32!r}); "
+                f"{REWRITE_HINT}"
+            )
         try:
-            data = json.loads(self._source)
+            data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{self._where}: not valid JSON at its index's byte range: {exc}") from exc
         entry, found = _read_identity(data, self._where, self.directory)
@@ -683,16 +716,18 @@ def _names_once(variants: tuple[Any, ...], path: Path) -> None:
 
 
 def parse_indexed(index: Index, path: Path) -> Manifest:
-    """The manifest at ``path`` from its matching ``index``, each variant a VariantEntry
-    whose entry is parsed when it is used."""
+    """The manifest at ``path`` from its ``index``, each variant a VariantEntry whose
+    record is checked, and whose entry is read, when it is used."""
     _check_schema_version(index.schema_version, True, path)
-    where = f"{path.parent / INDEX_FILE}: fronts"
-    fronts = {front_id: _read_front(f"{where}.{front_id}", data) if isinstance(data, dict) else data
+    where = f"{path.parent / INDEX_FILE}"
+    fronts = {front_id: _read_front(f"{where}: fronts.{front_id}", data) if isinstance(data, dict) else data
               for front_id, data in index.fronts.items()}
     if bad := [front_id for front_id, front in fronts.items() if not isinstance(front, FrontPolicy)]:
-        raise ManifestError(f"{where}.{bad[0]}: expected an object; {REWRITE_HINT}")
+        raise ManifestError(f"{where}: fronts.{bad[0]}: expected an object; {REWRITE_HINT}")
+    builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
+    named = f"{path}: variants"
     variants = tuple(
-        VariantEntry.indexed(record, f"{path}: variants[{i}]", path.parent, index.manifest, fronts)
+        VariantEntry.indexed(record, f"{named}[{i}]", path.parent, index.manifest, builds, fronts)
         for i, record in enumerate(index.records)
     )
     _names_once(variants, path)
