@@ -258,7 +258,7 @@ def test_a_directory_of_an_older_schema_is_refused_by_readers_and_rebuilt_by_a_b
     shutil.rmtree(directory / STATE_DIR)
     _edit_json(directory / "manifest.json", lambda m: m.update(schema_version=1, toolchain={}))
     message = dglu_build("verify", directory, expect=1)
-    assert f"schema_version 1, this dglu-build reads 2; rebuild it: dglu-build compile SPECS -o {directory}" in message
+    assert f"schema_version 1, this dglu-build reads 3; rebuild it: dglu-build compile SPECS -o {directory}" in message
     output = dglu_build("add", "--act", "dswiglu", "--dbias", "-o", directory)  # one of the two it holds
     assert f"{len(SMOKE)} variants, 0 up to date, {len(SMOKE)} to compile" in output
     assert snapshot(directory) == snapshot(smoke_dir)

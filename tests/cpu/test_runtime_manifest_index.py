@@ -163,8 +163,8 @@ def test_an_entrys_other_fields_are_checked_when_it_is_used_with_a_full_reads_me
     assert str(used.value) == str(full.value) and message in str(full.value)
 
 
-def test_the_spans_cover_each_entry_of_a_non_ascii_manifest() -> None:
-    text = json.dumps({"schema_version": 2, "variants": [{"name": "é"}, {"name": "b", "x": [1, {"y": "]"}]}]},
+def test_the_spans_cover_each_entry_of_a_non_ascii_manifest_whatever_comes_before() -> None:
+    text = json.dumps({"schema_version": 3, "fronts": {"f/x": {"variants": ["]"]}}, "variants": [{"name": "é"}, {"name": "b", "x": [1, {"y": "]"}]}]},
                       indent=2, ensure_ascii=False)
     raw = text.encode()
     spans = index.entry_spans(text)
@@ -201,9 +201,13 @@ def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
     reads back its own; two different fronts for the same operand types are refused."""
     from conftest_runtime import bf16_front
 
-    manifest = write_artifacts(tmp_path, DEFAULT_KEYS[:3])
+    from dglu.contract.writer import expanded, manifest_data
+
+    entries = expanded(write_artifacts(tmp_path, DEFAULT_KEYS[:3]))["variants"]
     other = {**bf16_front(), "operands": ["fp16"], "outputs": list(reversed(bf16_front()["outputs"]))}
-    manifest["variants"][1]["front"] = other
+    entries[1]["front"] = other
+    manifest = manifest_data(entries)
+    assert sorted(manifest["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
     write_manifest(tmp_path, manifest)
     write_index(tmp_path)
     indexed = json.loads((tmp_path / index.INDEX_FILE).read_text())
@@ -215,7 +219,6 @@ def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
         lazy = reader.read_manifest(tmp_path, lazy=True)
     assert [v.front for v in lazy.variants] == [v.front for v in reader.read_manifest(tmp_path).variants]
     assert lazy.variants[1].front.operands != lazy.variants[0].front.operands
-    manifest["variants"][2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
-    write_manifest(tmp_path, manifest)
+    entries[2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
     with pytest.raises(ValueError, match="its front differs from sm90_bf16/bf16's"):
-        write_index(tmp_path)
+        manifest_data(entries)

@@ -50,14 +50,21 @@ class StaleIndexWarning(UserWarning):
 
 
 def entry_spans(text: str) -> list[tuple[int, int]]:
-    """The (start, end) byte offsets of each entry of the ``variants`` list in the manifest
-    ``text`` (as the canonical writer lays it out: ``schema_version`` first)."""
+    """The (start, end) byte offsets of each entry of the top-level ``variants`` list in
+    the manifest ``text``."""
     decoder = json.JSONDecoder()
-    position = text.index("[", text.index('"variants"')) + 1
+    position = _skip(text, text.index("{") + 1)
+    while text[position] != "]":  # the top-level keys, up to "variants" and its list
+        key, position = decoder.raw_decode(text, position)
+        position = _skip(text, text.index(":", position) + 1)
+        if key == "variants":
+            position += 1  # its "["
+            break
+        _, position = decoder.raw_decode(text, position)
+        position = _skip(text, position)
     spans = []
     while True:
-        while text[position] in " \t\r\n,":
-            position += 1
+        position = _skip(text, position)
         if text[position] == "]":
             break
         _, end = decoder.raw_decode(text, position)
@@ -66,6 +73,13 @@ def entry_spans(text: str) -> list[tuple[int, int]]:
     if text.isascii():
         return spans
     return [(len(text[:start].encode()), len(text[:end].encode())) for start, end in spans]
+
+
+def _skip(text: str, position: int) -> int:
+    """``position`` moved past white space and commas."""
+    while text[position] in " \t\r\n,":
+        position += 1
+    return position
 
 
 def index_text(manifest_text: str) -> str:
@@ -78,9 +92,9 @@ def index_text(manifest_text: str) -> str:
     for entry, (start, end) in zip(manifest["variants"], entry_spans(manifest_text), strict=True):
         if json.loads(raw[start:end]) != entry:
             raise ValueError(f"variant {entry.get('name')!r}: its span {start}..{end} holds another entry")
-        front_id = front_key(entry["family"], entry["front"])
-        if fronts.setdefault(front_id, entry["front"]) != entry["front"]:
-            raise ValueError(f"variant {entry['name']!r}: its front differs from {front_id}'s")
+        front_id = entry["front"]
+        if front_id not in fronts:
+            fronts[front_id] = manifest["fronts"][front_id]
         if entry["build"] not in builds:
             builds.append(entry["build"])
         key = {**KEY_FIELD_DEFAULTS, **entry["key"]}
@@ -100,12 +114,6 @@ def index_text(manifest_text: str) -> str:
         "variants": records,
     }
     return json.dumps(index, separators=(",", ":"), sort_keys=True) + "\n"
-
-
-def front_key(family: str, front: Any) -> str:
-    """The index's key of a family's front policy: a family may have one per operand types
-    (e.g. sm100_blockscaled: MXFP8's and NVFP4's), ``family/e4m3+e5m2``."""
-    return f"{family}/{'+'.join(front['operands'])}"
 
 
 def entry_crc32(data: bytes) -> str:

@@ -483,17 +483,16 @@ IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build", 
 
 
 def _read_identity(
-    data: Any, where: str, directory: Path, whole_entry: bool = True, front: FrontPolicy | None = None
+    data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]
 ) -> tuple[_Entry, dict[str, Any]]:
-    """A VARIANT entry's IDENTITY_FIELDS, checked (and, for a ``whole_entry``, its field
-    names: none unknown, none missing): what selection, the front door's checks, the
-    staleness rules and the cubin's integrity check read (``front``: the policy already
-    read, an index's). Returns the entry (its errors name the variant) and the fields."""
+    """A VARIANT entry's IDENTITY_FIELDS, checked, and its field names (none unknown, none
+    missing): what selection, the front door's checks, the staleness rules and the cubin's
+    integrity check read (``front``: the id of its family's policy among the manifest's
+    ``fronts``, read). Returns the entry (its errors name the variant) and the fields."""
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
-    if whole_entry:
-        entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
+    entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
     if os.path.basename(cubin) != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
@@ -508,11 +507,30 @@ def _read_identity(
         "sha256": sha256,
         "size": entry.positive("size"),
         "build": _read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
-        "front": front if front is not None else _read_front(entry.where, entry.take("front", dict)),
+        "front": _front_of(entry, fronts),
     }
 
 
+def _front_of(entry: _Entry, fronts: Mapping[str, FrontPolicy]) -> FrontPolicy:
+    """The policy an entry's ``front`` names: an id of ``fronts`` of the entry's family."""
+    front_id = entry.take("front", str)
+    if front_id not in fronts or not front_id.startswith(f"{entry.data['family']}/"):
+        raise entry.fail("front", f"names {front_id!r}, which is no front policy of family "
+                                  f"{entry.data['family']!r} in the manifest's fronts {sorted(fronts)}")
+    return fronts[front_id]
+
+
 _fronts: dict[str, FrontPolicy] = {}  # a front field's canonical text -> its policy
+
+
+def _read_fronts(data: Mapping[str, Any], where: str) -> dict[str, FrontPolicy]:
+    """A manifest's (or its index's) ``fronts``: policy id -> its policy, each checked."""
+    fronts = {}
+    for front_id, front in data.items():
+        if not isinstance(front, dict):
+            raise ManifestError(f"{where}.{front_id}: expected an object, got {_json_type(front)}")
+        fronts[front_id] = _read_front(f"{where}.{front_id}", front)
+    return fronts
 
 
 def _read_front(where: str, data: dict[str, Any]) -> FrontPolicy:
@@ -557,9 +575,10 @@ def _read_rest(entry: _Entry, identity: Mapping[str, Any], directory: Path) -> V
     )
 
 
-def read_variant(data: Any, where: str, directory: Path) -> Variant:
-    """One VARIANT entry, checked field by field; errors start with ``where``."""
-    entry, identity = _read_identity(data, where, directory)
+def read_variant(data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]) -> Variant:
+    """One VARIANT entry, checked field by field (its front among ``fronts``, read); errors
+    start with ``where``."""
+    entry, identity = _read_identity(data, where, directory, fronts)
     return _read_rest(entry, identity, directory)
 
 
@@ -593,10 +612,10 @@ class VariantEntry:
 
     __slots__ = (*IDENTITY_FIELDS, "directory", "_entry", "_variant", "_where", "_source")
 
-    def __init__(self, data: Any, where: str, directory: Path) -> None:
-        self._entry, identity = _read_identity(data, where, directory)
+    def __init__(self, data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]) -> None:
+        self._entry, identity = _read_identity(data, where, directory, fronts)
         self._set(identity, where, directory)
-        self._source: tuple[Path, Any, Any, Any] | None = None
+        self._source: tuple[Path, Any, Any, Any, Mapping[str, FrontPolicy]] | None = None
 
     @classmethod
     def indexed(
@@ -626,7 +645,7 @@ class VariantEntry:
             ) from None
         self.name, self.family, self.cubin, self.sha256, self.size = name, family, cubin, sha256, size
         self.directory, self._where, self._variant, self._entry = directory, where, None, None
-        self._source = (manifest, start, end, crc32)
+        self._source = (manifest, start, end, crc32, fronts)
         return self
 
     def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
@@ -654,7 +673,7 @@ class VariantEntry:
     def _read_indexed_entry(self, identity: Mapping[str, Any]) -> _Entry:
         """The entry this index record points at (its bytes must have the record's CRC-32),
         checked as a full read checks it, and its identity against the record's."""
-        manifest, start, end, crc32 = self._source
+        manifest, start, end, crc32, fronts = self._source
         raw = read_entry(manifest, start, end, crc32)
         if raw is None:
             raise ManifestError(
@@ -666,7 +685,7 @@ class VariantEntry:
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{self._where}: not valid JSON at its index's byte range: {exc}") from exc
-        entry, found = _read_identity(data, self._where, self.directory)
+        entry, found = _read_identity(data, self._where, self.directory, fronts)
         differ = sorted(name for name in IDENTITY_FIELDS if found[name] != identity[name])
         if differ:
             raise ManifestError(
@@ -689,10 +708,11 @@ def parse_manifest(data: Any, path: Path, lazy: bool = False) -> Manifest:
     each variant as a VariantEntry (only its identity fields checked now)."""
     top = _Entry(data, str(path))
     _check_schema_version(top.data.get("schema_version"), "schema_version" in top.data, path)
-    top.only(("schema_version", "variants"))
+    top.only(("schema_version", "fronts", "variants"))
+    fronts = _read_fronts(top.take("fronts", dict), f"{path}: fronts")
     read = VariantEntry if lazy else read_variant
     variants = tuple(
-        read(v, f"{path}: variants[{i}]", path.parent)
+        read(v, f"{path}: variants[{i}]", path.parent, fronts)
         for i, v in enumerate(top.take("variants", list))
     )
     _names_once(variants, path)
@@ -720,10 +740,7 @@ def parse_indexed(index: Index, path: Path) -> Manifest:
     record is checked, and whose entry is read, when it is used."""
     _check_schema_version(index.schema_version, True, path)
     where = f"{path.parent / INDEX_FILE}"
-    fronts = {front_id: _read_front(f"{where}: fronts.{front_id}", data) if isinstance(data, dict) else data
-              for front_id, data in index.fronts.items()}
-    if bad := [front_id for front_id, front in fronts.items() if not isinstance(front, FrontPolicy)]:
-        raise ManifestError(f"{where}: fronts.{bad[0]}: expected an object; {REWRITE_HINT}")
+    fronts = _read_fronts(index.fronts, f"{where}: fronts")
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
     named = f"{path}: variants"
     variants = tuple(
