@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -70,6 +71,18 @@ class VariantRequest:
 
 def _differences(key: VariantKey, wanted: dict[str, Any]) -> list[str]:
     return [name for name, value in wanted.items() if getattr(key, name) != value and not _any_experts(key, name)]
+
+
+def _matcher(wanted: dict[str, Any]) -> Callable[[VariantKey], bool]:
+    """A function telling whether a key matches every field of ``wanted`` (as _differences
+    finds none): one tuple comparison per key (selection reads every installed key)."""
+    names = tuple(name for name in wanted if name != "experts")
+    get = itemgetter(*(VariantKey._fields.index(name) for name in names))
+    values = get(VariantKey._make(wanted.get(name) for name in VariantKey._fields))
+    experts = wanted.get("experts")
+    if experts is None:
+        return lambda key: get(key) == values
+    return lambda key: get(key) == values and key.experts in (0, experts)
 
 
 def _any_experts(key: VariantKey, name: str) -> bool:
@@ -143,8 +156,8 @@ def missing_variant_message(
 
 def has_variant(variants: Sequence[Variant | VariantEntry], request: VariantRequest) -> bool:
     """Whether some variant matches every given field of ``request``."""
-    wanted = request.wanted()
-    return any(not _differences(variant.key, wanted) for variant in variants)
+    matches = _matcher(request.wanted())
+    return any(matches(variant.key) for variant in variants)
 
 
 def select_variant(
@@ -155,8 +168,8 @@ def select_variant(
 ) -> Variant | VariantEntry:
     """Of the variants matching every given field of ``request``, the one with the largest
     tile (the first in selection order among equals)."""
-    wanted = request.wanted()
-    matches = [variant for variant in variants if not _differences(variant.key, wanted)]
+    match = _matcher(request.wanted())
+    matches = [variant for variant in variants if match(variant.key)]
     if not matches:
         raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
     chosen = max(matches, key=lambda variant: variant.key.tile_m * variant.key.tile_n)

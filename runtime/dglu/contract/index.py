@@ -2,8 +2,9 @@
 
 It holds, for every variant, the identity fields selection and the staleness rules read
 (dglu.contract.reader.IDENTITY_FIELDS) as one compact record (a list in RECORD_FIELDS'
-order: the key's values in KEY_FIELDS' order, the build and the front policy by their
-place in the index's ``builds`` and ``fronts``, which hold each once), the byte range of
+order: the key's values in KEY_FIELDS' order, its act_params, the build and the front
+policy by their place in the index's ``act_params``, ``builds`` and ``fronts``, which hold
+each once), the byte range of
 its entry in manifest.json and that entry's CRC-32, plus the manifest's size. So the
 runtime reads a manifest of many variants without reading it whole: the index (a few
 containers per variant: a big JSON parse inside a process that already holds a large
@@ -36,7 +37,8 @@ from .schema import MANIFEST_FILE
 INDEX_FILE = "manifest-index.json"
 INDEX_FORMAT = 4
 # A record's fields, in order: the identity fields (reader.IDENTITY_FIELDS; "key" as its
-# values in KEY_FIELDS' order, "build" as its place in ``builds``, "front" as its id in
+# values in KEY_FIELDS' order, act_params as its place in ``act_params``, "build" as its
+# place in ``builds``, "front" as its id in
 # ``fronts``), then the entry's byte range in manifest.json and its CRC-32.
 RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build", "front", "start", "end", "crc32")
 REWRITE_HINT = (
@@ -89,6 +91,7 @@ def index_text(manifest_text: str) -> str:
     records = []
     fronts: dict[str, Any] = {}
     builds: list[Any] = []
+    act_params: list[Any] = []
     for entry, (start, end) in zip(manifest["variants"], entry_spans(manifest_text), strict=True):
         if json.loads(raw[start:end]) != entry:
             raise ValueError(f"variant {entry.get('name')!r}: its span {start}..{end} holds another entry")
@@ -98,12 +101,16 @@ def index_text(manifest_text: str) -> str:
         if entry["build"] not in builds:
             builds.append(entry["build"])
         key = {**KEY_FIELD_DEFAULTS, **entry["key"]}
+        if key.get("act_params") not in act_params:
+            act_params.append(key.get("act_params"))
+        key["act_params"] = act_params.index(key.get("act_params"))
         records.append([
             entry["name"], entry["family"], [key.get(name) for name in KEY_FIELDS], entry["cubin"],
             entry["sha256"], entry["size"], builds.index(entry["build"]), front_id, start, end,
             entry_crc32(raw[start:end]),
         ])
     index = {
+        "act_params": act_params,
         "builds": builds,
         "fronts": fronts,
         "index_format": INDEX_FORMAT,
@@ -123,12 +130,13 @@ def entry_crc32(data: bytes) -> str:
 
 class Index(NamedTuple):
     """An index that describes its manifest: the manifest's path and schema_version, one
-    record per variant (a list in RECORD_FIELDS' order), the builds (by place) and the
-    fronts (by id) the records name."""
+    record per variant (a list in RECORD_FIELDS' order), the act_params and builds (by
+    place) and the fronts (by id) the records name."""
 
     manifest: Path
     schema_version: Any
     records: list[Any]
+    act_params: list[Any]
     builds: list[Any]
     fronts: dict[str, Any]
 
@@ -153,7 +161,7 @@ def read_index(directory: Path) -> Index | None:
         index = json.loads(text)
         found = (index["index_format"], index["manifest_bytes"])
         layout = (index["record_fields"], index["key_fields"])
-        records, builds, fronts = index["variants"], index["builds"], index["fronts"]
+        records, act_params, builds, fronts = index["variants"], index["act_params"], index["builds"], index["fronts"]
         schema_version = index["schema_version"]
     except (ValueError, KeyError, TypeError) as exc:
         return _stale(path, f"is not an index dglu reads ({type(exc).__name__}: {exc})")
@@ -163,9 +171,9 @@ def read_index(directory: Path) -> Index | None:
         return _stale(path, f"describes another {MANIFEST_FILE} (of {found[1]!r} bytes; the manifest has {size})")
     if layout != (list(RECORD_FIELDS), list(KEY_FIELDS)):
         return _stale(path, f"lists other record or key fields ({layout}) than this dglu ({RECORD_FIELDS}, {tuple(KEY_FIELDS)})")
-    if not isinstance(records, list) or not isinstance(builds, list) or not isinstance(fronts, dict):
-        return _stale(path, "has no list of variants or builds, or no object of fronts")
-    return Index(manifest_path, schema_version, records, builds, fronts)
+    if not all(isinstance(x, list) for x in (records, act_params, builds)) or not isinstance(fronts, dict):
+        return _stale(path, "has no list of variants, act_params or builds, or no object of fronts")
+    return Index(manifest_path, schema_version, records, act_params, builds, fronts)
 
 
 def _stale(path: Path, problem: str) -> None:

@@ -583,20 +583,22 @@ def read_variant(data: Any, where: str, directory: Path, fronts: Mapping[str, Fr
 
 
 _ACT_PARAMS = tuple(KEY_FIELDS).index("act_params")
-_act_params: dict[tuple[Any, ...], tuple[tuple[str, float], ...]] = {}  # a record's act_params, read
 
 
-def _indexed_key(values: list[Any]) -> VariantKey:
-    """An index record's key (its values in KEY_FIELDS' order), unchecked (the entry's key,
-    read when the variant is used, must equal it); act_params as sorted (name, value) pairs,
-    made once per distinct set (a family's variants share a few)."""
+def _indexed_key(values: list[Any], act_params: list[tuple[tuple[str, float], ...]]) -> VariantKey:
+    """An index record's key (its values in KEY_FIELDS' order, act_params by its place in
+    ``act_params``, read), unchecked (the entry's key, read when the variant is used, must
+    equal it)."""
     values = list(values)
-    given = tuple(values[_ACT_PARAMS].items())
-    pairs = _act_params.get(given)
-    if pairs is None:
-        pairs = _act_params[given] = tuple(sorted((k, float(v)) for k, v in given))
-    values[_ACT_PARAMS] = pairs
+    values[_ACT_PARAMS] = act_params[values[_ACT_PARAMS]]
     return VariantKey._make(values)
+
+
+def _read_act_params(data: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """An index's act_params entry as a key holds it: sorted (name, value) pairs."""
+    if not isinstance(data, dict) or not all(_is_json_type(v, float) for v in data.values()):
+        raise ManifestError(f"{where}: expected an object of numbers, got {data!r}; {REWRITE_HINT}")
+    return tuple(sorted((k, float(v)) for k, v in data.items()))
 
 
 class VariantEntry:
@@ -624,12 +626,13 @@ class VariantEntry:
         where: str,
         directory: Path,
         manifest: Path,
+        act_params: list[tuple[tuple[str, float], ...]],
         builds: list[Build],
         fronts: Mapping[str, FrontPolicy],
     ) -> VariantEntry:
         """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS;
-        ``where`` names it in the manifest), whose entry lies in ``manifest``; ``builds``
-        and ``fronts``: the index's, read. Only the record's layout is checked now: its
+        ``where`` names it in the manifest), whose entry lies in ``manifest``; ``act_params``,
+        ``builds`` and ``fronts``: the index's, read. Only the record's layout is checked now: its
         fields are checked by ``variant()``, the first time the variant is used, as the
         entry's own (which they must equal)."""
         self = cls.__new__(cls)
@@ -637,7 +640,7 @@ class VariantEntry:
             name, family, key, cubin, sha256, size, build, front, start, end, crc32 = record
             if type(name) is not str:
                 raise TypeError(f"name {name!r} is no string")
-            self.key, self.build, self.front = _indexed_key(key), builds[build], fronts[front]
+            self.key, self.build, self.front = _indexed_key(key, act_params), builds[build], fronts[front]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise ManifestError(
                 f"{directory / INDEX_FILE}: {where}: not a record of index_format 4 "
@@ -741,10 +744,11 @@ def parse_indexed(index: Index, path: Path) -> Manifest:
     _check_schema_version(index.schema_version, True, path)
     where = f"{path.parent / INDEX_FILE}"
     fronts = _read_fronts(index.fronts, f"{where}: fronts")
+    act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
     named = f"{path}: variants"
     variants = tuple(
-        VariantEntry.indexed(record, f"{named}[{i}]", path.parent, index.manifest, builds, fronts)
+        VariantEntry.indexed(record, f"{named}[{i}]", path.parent, index.manifest, act_params, builds, fronts)
         for i, record in enumerate(index.records)
     )
     _names_once(variants, path)
