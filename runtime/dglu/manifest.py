@@ -76,13 +76,12 @@ class StaleVariant(NamedTuple):
 
 
 def stale_reason(
-    variant: Variant | VariantEntry, origin: str, package: Mapping[str, Variant | VariantEntry]
+    variant: Variant | VariantEntry, origin: str, package: Mapping[str, Variant | VariantEntry], version: str
 ) -> str | None:
-    """Why ``variant`` (found in a directory of ``origin``) must not be used, or None."""
-    from . import __version__
-
-    if variant.build.dglu_version != __version__:
-        return f"built by dglu {variant.build.dglu_version}, this is dglu {__version__}"
+    """Why ``variant`` (found in a directory of ``origin``) must not be used by this dglu
+    (of ``version``), or None."""
+    if variant.build.dglu_version != version:
+        return f"built by dglu {variant.build.dglu_version}, this is dglu {version}"
     shipped = package.get(variant.name)
     if origin != PACKAGE_ORIGIN and shipped and shipped.build.source_hash != variant.build.source_hash:
         return (
@@ -97,6 +96,8 @@ def merged_variants(
 ) -> tuple[tuple[Variant | VariantEntry, ...], tuple[StaleVariant, ...]]:
     """The usable variants in search order (a name seen earlier hides later ones), and
     the stale ones."""
+    from . import __version__
+
     package = {
         v.name: v for entry, m in manifests if entry.origin == PACKAGE_ORIGIN for v in m.variants
     }
@@ -104,7 +105,7 @@ def merged_variants(
     stale = []
     for entry, manifest in manifests:
         for variant in manifest.variants:
-            reason = stale_reason(variant, entry.origin, package)
+            reason = stale_reason(variant, entry.origin, package, __version__)
             if reason:
                 stale.append(StaleVariant(variant, reason))
             else:

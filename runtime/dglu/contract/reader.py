@@ -589,9 +589,11 @@ def _indexed_key(values: list[Any], act_params: list[tuple[tuple[str, float], ..
     """An index record's key (its values in KEY_FIELDS' order, act_params by its place in
     ``act_params``, read), unchecked (the entry's key, read when the variant is used, must
     equal it)."""
+    if len(values) != len(KEY_FIELDS):
+        raise ValueError(f"a key of {len(values)} values, not {len(KEY_FIELDS)}")
     values = list(values)
     values[_ACT_PARAMS] = act_params[values[_ACT_PARAMS]]
-    return VariantKey._make(values)
+    return tuple.__new__(VariantKey, values)
 
 
 def _read_act_params(data: Any, where: str) -> tuple[tuple[str, float], ...]:
@@ -746,9 +748,9 @@ def parse_indexed(index: Index, path: Path) -> Manifest:
     fronts = _read_fronts(index.fronts, f"{where}: fronts")
     act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
-    named = f"{path}: variants"
+    named, directory = f"{path}: variants", path.parent
     variants = tuple(
-        VariantEntry.indexed(record, f"{named}[{i}]", path.parent, index.manifest, act_params, builds, fronts)
+        VariantEntry.indexed(record, f"{named}[{i}]", directory, index.manifest, act_params, builds, fronts)
         for i, record in enumerate(index.records)
     )
     _names_once(variants, path)
