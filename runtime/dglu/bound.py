@@ -14,7 +14,6 @@ because they passed for that signature."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
@@ -188,9 +187,11 @@ class BoundOp:
         if not call.outputs:
             run_variant(self.loaded, call.problem, stream)
             return {}
-        # None resolved to torch's current stream: torch allocates on it already
-        with on_stream(stream, device) if current_stream is not None else nullcontext():
+        if current_stream is None:  # resolved to torch's current stream: torch allocates on it
             made = allocate_outputs(call.outputs, device)
+        else:
+            with on_stream(stream, device):
+                made = allocate_outputs(call.outputs, device)
         problem, fresh = call.with_outputs(made)
         last = call.last
         if fresh and last is not None:  # start from the last call's launches: only the outputs moved

@@ -304,7 +304,7 @@ class PreparedCall:
     def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
         """The problem with the freshly allocated outputs' views added, and whether it was
         made now (no earlier call had these output addresses)."""
-        key = tuple(tensor.data_ptr() for tensor in made.values())
+        key = tuple([tensor.data_ptr() for tensor in made.values()])
         problem = self._with_outputs.get(key)
         if problem is not None:
             return problem, False
