@@ -35,7 +35,8 @@ from .front import check_operands, check_single_group
 from .contract.schema import Variant
 from .runner import LoadedVariant, derive_ready, load_variant, run_variant
 from .streams import on_stream, resolve_stream
-from .validation import describe_tensors, element_types
+from .problem import Problem
+from .validation import describe_tensors, element_types, moved_views
 
 
 def _getter(names: Any) -> Callable[[Any], tuple[Any, ...]]:
@@ -155,25 +156,40 @@ class BoundOp:
 
     def call(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any]:
         """Run the call of ``site`` whose tensor arguments, ``given``, passed the frontend's
-        checks: its tensors bound (checked once per call signature), the outputs the
-        variant takes allocated (the accumulated ones zeroed on the stream), launched; its signature kept as the site's last call
-        when it gives each of the site's tensors and no other. Returns the outputs allocated."""
+        checks: its tensors bound (checked once per call signature; at new addresses of the
+        site's last call's shapes, strides and dtypes only their addresses are checked), the
+        outputs the variant takes allocated (the accumulated ones zeroed on the stream),
+        launched. Its signature is kept as the site's last call when it gives each of the
+        site's tensors and no other. Returns the outputs allocated."""
         tensors = site.tensors(given)
-        call = self._bound(site.roles, tensors, site.outputs)
-        if site.only_its_tensors(given):
-            found = signature(tensors)
-            if found is not None:
-                site.last = Prebound(found, current_stream, call)
+        found = signature(tensors)
+        key = (site.roles, site.outputs, found if found is not None else tensors_key(tensors))
+        call = self._calls.get(key) if key[2] is not None else None
+        if call is None:
+            last = site.last
+            if (found is not None and last is not None and found[1:] == last.signature[1:]
+                    and current_stream is last.stream_argument):
+                make = lambda: self._moved(site.roles, tensors, found[0], last)  # noqa: E731
+            else:
+                make = lambda: self._prepare(dict(zip(site.roles, tensors)), site.outputs)  # noqa: E731
+            call = make() if key[2] is None else self._calls.get_or_make(key, make)
+        if found is not None and site.only_its_tensors(given):
+            site.last = Prebound(found, current_stream, call)
         return self._launch(call, tensors, site.roles, current_stream)
 
-    def _bound(self, roles: tuple[str, ...], tensors: tuple[Any, ...], outputs: tuple[str, ...]) -> PreparedCall:
-        """The call's tensors checked and described (cached by their key)."""
-        key = tensors_key(tensors)
-        call = self._calls.get((roles, outputs, key)) if key is not None else None
-        if call is None:
-            make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
-            call = make() if key is None else self._calls.get_or_make((roles, outputs, key), make)
-        return call
+    def _moved(
+        self, roles: tuple[str, ...], tensors: tuple[Any, ...], pointers: tuple[int, ...], last: Prebound
+    ) -> PreparedCall:
+        """The call of ``last`` for tensors of its shapes, strides and dtypes at the
+        addresses ``pointers``: the new addresses checked (alignment, device), the views of
+        the tensors that moved made anew, and the launches to start from ``last``'s."""
+        moved = tuple(role for role, new, old in zip(roles, pointers, last.signature[0], strict=True) if new != old)
+        named = named_tensors(False, **dict(zip(roles, tensors)))
+        previous = last.call.problem
+        views = moved_views(self.variant, previous, named, moved)
+        self._check_device(views["a"].device if "a" in views else previous.tensors["a"].device)
+        problem = Problem(previous.scalars, previous.origins, {**previous.tensors, **views})
+        return last.call.moved(problem, tuple(views))
 
     def _launch(
         self, call: PreparedCall, tensors: tuple[Any, ...], roles: tuple[str, ...], current_stream: Any
@@ -184,7 +200,11 @@ class BoundOp:
         if offsets_check_enabled() and not self.config.options.single_group:
             check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
                           self.variant.m_aligned)
+        start = call.start
         if not call.outputs:
+            if start is not None:  # inputs at new addresses: from the last call's launches
+                derive_ready(self.loaded, start[0], call.problem, stream, (), start[1])
+                call.start = None
             run_variant(self.loaded, call.problem, stream)
             return {}
         if current_stream is None:  # resolved to torch's current stream: torch allocates on it
@@ -193,10 +213,9 @@ class BoundOp:
             with on_stream(stream, device):
                 made = allocate_outputs(call.outputs, device)
         problem, fresh = call.with_outputs(made)
-        last = call.last
-        if fresh and last is not None:  # start from the last call's launches: only the outputs moved
-            derive_ready(self.loaded, last, problem, stream, call.cleared, call.output_roles)
-        call.last = problem
+        if fresh and start is not None:  # from the last call's launches: the outputs (and inputs) moved
+            derive_ready(self.loaded, start[0], problem, stream, call.cleared, (*start[1], *call.output_roles))
+        call.start = (problem, ())
         run_variant(self.loaded, problem, stream, call.cleared)
         return made
 
@@ -213,10 +232,13 @@ class BoundOp:
         check_single_group(self.config.policy, options.single_group, named["padded_offsets"][0],
                            named["padded_offsets"][1], named["a"][1].shape[0], options.m_aligned)
         problem = describe_tensors(variant, named, self.config.given_scalars(), outputs, options.flags())
-        device = problem.tensors["a"].device
+        self._check_device(problem.tensors["a"].device)
+        return PreparedCall(problem, variant, outputs)
+
+    def _check_device(self, device: int) -> None:
+        """Refuse a call whose tensors are on another device than the op's."""
         if device != self.loaded.device:
             raise ValueError(
                 f"a_tensor: on cuda:{device}, but the op was compiled for "
                 f"cuda:{self.loaded.device} (its samples' device)"
             )
-        return PreparedCall(problem, variant, outputs)

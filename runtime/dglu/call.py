@@ -4,6 +4,7 @@ call's prepared problem (dglu.api has the wrapper, dglu.op the class API)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -299,7 +300,25 @@ class PreparedCall:
         self.output_roles = tuple(rule.role for rule in self.outputs)
         self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
         self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
-        self.last: Problem | None = None
+        # where the next launch starts from: a problem launched before and the views of this
+        # call's problem that differ from it (besides the outputs); one attribute, so that
+        # threads read the two together
+        self.start: tuple[Problem, tuple[str, ...]] | None = None
+
+    def moved(self, problem: Problem, views: tuple[str, ...]) -> PreparedCall:
+        """This call for ``problem``, whose ``views`` (of inputs, and the views derived from
+        them) differ from this call's problem's: the same outputs, its launches to start
+        from the last problem this call launched."""
+        call = copy.copy(self)
+        call.problem, call._with_outputs = problem, BoundedCache(OUTPUT_CACHE_CAPACITY)
+        start = self.start
+        if not self.outputs:
+            call.start = (self.problem, views)
+        elif start is not None and not start[1]:
+            call.start = (start[0], views)
+        else:
+            call.start = None
+        return call
 
     def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
         """The problem with the freshly allocated outputs' views added, and whether it was
