@@ -182,7 +182,7 @@ class ArtifactStore:
             text = manifest_text([record.entry for record in sorted(records, key=lambda record: record.name)])
             write_atomic(self.directory / MANIFEST_NAME, text.encode())
             write_atomic(self.directory / INDEX_FILE, index_text(text).encode())
-            manifest = expanded(json.loads(text))
+            manifest = json.loads(text)
         else:
             (self.directory / MANIFEST_NAME).unlink(missing_ok=True)
         self._remove_unreferenced_cubins(records)
