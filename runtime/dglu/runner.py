@@ -220,7 +220,7 @@ def _replanned(
             if tensor in views
         }
         if packed:
-            launch = launch._replace(arguments=launch.arguments.replaced(packed))
+            launch = launch.with_arguments(launch.arguments.replaced(packed))
         launches.append(launch)
     return CallPlan(clears, tuple(launches), {**start.views, **views})
 
