@@ -9,7 +9,10 @@ addresses, shapes, strides and dtypes, which of the frontend's tensor arguments 
 and the stream argument, with what it resolved to. A call of that very signature is
 launched from it after one comparison per tensor attribute (no key is hashed, nothing is
 looked up); any difference takes the full path, whose checks and caches it skips only
-because they passed for that signature."""
+because they passed for that signature. On the full path, tensors of the last call's
+shapes, strides and dtypes at other addresses (a training step's new activations) have
+only their addresses checked (alignment, device) and their launch parameters patched
+from the last call's (dglu.runner.derive_ready)."""
 
 from __future__ import annotations
 
@@ -167,8 +170,7 @@ class BoundOp:
         call = self._calls.get(key) if key[2] is not None else None
         if call is None:
             last = site.last
-            if (found is not None and last is not None and found[1:] == last.signature[1:]
-                    and current_stream is last.stream_argument):
+            if found is not None and last is not None and found[1:] == last.signature[1:]:
                 make = lambda: self._moved(site.roles, tensors, found[0], last)  # noqa: E731
             else:
                 make = lambda: self._prepare(dict(zip(site.roles, tensors)), site.outputs)  # noqa: E731
@@ -187,7 +189,7 @@ class BoundOp:
         named = named_tensors(False, **dict(zip(roles, tensors)))
         previous = last.call.problem
         views = moved_views(self.variant, previous, named, moved)
-        self._check_device(views["a"].device if "a" in views else previous.tensors["a"].device)
+        self._check_device(named["a"][1].device.index)
         problem = Problem(previous.scalars, previous.origins, {**previous.tensors, **views})
         return last.call.moved(problem, tuple(views))
 

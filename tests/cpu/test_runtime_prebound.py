@@ -69,12 +69,13 @@ def test_an_in_place_change_of_a_tensor_takes_the_full_path_and_its_checks(runs)
     op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     prob = arguments["prob_tensor"]
+    held = prob.data  # the first memory stays allocated: a new tensor lands elsewhere
     prob.data = torch.ones(M, 1, 1, dtype=torch.float64)  # same object, other dtype, no version bump
     with pytest.raises(ValueError, match="prob_tensor"):
         op.execute(**arguments)
     prob.data = torch.ones(M, 1, 1)  # same object, a new address: only the address is checked
     op.execute(**arguments)
-    assert runs["launched"][-1].tensors["prob"].pointer == prob.data_ptr()
+    assert runs["launched"][-1].tensors["prob"].pointer == prob.data_ptr() != held.data_ptr()
     assert runs["bound"] == ["full", "full", "moved"]
     arguments["c_tensor"].as_strided_((M, 2 * N, 1), (1, M, M * 2 * N))  # same address, other strides
     with pytest.raises(ValueError, match="c_tensor"):
