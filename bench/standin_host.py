@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import itertools
 import json
 import os
 import sys
@@ -35,6 +36,10 @@ PROBLEM = {"n": 64, "k": 64, "expert_rows": (256, 256)}  # bench.tiny_problem.TI
 # Wrapper results held in the plan-miss loop: more output addresses than the call keeps
 # plans for (dglu.call.OUTPUT_CACHE_CAPACITY), so every call misses, in a steady heap.
 KEPT_RESULTS = 64
+# Copies of the inputs execute() cycles through in the new-inputs loop: more call
+# signatures than an op keeps (dglu.call.CALL_CACHE_CAPACITY), so every call's inputs are
+# at addresses it has not seen (a training step's fresh activations).
+INPUT_SETS = 300
 
 
 class FakeCuda:
@@ -114,7 +119,8 @@ def driver_calls(fake: FakeCuda, call: Callable[[], Any], calls: int = 100) -> d
 
 
 def steady(calls: int, repeats: int, stream: int, torch_on_device: bool) -> dict[str, Any]:
-    """execute, the wrapper and a plan miss (the wrapper's outputs at new addresses)."""
+    """execute, the wrapper, a plan miss (the wrapper's outputs at new addresses) and
+    execute with every input at new addresses."""
     import dglu
 
     fake = FakeCuda()
@@ -145,6 +151,11 @@ def steady(calls: int, repeats: int, stream: int, torch_on_device: bool) -> dict
     }
     figures["plan_miss_us"] = per_call(new_outputs, max(calls // 20, 50), repeats)
     figures["plan_miss_driver_calls"] = driver_calls(fake, new_outputs)
+    copies = [{name: tensor.clone() for name, tensor in t.items()} for _ in range(INPUT_SETS)]
+    cycle = itertools.cycle([functools.partial(op.execute, **c, d_row_tensor=d_row, dbias_tensor=dbias) for c in copies])
+    new_inputs = lambda: next(cycle)()  # noqa: E731
+    figures["execute_new_inputs_us"] = per_call(new_inputs, INPUT_SETS, repeats)
+    figures["execute_new_inputs_driver_calls"] = driver_calls(fake, new_inputs)
     return figures
 
 

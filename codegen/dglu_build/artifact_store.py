@@ -35,7 +35,7 @@ from typing import Any
 from dglu_build.atomic_write import TEMP_SUFFIX, write_atomic
 from dglu.contract.index import INDEX_FILE, index_text
 from dglu.contract.schema import MANIFEST_FILE as MANIFEST_NAME, SCHEMA_VERSION
-from dglu.contract.writer import manifest_text
+from dglu.contract.writer import expanded, manifest_text
 
 STATE_DIR = ".dglu-build"
 LOCK_NAME = "lock"
@@ -91,7 +91,8 @@ def cubin_file_name(name: str, sha256: str) -> str:
 
 
 def read_manifest_file(directory: Path, *, older: bool = False) -> dict[str, Any]:
-    """The parsed manifest.json of ``directory``, its top level checked.
+    """The parsed manifest.json of ``directory``, its top level checked, each entry with its
+    front policy in it (dglu.contract.writer.expanded: as the build side keeps entries).
 
     With ``older``, a manifest of an earlier schema version is returned too (a build
     reads it to rebuild its variants); otherwise it is refused with the command that
@@ -109,9 +110,9 @@ def read_manifest_file(directory: Path, *, older: bool = False) -> dict[str, Any
     if found != SCHEMA_VERSION and not (older and is_older):
         rebuild = f"; rebuild it: dglu-build compile SPECS -o {directory}" if is_older else ""
         raise StoreError(f"{path}: schema_version {found!r}, this dglu-build reads {SCHEMA_VERSION}{rebuild}")
-    if not isinstance(manifest.get("variants"), list):
-        raise StoreError(f"{path}: needs a 'variants' list")
-    return manifest
+    if not isinstance(manifest.get("variants"), list) or not isinstance(manifest.get("fronts", {}), dict):
+        raise StoreError(f"{path}: needs a 'variants' list (and an object of 'fronts')")
+    return expanded(manifest)
 
 
 class ArtifactStore:

@@ -1,14 +1,24 @@
 """A bound op: a selected variant, loaded on its device, with the checked configuration that
 chose it. The class API holds one after compile(); the wrapper keeps one per request. Both
 run a call the same way: bind the call's tensors (checked against the variant, cached by
-their signature), allocate the wrapper's outputs, execute."""
+their signature), allocate the wrapper's outputs, execute.
+
+Pre-bound calls: each way of calling a bound op (a Site: execute(), the wrapper with or
+without a caller's act_out tensor) remembers the signature of its last call, the tensors'
+addresses, shapes, strides and dtypes, which of the frontend's tensor arguments were None
+and the stream argument, with what it resolved to. A call of that very signature is
+launched from it after one comparison per tensor attribute (no key is hashed, nothing is
+looked up); any difference takes the full path, whose checks and caches it skips only
+because they passed for that signature. On the full path, tensors of the last call's
+shapes, strides and dtypes at other addresses (a training step's new activations) have
+only their addresses checked (alignment, device) and their launch parameters patched
+from the last call's (dglu.runner.derive_ready)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
-from operator import itemgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, NamedTuple
 
 from .arguments import ARGUMENTS, EXECUTE, WRAPPER
 from .cache import BoundedCache, tensors_key
@@ -26,9 +36,10 @@ from .call import (
 )
 from .front import check_operands, check_single_group
 from .contract.schema import Variant
-from .runner import LoadedVariant, load_variant, run_variant
+from .runner import LoadedVariant, derive_ready, load_variant, run_variant
 from .streams import on_stream, resolve_stream
-from .validation import describe_tensors, element_types
+from .problem import Problem
+from .validation import describe_tensors, element_types, moved_views
 
 
 def _getter(names: Any) -> Callable[[Any], tuple[Any, ...]]:
@@ -47,6 +58,54 @@ WRAPPER_TENSORS = tuple(name for name in WRAPPER if ARGUMENTS[name].role in ("te
 _WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 
 
+_TENSOR_ATTRIBUTES: list[tuple[Callable[[Any], Any], ...]] = []  # torch.Tensor's, once imported
+
+
+def signature(tensors: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...] | None:
+    """The tensors' addresses, shapes, strides and dtypes (one C loop each); None when one
+    of them is no torch tensor (None among them)."""
+    if not _TENSOR_ATTRIBUTES:
+        from torch import Tensor
+
+        _TENSOR_ATTRIBUTES.append((Tensor.data_ptr, attrgetter("shape"), Tensor.stride, attrgetter("dtype")))
+    try:
+        return tuple([tuple(map(attribute, tensors)) for attribute in _TENSOR_ATTRIBUTES[0]])
+    except (TypeError, AttributeError):
+        return None
+
+
+class Site:
+    """One way of calling a bound op: the variant's tensor roles it binds, the function
+    that takes them from the frontend's tuple of tensor arguments (the function that takes
+    the others, which must be None), the outputs it allocates and its last call (a
+    Prebound, or None)."""
+
+    __slots__ = ("roles", "tensors", "others", "nones", "outputs", "last")
+
+    def __init__(self, roles: tuple[str, ...], positions: tuple[int, ...], width: int, outputs: tuple[str, ...]) -> None:
+        self.roles, self.outputs = roles, outputs
+        self.tensors = _getter(positions)
+        others = tuple(i for i in range(width) if i not in positions)
+        self.others = _getter(others) if others else lambda given: ()
+        self.nones = (None,) * len(others)
+        self.last: Prebound | None = None
+
+    def only_its_tensors(self, given: tuple[Any, ...]) -> bool:
+        """True when every tensor argument in ``given`` the site does not bind is None
+        (compared by identity first: a tensor is never compared with None on a match)."""
+        return self.others(given) == self.nones
+
+
+class Prebound(NamedTuple):
+    """A site's last call (see the module docstring): its signature, its stream argument
+    (compared by identity: None, torch's current stream, is resolved on every call) and
+    its prepared call."""
+
+    signature: tuple[tuple[Any, ...], ...]
+    stream_argument: Any
+    call: PreparedCall
+
+
 class BoundOp:
     """A variant loaded on one device for one checked configuration."""
 
@@ -59,15 +118,15 @@ class BoundOp:
         # outputs it allocates; act_out's when the caller gives it), by execute() (all)
         arguments = tuple(variant.arguments)
         bound = tuple(role for role in arguments if role not in WRAPPER_OUTPUTS)
-        self._wrapper_roles = {}
+        self.wrapper_sites = {}
         for given_act_out in (False, True):
             roles = (*bound, "act_out") if given_act_out else bound
             outputs = tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out"))
-            tensors = _getter(WRAPPER_TENSORS.index(_WRAPPER_NAMES[r]) for r in roles)
-            self._wrapper_roles[given_act_out] = (roles, tensors, outputs)
-        self.execute_roles = arguments
+            positions = tuple(WRAPPER_TENSORS.index(_WRAPPER_NAMES[r]) for r in roles)
+            self.wrapper_sites[given_act_out] = Site(roles, positions, len(WRAPPER_TENSORS), outputs)
         # the variant's tensors from execute()'s (a tuple in EXECUTE_TENSORS' order)
-        self.execute_tensors = _getter(EXECUTE_TENSORS.index(ARGUMENT_NAMES[role]) for role in arguments)
+        positions = tuple(EXECUTE_TENSORS.index(ARGUMENT_NAMES[role]) for role in arguments)
+        self.execute_site = Site(arguments, positions, len(EXECUTE_TENSORS), ())
 
     @classmethod
     def select(
@@ -82,36 +141,84 @@ class BoundOp:
         """The wrapper's call (``given``: its tensor arguments, WRAPPER_TENSORS' values):
         bind its tensors, allocate the outputs the variant takes (act_out's only when the
         caller gives none), launch; returns the outputs allocated."""
-        roles, tensors, outputs = self._wrapper_roles[activation_given]
-        return self.run(roles, tensors(given), current_stream, outputs)
+        site = self.wrapper_sites[activation_given]
+        made = self.prebound(site, given, current_stream)
+        return self.call(site, given, current_stream) if made is None else made
 
-    def run(
-        self,
-        roles: tuple[str, ...],
-        tensors: tuple[Any, ...],
-        current_stream: Any,
-        outputs: tuple[str, ...] = (),
-    ) -> dict[str, Any]:
-        """Bind ``tensors`` (of ``roles``; checked once per call signature), allocate the
-        ``outputs`` the variant takes (zeroing the accumulated ones on the stream), launch.
-        Returns the outputs allocated."""
-        key = tensors_key(tensors)
-        call = self._calls.get((roles, outputs, key)) if key is not None else None
+    def prebound(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any] | None:
+        """Run the call of ``site`` whose tensor arguments are ``given`` (the frontend's
+        tuple) from the site's last call if it has that call's signature (see the module
+        docstring), returning the outputs allocated; else None (nothing was done)."""
+        last = site.last
+        if last is None or current_stream is not last.stream_argument or not site.only_its_tensors(given):
+            return None
+        tensors = site.tensors(given)
+        if signature(tensors) != last.signature:
+            return None
+        return self._launch(last.call, tensors, site.roles, current_stream)
+
+    def call(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any]:
+        """Run the call of ``site`` whose tensor arguments, ``given``, passed the frontend's
+        checks: its tensors bound (checked once per call signature; at new addresses of the
+        site's last call's shapes, strides and dtypes only their addresses are checked), the
+        outputs the variant takes allocated (the accumulated ones zeroed on the stream),
+        launched. Its signature is kept as the site's last call when it gives each of the
+        site's tensors and no other. Returns the outputs allocated."""
+        tensors = site.tensors(given)
+        found = signature(tensors)
+        key = (site.roles, site.outputs, found if found is not None else tensors_key(tensors))
+        call = self._calls.get(key) if key[2] is not None else None
         if call is None:
-            make = lambda: self._prepare(dict(zip(roles, tensors)), outputs)  # noqa: E731
-            call = make() if key is None else self._calls.get_or_make((roles, outputs, key), make)
+            last = site.last
+            if found is not None and last is not None and found[1:] == last.signature[1:]:
+                make = lambda: self._moved(site.roles, tensors, found[0], last)  # noqa: E731
+            else:
+                make = lambda: self._prepare(dict(zip(site.roles, tensors)), site.outputs)  # noqa: E731
+            call = make() if key[2] is None else self._calls.get_or_make(key, make)
+        if found is not None and site.only_its_tensors(given):
+            site.last = Prebound(found, current_stream, call)
+        return self._launch(call, tensors, site.roles, current_stream)
+
+    def _moved(
+        self, roles: tuple[str, ...], tensors: tuple[Any, ...], pointers: tuple[int, ...], last: Prebound
+    ) -> PreparedCall:
+        """The call of ``last`` for tensors of its shapes, strides and dtypes at the
+        addresses ``pointers``: the new addresses checked (alignment, device), the views of
+        the tensors that moved made anew, and the launches to start from ``last``'s."""
+        moved = tuple(role for role, new, old in zip(roles, pointers, last.signature[0], strict=True) if new != old)
+        named = named_tensors(False, **dict(zip(roles, tensors)))
+        previous = last.call.problem
+        views = moved_views(self.variant, previous, named, moved)
+        self._check_device(named["a"][1].device.index)
+        problem = Problem(previous.scalars, previous.origins, {**previous.tensors, **views})
+        return last.call.moved(problem, tuple(views))
+
+    def _launch(
+        self, call: PreparedCall, tensors: tuple[Any, ...], roles: tuple[str, ...], current_stream: Any
+    ) -> dict[str, Any]:
+        """Allocate the call's outputs and launch it on the resolved stream."""
         device = self.loaded.device
         stream = resolve_stream(current_stream, device)
         if offsets_check_enabled() and not self.config.options.single_group:
             check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
                           self.variant.m_aligned)
+        start = call.start
         if not call.outputs:
+            if start is not None:  # inputs at new addresses: from the last call's launches
+                derive_ready(self.loaded, start[0], call.problem, stream, (), start[1])
+                call.start = None
             run_variant(self.loaded, call.problem, stream)
             return {}
-        # None resolved to torch's current stream: torch allocates on it already
-        with on_stream(stream, device) if current_stream is not None else nullcontext():
+        if current_stream is None:  # resolved to torch's current stream: torch allocates on it
             made = allocate_outputs(call.outputs, device)
-        run_variant(self.loaded, call.with_outputs(made), stream, call.cleared)
+        else:
+            with on_stream(stream, device):
+                made = allocate_outputs(call.outputs, device)
+        problem, fresh = call.with_outputs(made)
+        if fresh and start is not None:  # from the last call's launches: the outputs (and inputs) moved
+            derive_ready(self.loaded, start[0], problem, stream, call.cleared, (*start[1], *call.output_roles))
+        call.start = (problem, ())
+        run_variant(self.loaded, problem, stream, call.cleared)
         return made
 
     def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:
@@ -127,10 +234,13 @@ class BoundOp:
         check_single_group(self.config.policy, options.single_group, named["padded_offsets"][0],
                            named["padded_offsets"][1], named["a"][1].shape[0], options.m_aligned)
         problem = describe_tensors(variant, named, self.config.given_scalars(), outputs, options.flags())
-        device = problem.tensors["a"].device
+        self._check_device(problem.tensors["a"].device)
+        return PreparedCall(problem, variant, outputs)
+
+    def _check_device(self, device: int) -> None:
+        """Refuse a call whose tensors are on another device than the op's."""
         if device != self.loaded.device:
             raise ValueError(
                 f"a_tensor: on cuda:{device}, but the op was compiled for "
                 f"cuda:{self.loaded.device} (its samples' device)"
             )
-        return PreparedCall(problem, variant, outputs)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +28,7 @@ class BoundedCache(Generic[V]):
         if capacity <= 0:
             raise ValueError(f"capacity: expected a positive int, got {capacity!r}")
         self._capacity = capacity
-        self._entries: dict[Hashable, V] = {}
+        self._entries: OrderedDict[Hashable, V] = OrderedDict()  # O(1) eviction of the oldest
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> V | None:
@@ -43,7 +44,7 @@ class BoundedCache(Generic[V]):
         with self._lock:
             self._entries[key] = value
             while len(self._entries) > self._capacity:
-                del self._entries[next(iter(self._entries))]
+                self._entries.popitem(last=False)
         return value
 
     def clear(self) -> None:

@@ -4,6 +4,7 @@ call's prepared problem (dglu.api has the wrapper, dglu.op the class API)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -237,9 +238,16 @@ def device_arch(device: int) -> str:
     return arch
 
 
+_ENVIRON = os.environ
+_CHECK_OFFSETS_KEY = _ENVIRON.encodekey(CHECK_OFFSETS_ENV)
+
+
 def offsets_check_enabled() -> bool:
-    """True when DGLU_CHECK_OFFSETS asks every call to check padded_offsets on the host."""
-    return os.environ.get(CHECK_OFFSETS_ENV, "") not in ("", "0")
+    """True when DGLU_CHECK_OFFSETS asks every call to check padded_offsets on the host.
+    Read on every call from os.environ's own mapping (os.environ.get raises and catches a
+    KeyError while the variable is unset: ~1 us, a sixth of a steady call)."""
+    value = _ENVIRON._data.get(_CHECK_OFFSETS_KEY)
+    return value is not None and _ENVIRON.decodevalue(value) not in ("", "0")
 
 
 def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned: int) -> None:
@@ -314,24 +322,50 @@ def _torch_device(device: int | None) -> Any:
 
 class PreparedCall:
     """What a call's tensors resolve to, cached by their keys: the problem and, for the
-    wrapper, the outputs to allocate and the problem with each set of output addresses."""
+    wrapper, the outputs to allocate and the problem with each set of output addresses
+    (the last one made: where the next one's launches start from)."""
 
     def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
         self.problem = problem
         self.outputs = tuple(_output_rule(role, variant.arguments[role], problem) for role in outputs)
+        self.output_roles = tuple(rule.role for rule in self.outputs)
         self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
         self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
+        # where the next launch starts from: a problem launched before and the views of this
+        # call's problem that differ from it (besides the outputs); one attribute, so that
+        # threads read the two together
+        self.start: tuple[Problem, tuple[str, ...]] | None = None
 
-    def with_outputs(self, made: dict[str, Any]) -> Problem:
-        """The problem with the freshly allocated outputs' views added."""
-        key = tuple(tensor.data_ptr() for tensor in made.values())
-        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made))
+    def moved(self, problem: Problem, views: tuple[str, ...]) -> PreparedCall:
+        """This call for ``problem``, whose ``views`` (of inputs, and the views derived from
+        them) differ from this call's problem's: the same outputs, its launches to start
+        from the last problem this call launched."""
+        call = copy.copy(self)
+        call.problem, call._with_outputs = problem, BoundedCache(OUTPUT_CACHE_CAPACITY)
+        start = self.start
+        if not self.outputs:
+            call.start = (self.problem, views)
+        elif start is not None and not start[1]:
+            call.start = (start[0], views)
+        else:
+            call.start = None
+        return call
+
+    def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
+        """The problem with the freshly allocated outputs' views added, and whether it was
+        made now (no earlier call had these output addresses)."""
+        key = tuple([tensor.data_ptr() for tensor in made.values()])
+        problem = self._with_outputs.get(key)
+        if problem is not None:
+            return problem, False
+        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made)), True
 
     def _add_outputs(self, made: dict[str, Any]) -> Problem:
         problem = self.problem
         views = dict(problem.tensors)
         for rule in self.outputs:
-            views[rule.role] = rule.view._replace(pointer=made[rule.role].data_ptr())
+            view = rule.view
+            views[rule.role] = TensorView(view.device, made[rule.role].data_ptr(), view.shape, view.strides, view.dtype)
         return Problem(problem.scalars, problem.origins, views)
 
 

@@ -43,12 +43,17 @@ def _error_name_and_text(driver: Any, error: Any) -> tuple[str, str]:
     return name.decode(), text.decode()
 
 
+_bound: dict[str, Callable[..., Any]] = {}  # function name -> cuda.bindings.driver's function
+
+
 def checked(function_name: str, *args: Any) -> Any:
     """Call ``cuda.bindings.driver.<function_name>``; raise on failure, return its value(s)."""
-    driver = cuda_driver()
-    result = getattr(driver, function_name)(*args)
+    function = _bound.get(function_name)
+    if function is None:  # looked up once per name (a launch's hit path makes two calls)
+        function = _bound[function_name] = getattr(cuda_driver(), function_name)
+    result = function(*args)
     if result[0]:  # CUDA_SUCCESS is 0
-        name, text = _error_name_and_text(driver, result[0])
+        name, text = _error_name_and_text(cuda_driver(), result[0])
         raise CudaDriverError(f"{function_name} failed: {name} ({text})", name)
     if len(result) < 3:
         return result[1] if len(result) == 2 else None

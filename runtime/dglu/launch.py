@@ -27,6 +27,10 @@ class Launch(NamedTuple):
     arguments: KernelArguments
     config: Any  # cuda.bindings.driver.CUlaunchConfig
 
+    def with_arguments(self, arguments: KernelArguments) -> Launch:
+        """This launch with other parameters (a plan for tensors at new addresses)."""
+        return Launch(self.function, self.kernel, self.grid, self.stream, arguments, self.config)
+
 
 def prepare_launch(
     function: Any, kernel: KernelSpec, grid: Grid, stream: int, arguments: KernelArguments

@@ -77,13 +77,12 @@ class StaleVariant(NamedTuple):
 
 
 def stale_reason(
-    variant: Variant | VariantEntry, origin: str, package: Mapping[str, Variant | VariantEntry]
+    variant: Variant | VariantEntry, origin: str, package: Mapping[str, Variant | VariantEntry], version: str
 ) -> str | None:
-    """Why ``variant`` (found in a directory of ``origin``) must not be used, or None."""
-    from . import __version__
-
-    if variant.build.dglu_version != __version__:
-        return f"built by dglu {variant.build.dglu_version}, this is dglu {__version__}"
+    """Why ``variant`` (found in a directory of ``origin``) must not be used by this dglu
+    (of ``version``), or None."""
+    if variant.build.dglu_version != version:
+        return f"built by dglu {variant.build.dglu_version}, this is dglu {version}"
     shipped = package.get(variant.name)
     if origin != PACKAGE_ORIGIN and shipped and shipped.build.source_hash != variant.build.source_hash:
         return (
@@ -98,6 +97,8 @@ def merged_variants(
 ) -> tuple[tuple[Variant | VariantEntry, ...], tuple[StaleVariant, ...]]:
     """The usable variants in search order (a name seen earlier hides later ones), and
     the stale ones."""
+    from . import __version__
+
     package = {
         v.name: v for entry, m in manifests if entry.origin == PACKAGE_ORIGIN for v in m.variants
     }
@@ -105,7 +106,7 @@ def merged_variants(
     stale = []
     for entry, manifest in manifests:
         for variant in manifest.variants:
-            reason = stale_reason(variant, entry.origin, package)
+            reason = stale_reason(variant, entry.origin, package, __version__)
             if reason:
                 stale.append(StaleVariant(variant, reason))
             else:
@@ -119,10 +120,17 @@ def installed_manifests() -> tuple[tuple[SearchEntry, Manifest], ...]:
     return load_manifests(search_path())
 
 
+_merged: list[tuple[object, tuple[VariantEntry, ...]]] = []  # (the manifests, their usable variants)
+
+
 def installed_variants() -> tuple[VariantEntry, ...]:
     """Every variant this process can launch, in selection order (read lazily:
-    dglu.contract.reader.full_variant reads and checks the one a call selects)."""
-    return merged_variants(installed_manifests())[0]
+    dglu.contract.reader.full_variant reads and checks the one a call selects); merged once
+    per reading of the manifests."""
+    manifests = installed_manifests()
+    if not _merged or _merged[0][0] is not manifests:
+        _merged[:] = [(manifests, merged_variants(manifests)[0])]
+    return _merged[0][1]
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .errors import ParamPackingError
 from .contract.schema import KernelSpec, ParamSpec
@@ -89,11 +90,35 @@ def pack_params(
 
 
 SLOT_BYTES = 16  # each parameter starts at a multiple of this in the arguments' buffer
+POINTER_BYTES = 8  # an entry of the void** array
+
+
+class _Layout(NamedTuple):
+    """Where a KernelArguments' parameters lie: the ctypes type of its buffer (the
+    parameters' bytes, then the void** array), and the array as numbers to add the
+    buffer's address to (each entry's offset, and a 1, in its 64 bits of one integer)."""
+
+    buffer: Any
+    blob_bytes: int
+    offsets: int
+    ones: int
+    array_bytes: int
+
+    @classmethod
+    def of(cls, blob_bytes: int, offsets: tuple[int, ...]) -> _Layout:
+        array_bytes = POINTER_BYTES * len(offsets)
+        return cls(
+            ctypes.c_char * (blob_bytes + array_bytes),
+            blob_bytes,
+            sum((blob_offset << (64 * i)) for i, blob_offset in enumerate(offsets)),
+            sum(1 << (64 * i) for i in range(len(offsets))),
+            array_bytes,
+        )
 
 
 class KernelArguments:
-    """The packed parameters in one ctypes buffer (each at a SLOT_BYTES boundary) and the
-    void** array pointing at each of them."""
+    """The packed parameters in one ctypes buffer (each at a SLOT_BYTES boundary), followed
+    by the void** array pointing at each of them."""
 
     def __init__(self, packed: Sequence[bytes]) -> None:
         slots = [data.ljust(-(-len(data) // SLOT_BYTES) * SLOT_BYTES, b"\0") for data in packed]
@@ -101,23 +126,27 @@ class KernelArguments:
         for slot in slots:
             offsets.append(offset)
             offset += len(slot)
-        self._place(b"".join(slots), tuple(offsets), tuple(len(data) for data in packed))
+        self.offsets, self.sizes = tuple(offsets), tuple(len(data) for data in packed)
+        self._place(b"".join(slots), _Layout.of(offset, self.offsets))
 
-    def _place(self, blob: bytes, offsets: tuple[int, ...], sizes: tuple[int, ...]) -> None:
-        self.blob, self.offsets, self.sizes = blob, offsets, sizes
-        self.buffer = ctypes.create_string_buffer(blob, len(blob))
+    def _place(self, blob: bytes, layout: _Layout) -> None:
+        """Copy ``blob`` and the void** array of its parameters' addresses into a new buffer."""
+        self.blob, self._layout = blob, layout
+        self.buffer = layout.buffer()
         base = ctypes.addressof(self.buffer)
-        self.pointer_array = (ctypes.c_void_p * len(offsets))(*[base + o for o in offsets])
-        self.address = ctypes.addressof(self.pointer_array)  # cuLaunchKernelEx's kernelParams
+        array = (layout.offsets + base * layout.ones).to_bytes(layout.array_bytes, "little")
+        ctypes.memmove(self.buffer, blob + array, layout.blob_bytes + layout.array_bytes)
+        self.address = base + layout.blob_bytes  # cuLaunchKernelEx's kernelParams
 
     def replaced(self, changes: Mapping[int, bytes]) -> KernelArguments:
-        """These arguments with parameter ``i`` replaced by ``changes[i]`` (of its size:
-        pack_param's)."""
+        """These arguments with the first bytes of parameter ``i`` replaced by ``changes[i]``
+        (of its size, as pack_param packs it, or its first 8 bytes: an address)."""
         blob = bytearray(self.blob)
         for index, data in changes.items():
             blob[self.offsets[index]:self.offsets[index] + len(data)] = data
         new = KernelArguments.__new__(KernelArguments)
-        new._place(bytes(blob), self.offsets, self.sizes)
+        new.offsets, new.sizes = self.offsets, self.sizes
+        new._place(bytes(blob), self._layout)
         return new
 
     @property

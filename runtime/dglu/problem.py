@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .dtypes import ELEMENT_TYPES
@@ -34,11 +33,8 @@ class Problem:
     scalars: Mapping[str, int]
     origins: Mapping[str, str]
     tensors: Mapping[str, TensorView]
-
-    @functools.cached_property
-    def launch_cache(self) -> dict[Any, Any]:
-        """Launch facts the runner derived for this problem (grids, plans), kept with it."""
-        return {}
+    # launch facts the runner derived for this problem (grids, plans), kept with it
+    launch_cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def explain(self) -> str:
         """The scalars and their sources, e.g. ``M=8, K=16 (M, K from a_tensor)``."""

@@ -26,7 +26,7 @@ from .grid import Grid, is_empty, launch_grid
 from .integrity import read_verified_cubin
 from .launch import Launch, launch_kernel, prepare_launch
 from .occupancy import max_active_clusters
-from .params import KernelArguments, pack_param, pack_params
+from .params import POINTER_BYTES, KernelArguments, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
 from .validation import derived_views
@@ -56,10 +56,11 @@ class LoadedVariant:
         return {}
 
     @functools.cached_property
-    def tensor_params(self) -> tuple[tuple[tuple[int, str], ...], ...]:
-        """Per kernel, (index, tensor) of each parameter that comes from a tensor."""
+    def tensor_params(self) -> tuple[tuple[tuple[int, str, str], ...], ...]:
+        """Per kernel, (index, tensor, kind) of each parameter that comes from a tensor:
+        its TMA descriptor, or (first) its address."""
         return tuple(
-            tuple((i, p.tensor) for i, p in enumerate(kernel.params) if p.tensor is not None)
+            tuple((i, p.tensor, p.kind) for i, p in enumerate(kernel.params) if p.tensor is not None)
             for kernel in self.variant.kernels
         )
 
@@ -201,21 +202,55 @@ def _plan(
 
 
 def _replanned(
-    loaded: LoadedVariant, problem: Problem, start: CallPlan, clears: tuple[tuple[int, int], ...]
+    loaded: LoadedVariant,
+    problem: Problem,
+    start: CallPlan,
+    clears: tuple[tuple[int, int], ...],
+    moved: tuple[str, ...] | None = None,
 ) -> CallPlan:
     """``start``'s launches with the parameters of the problem's tensors whose views moved
-    packed anew (its workspaces, and so the views derived from them, are the same)."""
-    moved = {name: view for name, view in problem.tensors.items() if start.views.get(name) != view}
-    pointers = {name: view.pointer for name, view in moved.items()}
+    (``moved``, else those whose views differ) packed anew (its workspaces, and so the
+    views derived from them, are the same)."""
+    if moved is None:
+        moved = tuple(name for name, view in problem.tensors.items() if start.views.get(name) != view)
+    views = {name: problem.tensors[name] for name in moved}
+    tma = loaded.variant.tma
     launches = []
-    for index, (kernel, launch) in enumerate(zip(loaded.variant.kernels, start.launches, strict=True)):
-        changed = [i for i, tensor in loaded.tensor_params[index] if tensor in moved]
-        if changed:
-            tensor_maps = _tensor_maps(loaded, [kernel.params[i] for i in changed], moved)
-            packed = {i: pack_param(kernel, i, problem.scalars, pointers, tensor_maps) for i in changed}
-            launch = launch._replace(arguments=launch.arguments.replaced(packed))
+    for params, launch in zip(loaded.tensor_params, start.launches, strict=True):
+        # a moved tensor's address: its TMA descriptor anew, or the first 8 bytes of its
+        # pointer (and pointer_i32s) parameters: the scalars are the same
+        packed = {
+            i: encode_tensor_map(tma[tensor], views[tensor]) if kind == "tensormap"
+            else views[tensor].pointer.to_bytes(POINTER_BYTES, "little")
+            for i, tensor, kind in params
+            if tensor in views
+        }
+        if packed:
+            launch = launch.with_arguments(launch.arguments.replaced(packed))
         launches.append(launch)
-    return CallPlan(clears, tuple(launches), {**start.views, **moved})
+    return CallPlan(clears, tuple(launches), {**start.views, **views})
+
+
+def derive_ready(
+    loaded: LoadedVariant, source: Problem, problem: Problem, stream: int, clear: tuple[str, ...],
+    moved: tuple[str, ...],
+) -> None:
+    """Give ``problem``, which is ``source`` but for the views of the tensors ``moved`` (the
+    wrapper's new outputs), the ready call ``source`` has for ``stream`` and ``clear``, with
+    only the parameters and clears of those tensors made anew; nothing when ``source`` has
+    none (run_variant then plans ``problem``). Its workspaces are ``source``'s: run_variant
+    checks that they are still pooled before it enqueues."""
+    memo = source.launch_cache
+    key = (loaded.identity, stream, clear)
+    ready = memo.get(key)
+    grids = memo.get(loaded.identity)
+    if ready is None or not grids:
+        return
+    tensors = problem.tensors
+    clears = (*[(tensors[role].pointer, tensors[role].size) for role in clear], *ready.plan.clears[len(clear):])
+    plan = _replanned(loaded, problem, ready.plan, clears, moved)
+    problem.launch_cache[loaded.identity] = grids
+    problem.launch_cache[key] = ReadyCall(plan, ready.slots, ready.pooled)
 
 
 def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorView]) -> dict[str, bytes]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from dataclasses import dataclass, fields
 from typing import Any
 
 from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
 from .contract.reader import VariantEntry
-from .contract.schema import Variant
+from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
 
 __all__ = ["VariantRequest", "build_command", "has_variant", "missing_variant_message", "select_variant"]
@@ -91,6 +92,29 @@ def _takes_any(variant: Variant | VariantEntry, name: str) -> bool:
     if name == "experts":
         return variant.key.experts == 0
     return name in COMPILED_OPTIONS and name not in variant.front.compiled_options
+
+
+def _matcher(wanted: dict[str, Any]) -> Callable[[Variant | VariantEntry], bool]:
+    """A function telling whether a variant matches every field of ``wanted`` (as
+    _differences finds none): one tuple comparison per key (selection reads every installed
+    key); the options of COMPILED_OPTIONS looked at by _differences only where they differ."""
+    exact = _key_matcher(wanted)
+    options = {name: wanted[name] for name in COMPILED_OPTIONS if name in wanted}
+    if not options:
+        return lambda variant: exact(variant.key)
+    rest = _key_matcher({name: value for name, value in wanted.items() if name not in options})
+    return lambda variant: exact(variant.key) or (rest(variant.key) and not _differences(variant, options))
+
+
+def _key_matcher(wanted: dict[str, Any]) -> Callable[[VariantKey], bool]:
+    """Whether a key equals every field of ``wanted`` (experts: or is 0), as one tuple comparison."""
+    names = tuple(name for name in wanted if name != "experts")
+    get = itemgetter(*(VariantKey._fields.index(name) for name in names))
+    values = get(VariantKey._make(wanted.get(name) for name in VariantKey._fields))
+    experts = wanted.get("experts")
+    if experts is None:
+        return lambda key: get(key) == values
+    return lambda key: get(key) == values and key.experts in (0, experts)
 
 
 def _show(name: str, value: Any) -> str:
@@ -162,8 +186,8 @@ def missing_variant_message(
 
 def has_variant(variants: Sequence[Variant | VariantEntry], request: VariantRequest) -> bool:
     """Whether some variant matches every given field of ``request``."""
-    wanted = request.wanted()
-    return any(not _differences(variant, wanted) for variant in variants)
+    matches = _matcher(request.wanted())
+    return any(matches(variant) for variant in variants)
 
 
 def select_variant(
@@ -177,8 +201,8 @@ def select_variant(
     tile (the first in selection order among equals); ``preferences`` (key fields ->
     values, e.g. a dispatch rule's choice) narrow the matches first, in turn, each one
     that leaves some match."""
-    wanted = request.wanted()
-    matches = [variant for variant in variants if not _differences(variant, wanted)]
+    match = _matcher(request.wanted())
+    matches = [variant for variant in variants if match(variant)]
     if not matches:
         raise VariantNotFoundError(missing_variant_message(request, variants, searched, sources))
     for preference in preferences:

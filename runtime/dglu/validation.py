@@ -136,10 +136,29 @@ def _check_layout(name: str, tensor: Any, rule: Argument, problem: Problem) -> N
                 f"{name}: strides {tuple(tensor.stride())} differ from the required "
                 f"{strides[:len(actual)]} (dimension {axis}); pass {remedy}"
             )
+    _check_alignment(name, tensor, rule)
+
+
+def _check_alignment(name: str, tensor: Any, rule: Argument) -> None:
     if tensor.data_ptr() % rule.align:
         raise ValueError(
             f"{name}: data pointer {tensor.data_ptr():#x} is not {rule.align}-byte aligned"
         )
+
+
+def moved_views(
+    variant: Variant, problem: Problem, args: TensorArgs, moved: Collection[str]
+) -> dict[str, TensorView]:
+    """The views of the arguments ``moved`` (roles of ``args``) and of the views derived from
+    them, for tensors with the shapes, strides and dtypes ``problem`` was described with at
+    other addresses: what describe_tensors checks of an address checked (alignment, every
+    tensor of ``args`` on one CUDA device)."""
+    for role in moved:
+        _check_alignment(*args[role], variant.arguments[role])
+    _check_devices(args)
+    views = {role: problem.tensors[role]._replace(pointer=args[role][1].data_ptr()) for role in moved}
+    views.update(derived_views(variant, views, problem.scalars))
+    return views
 
 
 def _check_devices(args: TensorArgs) -> None:

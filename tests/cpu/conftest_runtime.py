@@ -300,7 +300,7 @@ def variant_entry(key: dict[str, Any], cubin: bytes, **changes: Any) -> dict[str
 
 
 def write_artifacts(directory: Path, keys: list[dict[str, Any]], **changes: Any) -> dict[str, Any]:
-    """Write random cubins and a v2 manifest for ``keys`` into ``directory`` (``changes``
+    """Write random cubins and a manifest for ``keys`` into ``directory`` (``changes``
     replace fields of every entry); return the manifest."""
     directory.mkdir(parents=True, exist_ok=True)
     variants = []
@@ -309,7 +309,9 @@ def write_artifacts(directory: Path, keys: list[dict[str, Any]], **changes: Any)
         entry = variant_entry(key, cubin, **changes)
         (directory / entry["cubin"]).write_bytes(cubin)
         variants.append(entry)
-    manifest = {"schema_version": 2, "variants": variants}
+    from dglu.contract.writer import manifest_data
+
+    manifest = manifest_data(variants)
     write_manifest(directory, manifest)
     return manifest
 

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 import blockscaled_reference as bs  # noqa: E402
 import stand_ins  # noqa: E402
 from conftest_runtime import DEFAULT_KEYS, variant_entry, variant_key, write_manifest  # noqa: E402
+from dglu.contract.writer import manifest_data  # noqa: E402
 from dglu import api, bound, op  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.runner import LoadedVariant  # noqa: E402
@@ -78,7 +79,7 @@ def write_variants(directory: Path, with_blockscaled: bool) -> None:
         entry = blockscaled_entry(key, cubin) if key["ab_dtype"] != "bf16" else variant_entry(key, cubin)
         (directory / entry["cubin"]).write_bytes(cubin)
         entries.append(entry)
-    write_manifest(directory, {"schema_version": 2, "variants": entries})
+    write_manifest(directory, manifest_data(entries))
 
 
 @pytest.fixture(params=["without", "with"], ids=["no-mxfp8-variant", "mxfp8-variants"])

@@ -98,7 +98,7 @@ def test_reading_commands_name_a_directory_without_a_manifest(tmp_path):
 
 
 def test_a_manifest_naming_files_outside_its_directory_is_refused(tmp_path):
-    manifest = {"schema_version": 2, "variants": [{"name": "x", "cubin": "../../etc/passwd", "sha256": "0"}]}
+    manifest = {"schema_version": 3, "fronts": {}, "variants": [{"name": "x", "cubin": "../../etc/passwd", "sha256": "0"}]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     message = failing("verify", tmp_path, status=1)
     assert "variants[0]: cubin '../../etc/passwd' is not a .cubin file name inside the directory" in message

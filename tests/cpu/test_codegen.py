@@ -69,7 +69,7 @@ def test_manifest_lists_each_variant_once_by_name_with_its_key(artifacts):
 
 def test_each_variant_records_its_build_and_the_driver_its_cubin_needs(artifacts):
     manifest = artifacts.manifest
-    assert manifest["schema_version"] == 2 and set(manifest) == {"schema_version", "variants"}
+    assert manifest["schema_version"] == 3 and set(manifest) == {"schema_version", "fronts", "variants"}
     runtime_init = (REPO_ROOT / "runtime" / "dglu" / "__init__.py").read_text()
     for variant in manifest["variants"]:
         build, cubin = variant["build"], read_cubin(artifacts.cubin(variant))

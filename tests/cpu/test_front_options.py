@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import _tensor, variant_entry, variant_key, write_manifest  # noqa: E402
+from dglu.contract.writer import manifest_data  # noqa: E402
 from dglu import api, bound, op  # noqa: E402
 from dglu.contract.keys import variant_name  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
@@ -48,7 +49,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         cubin = os.urandom(512 + len(entries))
         entries.append(entry(key, cubin))
         (tmp_path / entries[-1]["cubin"]).write_bytes(cubin)
-    write_manifest(tmp_path, {"schema_version": 2, "variants": entries})
+    write_manifest(tmp_path, manifest_data(entries))
     stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     records: list[tuple] = []
     for module in (op, bound):

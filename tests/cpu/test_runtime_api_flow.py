@@ -232,12 +232,12 @@ def test_dlpack_arrays_are_used_without_copies(runs) -> None:
 
 
 def test_the_wrapper_runs_one_cached_bound_op_per_configuration(runs, monkeypatch) -> None:
-    """The wrapper's single call path: BoundOp.run of an op selected once per
+    """The wrapper's single call path: the launch of a BoundOp selected once per
     configuration, element types and device, then reused (no class-API object)."""
     ops, selections = [], []
-    original_run, original_select = bound.BoundOp.run, bound.select
+    original_run, original_select = bound.BoundOp._launch, bound.select
     monkeypatch.setattr(
-        bound.BoundOp, "run", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
+        bound.BoundOp, "_launch", lambda self, *a, **k: ops.append(self) or original_run(self, *a, **k)
     )
     monkeypatch.setattr(bound, "select", lambda *a: selections.append(1) or original_select(*a))
     api.grouped_gemm_dglu(**dense_call())

@@ -1,8 +1,11 @@
-"""What a repeated call costs the host, counted instead of timed: on a cache hit, the
-wrapper and execute() validate nothing, encode no new TMA descriptor and make only the
-driver calls that enqueue work: the launches, and the memset of the wrapper's new dbias
-(dbias_ws is zeroed by dbias_finish, the kernel that reads it). The capture query and the
-context query are made only where the stream's or the context's state is not known.
+"""What a repeated call costs the host, counted instead of timed: a repeat of the last
+call (its tensors' signature) is launched from it (dglu.bound's pre-bound call): the
+wrapper and execute() bind nothing (no tensor key), validate nothing, encode no new TMA
+descriptor and make only the driver calls that enqueue work: the launches, and the memset
+of the wrapper's new dbias (dbias_ws is zeroed by dbias_finish, the kernel that reads it).
+The capture query and the context query are made only where the stream's or the context's
+state is not known. Tensors at new addresses (the same shapes, strides and dtypes) have
+only their addresses checked and patched.
 
 Stand-ins: tests/cpu/stand_ins.py (the driver's answers, the device), a hand-written
 manifest, CPU tensors; everything else is the real call path, cuStreamIsCapturing and
@@ -38,7 +41,7 @@ def counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Counte
     write_artifacts(tmp_path, [variant_key()])
     fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
     counts = {"driver": fake.counts, "other": Counter()}
-    for module, name in [(bound, "describe_tensors"), (runner, "encode_tensor_map")]:
+    for module, name in [(bound, "describe_tensors"), (bound, "moved_views"), (runner, "encode_tensor_map")]:
         original = getattr(module, name)
 
         def counting(*args, _original=original, _name=name):
@@ -125,6 +128,35 @@ def test_the_dynamic_scheduler_adds_only_its_counter_memset(tmp_path: Path, monk
 def test_a_first_call_validates_and_encodes(counted) -> None:
     api.grouped_gemm_dglu(**inputs(), generate_dbias=True)
     assert counted["other"] == Counter({"describe_tensors": 1, "encode_tensor_map": 2})
+
+
+def test_inputs_at_new_addresses_check_only_their_addresses(counted, monkeypatch) -> None:
+    """A call of the last call's shapes, strides and dtypes with A elsewhere: A's address
+    checked (moved_views), its descriptor encoded anew, nothing else validated; the driver
+    calls of a repeat."""
+    torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
+    t = inputs()
+    kept = [api.grouped_gemm_dglu(**t, generate_dbias=True)]
+    for counter in counted.values():
+        counter.clear()
+    kept.append(api.grouped_gemm_dglu(**{**t, "a_tensor": t["a_tensor"].clone()}, generate_dbias=True))
+    assert +counted["driver"] == LAUNCHES + NEW_DBIAS
+    assert +counted["other"] == Counter({"moved_views": 1, "encode_tensor_map": 1})
+
+
+def test_wrapper_outputs_at_new_addresses_only_patch_their_addresses(counted, monkeypatch) -> None:
+    """The last plan's launches with D_row's and dbias's addresses patched (this manifest's
+    kernels take both by address: no TMA descriptor to encode): no check, the same driver
+    calls as a repeat."""
+    torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
+    t = inputs()
+    kept = [api.grouped_gemm_dglu(**t, generate_dbias=True)]
+    for counter in counted.values():
+        counter.clear()
+    kept.append(api.grouped_gemm_dglu(**t, generate_dbias=True))  # the first results still held
+    assert kept[0]["d_row_tensor"].data_ptr() != kept[1]["d_row_tensor"].data_ptr()
+    assert +counted["driver"] == LAUNCHES + NEW_DBIAS
+    assert +counted["other"] == Counter()
 
 
 def test_with_per_thread_default_streams_the_default_stream_is_asked_whether_it_captures(

@@ -87,7 +87,7 @@ def test_module_reports_a_manifest_of_another_schema(tmp_path: Path, version: in
     )
     assert result.returncode == 1
     error = next(line for line in result.stdout.splitlines() if line.startswith("error: "))
-    assert f"schema_version {version}, but this dglu reads schema_version 2" in error
+    assert f"schema_version {version}, but this dglu reads schema_version 3" in error
     assert "dglu-build compile KERNEL_SPECS.yaml -o DIR" in error
 
 

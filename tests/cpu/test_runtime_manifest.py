@@ -102,7 +102,7 @@ def test_kernel_attributes_are_read(tmp_path: Path) -> None:
     assert dict(main.attributes) == {"cluster_dimension": (2, 1, 1)} and main.cluster == (2, 1, 1)
 
 
-@pytest.mark.parametrize("version", [1, 3, 0, "2", True, None])
+@pytest.mark.parametrize("version", [1, 2, 4, 0, "3", True, None])
 def test_refuses_another_schema_version_with_the_rebuild_command(
     tmp_path: Path, version: object
 ) -> None:
@@ -114,7 +114,7 @@ def test_refuses_another_schema_version_with_the_rebuild_command(
     message = str(error.value)
     assert message.startswith(
         f"{tmp_path / 'manifest.json'}: schema_version {version!r}, but this dglu reads "
-        "schema_version 2; rebuild the directory with `dglu-build compile KERNEL_SPECS.yaml -o DIR`"
+        "schema_version 3; rebuild the directory with `dglu-build compile KERNEL_SPECS.yaml -o DIR`"
     )
     assert "reinstall the dglu wheel" in message
 
@@ -125,7 +125,7 @@ def test_missing_schema_version_and_broken_json(tmp_path: Path) -> None:
     write_manifest(tmp_path, manifest)
     with pytest.raises(ManifestError, match="manifest.json: no schema_version, but this dglu reads"):
         read_manifest(tmp_path)
-    (tmp_path / "manifest.json").write_text('{"schema_version": 2,')
+    (tmp_path / "manifest.json").write_text('{"schema_version": 3,')
     with pytest.raises(ManifestError, match="not valid JSON"):
         read_manifest(tmp_path)
 

@@ -5,6 +5,7 @@ checks and messages; a missing index means a full parse, a stale one is never us
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def _tamper_record(directory: Path, position: int, **fields) -> None:
     """Change a record of the index (it still matches the manifest's bytes)."""
     path = directory / index.INDEX_FILE
     data = json.loads(path.read_text())
-    data["variants"][position].update(fields)
+    for field, value in fields.items():
+        data["variants"][position][index.RECORD_FIELDS.index(field)] = value
     path.write_text(json.dumps(data))
 
 
@@ -84,10 +86,39 @@ def test_a_record_that_differs_from_its_entry_is_refused_when_the_variant_is_use
         entry.variant()
 
 
-def test_a_record_without_a_byte_range_is_refused(indexed) -> None:
-    _tamper_record(indexed, 0, span=[5, 10**9])
-    with pytest.raises(ManifestError, match=r"manifest-index.json: the record of '\w+' has no byte range"):
+@pytest.mark.parametrize("span", [{"start": 5, "end": 10**9}, {"start": "0"}, {"crc32": "00000000"}])
+def test_a_record_without_its_entrys_byte_range_is_refused_when_the_variant_is_used(indexed, span) -> None:
+    _tamper_record(indexed, 0, **span)
+    lazy = reader.read_manifest(indexed, lazy=True)
+    reader.full_variant(lazy.variants[1])  # the other records read
+    with pytest.raises(ManifestError, match=r"manifest-index.json: the record of '\w+' names no byte range "
+                       r"of manifest.json with its CRC-32 .*; rebuild the directory"):
+        lazy.variants[0].variant()
+
+
+def test_a_record_of_another_layout_is_refused_naming_the_index(indexed) -> None:
+    path = indexed / index.INDEX_FILE
+    data = json.loads(path.read_text())
+    data["variants"][1] = data["variants"][1][:-1]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ManifestError, match=r"manifest-index.json: .*variants\[1\]: not a record of index_format 4"):
         reader.read_manifest(indexed, lazy=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"index_format": 3}, "has index_format 3; this dglu reads index_format 4"),
+        ({"key_fields": ["arch"]}, "lists other record or key fields"),
+        ({"manifest_bytes": 1}, "describes another manifest.json (of 1 bytes; the manifest has"),
+    ],
+)
+def test_an_index_of_another_format_key_fields_or_manifest_is_stale(indexed, change, message) -> None:
+    path = indexed / index.INDEX_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.warns(index.StaleIndexWarning, match=re.escape(message)):
+        lazy = reader.read_manifest(indexed, lazy=True)
+    assert _identities(lazy) == _identities(reader.read_manifest(indexed))
 
 
 @pytest.mark.parametrize(
@@ -97,13 +128,15 @@ def test_a_record_without_a_byte_range_is_refused(indexed) -> None:
         ("cubin", "../x.cubin", "field 'cubin' must be a file name inside"),
     ],
 )
-def test_identity_fields_of_the_index_are_checked_as_the_manifests_are(tmp_path, field, value, message) -> None:
+def test_identity_fields_of_the_index_are_checked_as_the_manifests_are_when_used(tmp_path, field, value, message) -> None:
     written = write_artifacts(tmp_path, DEFAULT_KEYS[:2])
     written["variants"][1][field] = value
     write_manifest(tmp_path, written)
     write_index(tmp_path)
+    lazy = reader.read_manifest(tmp_path, lazy=True)  # records a call does not select: not checked
+    reader.full_variant(lazy.variants[0])
     with pytest.raises(ManifestError) as error:
-        reader.read_manifest(tmp_path, lazy=True)
+        reader.full_variant(lazy.variants[1])
     assert message in str(error.value) and "variants[1]" in str(error.value)
 
 
@@ -130,8 +163,8 @@ def test_an_entrys_other_fields_are_checked_when_it_is_used_with_a_full_reads_me
     assert str(used.value) == str(full.value) and message in str(full.value)
 
 
-def test_the_spans_cover_each_entry_of_a_non_ascii_manifest() -> None:
-    text = json.dumps({"schema_version": 2, "variants": [{"name": "é"}, {"name": "b", "x": [1, {"y": "]"}]}]},
+def test_the_spans_cover_each_entry_of_a_non_ascii_manifest_whatever_comes_before() -> None:
+    text = json.dumps({"schema_version": 3, "fronts": {"f/x": {"variants": ["]"]}}, "variants": [{"name": "é"}, {"name": "b", "x": [1, {"y": "]"}]}]},
                       indent=2, ensure_ascii=False)
     raw = text.encode()
     spans = index.entry_spans(text)
@@ -153,7 +186,7 @@ def test_the_artifact_store_writes_the_index_with_the_manifest_and_verify_checks
             records.append(store.put(described, os.urandom(600), None))
         store.write_manifest(records)
     found = index.read_index(tmp_path)
-    assert found is not None and [r["name"] for r in found.records] == sorted(r.name for r in records)
+    assert found is not None and [r[0] for r in found.records] == sorted(r.name for r in records)
     assert _index_problem(tmp_path) is None
     _tamper_record(tmp_path, 0, size=1)
     assert "manifest-index.json: does not match manifest.json" in _index_problem(tmp_path)
@@ -168,20 +201,24 @@ def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
     reads back its own; two different fronts for the same operand types are refused."""
     from conftest_runtime import bf16_front
 
-    manifest = write_artifacts(tmp_path, DEFAULT_KEYS[:3])
+    from dglu.contract.writer import expanded, manifest_data
+
+    entries = expanded(write_artifacts(tmp_path, DEFAULT_KEYS[:3]))["variants"]
     other = {**bf16_front(), "operands": ["fp16"], "outputs": list(reversed(bf16_front()["outputs"]))}
-    manifest["variants"][1]["front"] = other
+    entries[1]["front"] = other
+    manifest = manifest_data(entries)
+    assert sorted(manifest["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
     write_manifest(tmp_path, manifest)
     write_index(tmp_path)
     indexed = json.loads((tmp_path / index.INDEX_FILE).read_text())
     assert sorted(indexed["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
-    assert [r["front_id"] for r in indexed["variants"]] == ["sm90_bf16/bf16", "sm90_bf16/fp16", "sm90_bf16/bf16"]
+    front = index.RECORD_FIELDS.index("front")
+    assert [r[front] for r in indexed["variants"]] == ["sm90_bf16/bf16", "sm90_bf16/fp16", "sm90_bf16/bf16"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lazy = reader.read_manifest(tmp_path, lazy=True)
     assert [v.front for v in lazy.variants] == [v.front for v in reader.read_manifest(tmp_path).variants]
     assert lazy.variants[1].front.operands != lazy.variants[0].front.operands
-    manifest["variants"][2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
-    write_manifest(tmp_path, manifest)
+    entries[2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
     with pytest.raises(ValueError, match="its front differs from sm90_bf16/bf16's"):
-        write_index(tmp_path)
+        manifest_data(entries)

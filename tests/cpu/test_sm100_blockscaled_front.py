@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_entry, variant_key, write_manifest  # noqa: E402
+from dglu.contract.writer import manifest_data  # noqa: E402
 from dglu import api, bound, call, driver, manifest, op, runner  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
 from dglu.contract.reader import read_manifest  # noqa: E402
@@ -51,7 +52,7 @@ def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.Monk
         cubin = os.urandom(512)
         entries.append(make_entry(key, cubin))
         (tmp_path / entries[-1]["cubin"]).write_bytes(cubin)
-    write_manifest(tmp_path, {"schema_version": 2, "variants": entries})
+    write_manifest(tmp_path, manifest_data(entries))
     variants = read_manifest(tmp_path).variants
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
     for module in (driver, call, runner):

@@ -13,6 +13,7 @@ import pytest
 
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, variant_name
 from dglu.contract.reader import parse_manifest
+from dglu.contract.writer import manifest_data
 from dglu_build.kernels.declaration import manifest_kernel
 from dglu_build.kernels.registry import families, family_for
 from dglu_build.kernels import cudnn_fe as upstream
@@ -108,7 +109,7 @@ def _variant(tmp_path: Path, key: dict):
         "size": 1, "build": {"dglu_version": "0", "source_hash": "0" * 64, "toolchain": {}}, "min_driver": 13040,
         **FAMILY.declare(key), "kernels": kernels,
     }
-    (variant,) = parse_manifest({"schema_version": 2, "variants": [entry]}, tmp_path / "manifest.json").variants
+    (variant,) = parse_manifest(manifest_data([entry]), tmp_path / "manifest.json").variants
     return variant
 
 

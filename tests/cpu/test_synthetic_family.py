@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 import stand_ins  # noqa: E402
 from dglu import runner  # noqa: E402
 from dglu.contract.reader import read_manifest  # noqa: E402
-from dglu.contract.writer import manifest_text  # noqa: E402
+from dglu.contract.writer import expanded, manifest_text  # noqa: E402
 from dglu.validation import describe_tensors  # noqa: E402
 from conftest_runtime import bf16_front, variant_key  # noqa: E402
 
@@ -157,8 +157,9 @@ def test_planning_and_packing_follow_the_manifest(toy, monkeypatch) -> None:
 
 def test_the_writer_is_canonical_and_keeps_the_check_order() -> None:
     text = manifest_text([toy_variant()])
-    assert text.endswith("}\n") and json.loads(text)["schema_version"] == 2
+    assert text.endswith("}\n") and json.loads(text)["schema_version"] == 3
     entry = json.loads(text)["variants"][0]
-    assert list(entry) == sorted(entry)
+    assert list(entry) == sorted(entry) and entry["front"] == "toy_family/bf16"
+    assert json.loads(text)["fronts"] == {"toy_family/bf16": toy_variant()["front"]}
     assert list(entry["arguments"]) == ["x", "scale", "y"]
-    assert manifest_text([json.loads(text)["variants"][0]]) == text
+    assert manifest_text(expanded(json.loads(text))["variants"]) == text

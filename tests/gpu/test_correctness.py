@@ -223,6 +223,36 @@ def test_repeated_calls_accumulate(config: Config, seed: int) -> None:
     check_dbias(dbias, once_dbias, d_row, UNEVEN_96.ends, case.describe())
 
 
+@pytest.mark.parametrize("config", [Config("dswiglu", BF16, BF16, True, WIDE), DISCRETE_N, DYNAMIC], ids=str)
+def test_calls_of_one_signature_at_new_addresses_use_their_own_tensors(config: Config, seed: int) -> None:
+    """Calls of one shape, strides and dtypes whose tensors are elsewhere each time (the
+    earlier ones still held): the class API's and the wrapper's launches, derived from the
+    last call's with only the addresses patched (dglu.bound), read and write the new
+    tensors: every output element checked against its own inputs' reference."""
+    held = []
+    op = None
+    for number in range(3):
+        case = Case(config, UNEVEN_96, seed + number)
+        x = case_inputs(case)
+        d_row = poisoned_d(UNEVEN_96.m, UNEVEN_96.n, config.d_dtype)
+        dprob = torch.zeros(UNEVEN_96.m, 1, 1, device="cuda")
+        dbias = torch.zeros(UNEVEN_96.l, 2 * UNEVEN_96.n, 1, dtype=torch.bfloat16, device="cuda")
+        op = op or class_op(config, x, d_row, dprob, dbias)
+        execute(op, x, d_row, dprob, dbias)
+        wrapper_dprob = torch.zeros_like(dprob)
+        out = run_wrapper(config, x, wrapper_dprob)
+        torch.cuda.synchronize()
+        expected = expected_for(config, UNEVEN_96, x)
+        for name, (d, p, b) in {"execute": (d_row, dprob, dbias), "wrapper": (
+                out["d_row_tensor"], wrapper_dprob, out["dbias_tensor"])}.items():
+            where = f"{case.describe()}, {name}, call {number + 1}"
+            check_d(d, expected, where)
+            check_dprob(p, torch.zeros_like(p), expected, UNEVEN_96.n, where)
+            check_dbias(b, torch.zeros_like(b), d, UNEVEN_96.ends, where)
+        held.append((x, d_row, dprob, dbias, out))
+    assert len({entry[0].a.data_ptr() for entry in held}) == 3
+
+
 @pytest.mark.parametrize(
     "config", [Config("dswiglu", BF16, FP32, True, NARROW), DISCRETE_K, DYNAMIC], ids=str
 )

@@ -1,7 +1,7 @@
 """Blackwell block-scaled key choices beyond the default wheel (family sm100_blockscaled):
 ``discrete_col_sfd`` and ``use_single_group_runtime_offsets`` (cuDNN FE's kernel compiles
-both in) and N-major dense FP8 B, each launched by dglu's runtime from its manifest entry
-(the lower half, as test_sm100_blockscaled_gpu.py), every output element against the
+both in) and N-major dense FP8 B, each called through the public wrapper (which selects
+the variant compiled with the option, or by B's strides), every output element against the
 float64 reference (blockscaled_reference), SFD_col in the layout the option names.
 
 These variants are not in the default wheel: build them first (ci/gpu_check.sh's wheel
@@ -27,9 +27,11 @@ torch = pytest.importorskip("torch", reason="the GPU tests need torch")
 import blockscaled_reference as bs  # noqa: E402
 from blockscaled_checks import check_accumulated, check_quantized_d  # noqa: E402
 from blockscaled_configs import MxConfig  # noqa: E402
-from blockscaled_inputs import make_mx_inputs, poisoned_outputs  # noqa: E402
+from blockscaled_inputs import make_mx_inputs  # noqa: E402
 from inputs import Shape, initial_dprob  # noqa: E402
-from test_sm100_blockscaled_gpu import DEVICE, FAMILY, SHAPE, _arch, _launch, _weights, requires_blackwell  # noqa: E402
+from test_sm100_blockscaled_gpu import DEVICE, FAMILY, SHAPE, TILE, _arch, _weights, requires_blackwell  # noqa: E402
+
+import dglu  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -67,23 +69,23 @@ def test_compiled_in_options_and_n_major_dense_b(activation, mode, b_major, disc
     variant = _variant(config, discrete_col_sfd, single_group, shape.l)
     x = make_mx_inputs(config, shape, seed, DEVICE)
     dprob_before = initial_dprob(shape.m, seed, DEVICE)
-    dbias = torch.zeros((shape.l, 2 * shape.n, 1), dtype=torch.bfloat16, device=DEVICE)
-    out = poisoned_outputs(config, shape, dprob_before.clone(), dbias, DEVICE)
-    weights, given = _weights(x, mode == "discrete")
+    dprob = dprob_before.clone()
     r = x.rest
     # single-group offsets: the kernel takes the expert's rows from A's shape and never reads
     # padded_offsets, so a wrong value in it must change nothing
     offsets = torch.zeros_like(r.padded_offsets) if single_group else r.padded_offsets
-    tensors = {
-        "a": x.a, "sfa": x.sfa, **weights, "c": x.c, "d_row": out.d_row, "d_col": out.d_col, "sfd_row": out.sfd_row,
-        "sfd_col": out.sfd_col, "norm_const": torch.tensor([NORM_CONST], device=DEVICE), "padded_offsets": offsets,
-        "alpha": r.alpha, "beta": r.beta, "prob": r.prob, "dprob": out.dprob, "dbias": out.dbias,
-    }
-    _launch(variant, tensors, given)
+    d_row, d_col, dprob_out, dbias, amax, sfd_row, sfd_col = dglu.grouped_gemm_dglu(
+        x.a, x.c, x.sfa, padded_offsets=offsets, alpha_tensor=r.alpha, beta_tensor=r.beta, prob_tensor=r.prob,
+        dprob_tensor=dprob, norm_const_tensor=torch.tensor([NORM_CONST], device=DEVICE), d_dtype=config.d_dtype,
+        generate_dbias=True, discrete_col_sfd=discrete_col_sfd, use_single_group_runtime_offsets=single_group,
+        sf_vec_size=32, **_weights(x, config.discrete, "wrapper"), **config.act_kwargs(), **config.launch_kwargs(),
+        **TILE,
+    )
+    torch.cuda.synchronize()
+    assert dprob_out is dprob and amax is None
     expected = bs.blockscaled_dglu_backward(x.a, x.sfa, x.b, x.sfb, x.c, shape.ends, r.alpha, r.beta, r.prob,
                                             config.act_func, config.act_params)
     context = f"{variant.name} seed {seed}"
-    check_quantized_d(out.d_row, out.d_col, out.sfd_row, out.sfd_col, expected, shape.ends, torch.float8_e4m3fn,
-                      NORM_CONST, discrete_col_sfd, context)
-    check_accumulated(out.dprob, dprob_before, out.dbias, torch.zeros_like(out.dbias), expected, shape.ends, shape.n,
-                      context)
+    check_quantized_d(d_row, d_col, sfd_row, sfd_col, expected, shape.ends, torch.float8_e4m3fn, NORM_CONST,
+                      discrete_col_sfd, context)
+    check_accumulated(dprob, dprob_before, dbias, torch.zeros_like(dbias), expected, shape.ends, shape.n, context)

@@ -1,37 +1,46 @@
 """The manifest's index, ``manifest-index.json`` beside ``manifest.json`` (docs/manifest.md).
 
 It holds, for every variant, the identity fields selection and the staleness rules read
-(dglu.contract.reader.IDENTITY_FIELDS) and the byte range of its entry in manifest.json,
-plus the manifest's size and CRC-32 (a staleness check: the cubins' integrity is their sha256). So the runtime reads a manifest of many variants
-without parsing it whole: the index (one small JSON object per variant), a hash of the
-manifest's bytes, and the one entry a call selects (dglu.contract.reader.VariantEntry).
-A big JSON parse inside a process that already holds a large heap (torch's) makes enough
-new containers to set off a full garbage collection; the index makes a few hundred.
+(dglu.contract.reader.IDENTITY_FIELDS) as one compact record (a list in RECORD_FIELDS'
+order: the key's values in KEY_FIELDS' order, its act_params, the build and the front
+policy by their place in the index's ``act_params``, ``builds`` and ``fronts``, which hold
+each once), the byte range of
+its entry in manifest.json and that entry's CRC-32, plus the manifest's size. So the
+runtime reads a manifest of many variants without reading it whole: the index (a few
+containers per variant: a big JSON parse inside a process that already holds a large
+heap, torch's, sets off a full garbage collection), a ``stat`` of the manifest, and the
+one entry a call selects, whose bytes must have their record's CRC-32 (a staleness check:
+the cubins' integrity is their sha256). A record's fields are checked when its variant is
+used (dglu.contract.reader.VariantEntry): the records a process never selects cost no
+checks.
 
 ``index_text`` makes the index of a manifest's text; the build side writes it atomically
-right after the manifest (dglu_build.artifact_store). ``read_index`` returns the records
-of an index that matches its manifest; a missing index means "parse the manifest"; an
-index that does not match the manifest's bytes (stale, or the manifest was edited) is
-never used: a warning says so and names the command that rewrites it.
+right after the manifest (dglu_build.artifact_store). ``read_index`` returns the index of
+a directory when it describes its manifest; a missing index means "parse the manifest";
+an index of another format, key fields or manifest size (stale, or the manifest was
+edited) is never used: a warning says so and names the command that rewrites it.
 """
 
 from __future__ import annotations
 
-import zlib
 import json
+import os
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import ManifestError
+from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 from .schema import MANIFEST_FILE
 
 INDEX_FILE = "manifest-index.json"
-INDEX_FORMAT = 3
-# What each record copies from its manifest entry (reader.IDENTITY_FIELDS but ``front``,
-# which the index holds once per family and operand types, in ``fronts``); "span" and
-# "front_id" (its key in ``fronts``) are added.
-RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build")
+INDEX_FORMAT = 4
+# A record's fields, in order: the identity fields (reader.IDENTITY_FIELDS; "key" as its
+# values in KEY_FIELDS' order, act_params as its place in ``act_params``, "build" as its
+# place in ``builds``, "front" as its id in
+# ``fronts``), then the entry's byte range in manifest.json and its CRC-32.
+RECORD_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build", "front", "start", "end", "crc32")
 REWRITE_HINT = (
     "rebuild the directory (`dglu-build compile KERNEL_SPECS.yaml -o DIR` writes the index "
     "anew), or delete the index (the whole manifest is then parsed)"
@@ -39,18 +48,25 @@ REWRITE_HINT = (
 
 
 class StaleIndexWarning(UserWarning):
-    """An index that does not match its manifest: the manifest is parsed whole instead."""
+    """An index that does not describe its manifest: the manifest is parsed whole instead."""
 
 
 def entry_spans(text: str) -> list[tuple[int, int]]:
-    """The (start, end) byte offsets of each entry of the ``variants`` list in the manifest
-    ``text`` (as the canonical writer lays it out: ``schema_version`` first)."""
+    """The (start, end) byte offsets of each entry of the top-level ``variants`` list in
+    the manifest ``text``."""
     decoder = json.JSONDecoder()
-    position = text.index("[", text.index('"variants"')) + 1
+    position = _skip(text, text.index("{") + 1)
+    while text[position] != "]":  # the top-level keys, up to "variants" and its list
+        key, position = decoder.raw_decode(text, position)
+        position = _skip(text, text.index(":", position) + 1)
+        if key == "variants":
+            position += 1  # its "["
+            break
+        _, position = decoder.raw_decode(text, position)
+        position = _skip(text, position)
     spans = []
     while True:
-        while text[position] in " \t\r\n,":
-            position += 1
+        position = _skip(text, position)
         if text[position] == "]":
             break
         _, end = decoder.raw_decode(text, position)
@@ -61,49 +77,74 @@ def entry_spans(text: str) -> list[tuple[int, int]]:
     return [(len(text[:start].encode()), len(text[:end].encode())) for start, end in spans]
 
 
+def _skip(text: str, position: int) -> int:
+    """``position`` moved past white space and commas."""
+    while text[position] in " \t\r\n,":
+        position += 1
+    return position
+
+
 def index_text(manifest_text: str) -> str:
     """The index of the manifest ``manifest_text`` (each span checked to hold its entry)."""
     raw = manifest_text.encode()
     manifest = json.loads(manifest_text)
     records = []
     fronts: dict[str, Any] = {}
+    builds: list[Any] = []
+    act_params: list[Any] = []
     for entry, (start, end) in zip(manifest["variants"], entry_spans(manifest_text), strict=True):
         if json.loads(raw[start:end]) != entry:
             raise ValueError(f"variant {entry.get('name')!r}: its span {start}..{end} holds another entry")
-        front_id = front_key(entry["family"], entry["front"])
-        records.append({**{field: entry[field] for field in RECORD_FIELDS}, "span": [start, end], "front_id": front_id})
-        if fronts.setdefault(front_id, entry["front"]) != entry["front"]:
-            raise ValueError(f"variant {entry['name']!r}: its front differs from {front_id}'s")
+        front_id = entry["front"]
+        if front_id not in fronts:
+            fronts[front_id] = manifest["fronts"][front_id]
+        if entry["build"] not in builds:
+            builds.append(entry["build"])
+        key = {**KEY_FIELD_DEFAULTS, **entry["key"]}
+        if key.get("act_params") not in act_params:
+            act_params.append(key.get("act_params"))
+        key["act_params"] = act_params.index(key.get("act_params"))
+        records.append([
+            entry["name"], entry["family"], [key.get(name) for name in KEY_FIELDS], entry["cubin"],
+            entry["sha256"], entry["size"], builds.index(entry["build"]), front_id, start, end,
+            entry_crc32(raw[start:end]),
+        ])
     index = {
+        "act_params": act_params,
+        "builds": builds,
         "fronts": fronts,
         "index_format": INDEX_FORMAT,
-        "schema_version": manifest["schema_version"],
+        "key_fields": list(KEY_FIELDS),
         "manifest_bytes": len(raw),
-        "manifest_crc32": _crc32(raw),
+        "record_fields": list(RECORD_FIELDS),
+        "schema_version": manifest["schema_version"],
         "variants": records,
     }
     return json.dumps(index, separators=(",", ":"), sort_keys=True) + "\n"
 
 
-def front_key(family: str, front: Any) -> str:
-    """The index's key of a family's front policy: a family may have one per operand types
-    (e.g. sm100_blockscaled: MXFP8's and NVFP4's), ``family/e4m3+e5m2``."""
-    return f"{family}/{'+'.join(front['operands'])}"
+def entry_crc32(data: bytes) -> str:
+    """The CRC-32 of an entry's bytes as 8 hex digits: whether the index was made from them."""
+    return f"{zlib.crc32(data):08x}"
 
 
 class Index(NamedTuple):
-    """An index that matches its manifest: the manifest's schema_version and bytes, one
-    record per variant (its RECORD_FIELDS, ``span`` and ``front_id``) and the fronts by id."""
+    """An index that describes its manifest: the manifest's path and schema_version, one
+    record per variant (a list in RECORD_FIELDS' order), the act_params and builds (by
+    place) and the fronts (by id) the records name."""
 
+    manifest: Path
     schema_version: Any
-    manifest: bytes
-    records: list[dict[str, Any]]
+    records: list[Any]
+    act_params: list[Any]
+    builds: list[Any]
     fronts: dict[str, Any]
 
 
 def read_index(directory: Path) -> Index | None:
-    """The index of ``directory/manifest.json`` if it has one that matches the manifest's
-    bytes; None when it has none, or (with a StaleIndexWarning) when it does not match."""
+    """The index of ``directory/manifest.json`` if it has one of this format and key fields
+    that gives the manifest's size; None when it has none, or (with a StaleIndexWarning)
+    when it does not describe the manifest."""
     path = directory / INDEX_FILE
     try:
         text = path.read_bytes()
@@ -113,31 +154,26 @@ def read_index(directory: Path) -> Index | None:
         return _stale(path, f"cannot be read: {exc.strerror}")
     manifest_path = directory / MANIFEST_FILE
     try:
-        manifest = manifest_path.read_bytes()
+        size = os.stat(manifest_path).st_size
     except OSError as exc:
         raise ManifestError(f"{manifest_path}: cannot read: {exc.strerror}") from exc
     try:
         index = json.loads(text)
-        found = (index["index_format"], index["manifest_bytes"], index["manifest_crc32"])
-        records, schema_version, fronts = index["variants"], index["schema_version"], index["fronts"]
+        found = (index["index_format"], index["manifest_bytes"])
+        layout = (index["record_fields"], index["key_fields"])
+        records, act_params, builds, fronts = index["variants"], index["act_params"], index["builds"], index["fronts"]
+        schema_version = index["schema_version"]
     except (ValueError, KeyError, TypeError) as exc:
         return _stale(path, f"is not an index dglu reads ({type(exc).__name__}: {exc})")
-    wanted = (INDEX_FORMAT, len(manifest), _crc32(manifest))
-    if found != wanted:
-        return _stale(
-            path,
-            f"describes another {MANIFEST_FILE} (format, bytes, CRC-32 {found[0]}, {found[1]}, "
-            f"{str(found[2])[:12]}; the manifest has {wanted[0]}, {wanted[1]}, {wanted[2][:12]})",
-        )
-    if not isinstance(records, list) or not isinstance(fronts, dict):
-        return _stale(path, "has no list of variants or no object of fronts")
-    return Index(schema_version, manifest, records, fronts)
-
-
-def _crc32(data: bytes) -> str:
-    """The CRC-32 of ``data`` as 8 hex digits: whether an index was made from these bytes
-    (a manifest several MB long hashes ~4x faster than with sha256, on every first call)."""
-    return f"{zlib.crc32(data):08x}"
+    if found[0] != INDEX_FORMAT:
+        return _stale(path, f"has index_format {found[0]!r}; this dglu reads index_format {INDEX_FORMAT}")
+    if found[1] != size:
+        return _stale(path, f"describes another {MANIFEST_FILE} (of {found[1]!r} bytes; the manifest has {size})")
+    if layout != (list(RECORD_FIELDS), list(KEY_FIELDS)):
+        return _stale(path, f"lists other record or key fields ({layout}) than this dglu ({RECORD_FIELDS}, {tuple(KEY_FIELDS)})")
+    if not all(isinstance(x, list) for x in (records, act_params, builds)) or not isinstance(fronts, dict):
+        return _stale(path, "has no list of variants, act_params or builds, or no object of fronts")
+    return Index(manifest_path, schema_version, records, act_params, builds, fronts)
 
 
 def _stale(path: Path, problem: str) -> None:
@@ -149,12 +185,12 @@ def _stale(path: Path, problem: str) -> None:
     return None
 
 
-def record_span(record: dict[str, Any], manifest: bytes) -> tuple[int, int] | None:
-    """The record's ``span`` if it is a byte range of ``manifest``; else None."""
-    span = record.get("span")
-    if (
-        isinstance(span, list) and len(span) == 2 and all(type(x) is int for x in span)
-        and 0 <= span[0] < span[1] <= len(manifest)
-    ):
-        return span[0], span[1]
-    return None
+def read_entry(manifest: Path, start: Any, end: Any, crc32: Any) -> bytes | None:
+    """The bytes ``start``..``end`` of ``manifest`` if they are a byte range of it whose
+    CRC-32 is ``crc32``; else None."""
+    if not (type(start) is int and type(end) is int and 0 <= start < end):
+        return None
+    with open(manifest, "rb") as file:
+        file.seek(start)
+        data = file.read(end - start)
+    return data if len(data) == end - start and entry_crc32(data) == crc32 else None

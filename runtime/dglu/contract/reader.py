@@ -28,7 +28,7 @@ POINTER_BYTES = 8
 from .errors import ManifestError
 from .front import FrontPolicy, read_front
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
-from .index import INDEX_FILE, REWRITE_HINT, Index, read_index, record_span
+from .index import INDEX_FILE, REWRITE_HINT, Index, read_entry, read_index
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 from .schema import (
     BASE_SCALARS,
@@ -486,17 +486,16 @@ IDENTITY_FIELDS = ("name", "family", "key", "cubin", "sha256", "size", "build", 
 
 
 def _read_identity(
-    data: Any, where: str, directory: Path, whole_entry: bool = True, front: FrontPolicy | None = None
+    data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]
 ) -> tuple[_Entry, dict[str, Any]]:
-    """A VARIANT entry's IDENTITY_FIELDS, checked (and, for a ``whole_entry``, its field
-    names: none unknown, none missing): what selection, the front door's checks, the
-    staleness rules and the cubin's integrity check read (``front``: the policy already
-    read, an index's). Returns the entry (its errors name the variant) and the fields."""
+    """A VARIANT entry's IDENTITY_FIELDS, checked, and its field names (none unknown, none
+    missing): what selection, the front door's checks, the staleness rules and the cubin's
+    integrity check read (``front``: the id of its family's policy among the manifest's
+    ``fronts``, read). Returns the entry (its errors name the variant) and the fields."""
     entry = _Entry(data, where)
     name = entry.take("name", str)
     entry.where = f"{where} ('{name}')"
-    if whole_entry:
-        entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
+    entry.only(VARIANT_FIELDS[: -len(OPTIONAL_RULE_FIELDS)], OPTIONAL_RULE_FIELDS)
     cubin = entry.take("cubin", str)
     if os.path.basename(cubin) != cubin or cubin in ("", ".", ".."):
         raise entry.fail("cubin", f"must be a file name inside {directory}, got {cubin!r}")
@@ -511,11 +510,30 @@ def _read_identity(
         "sha256": sha256,
         "size": entry.positive("size"),
         "build": _read_build(_Entry(entry.take("build", dict), f"{entry.where}, build")),
-        "front": front if front is not None else _read_front(entry.where, entry.take("front", dict)),
+        "front": _front_of(entry, fronts),
     }
 
 
+def _front_of(entry: _Entry, fronts: Mapping[str, FrontPolicy]) -> FrontPolicy:
+    """The policy an entry's ``front`` names: an id of ``fronts`` of the entry's family."""
+    front_id = entry.take("front", str)
+    if front_id not in fronts or not front_id.startswith(f"{entry.data['family']}/"):
+        raise entry.fail("front", f"names {front_id!r}, which is no front policy of family "
+                                  f"{entry.data['family']!r} in the manifest's fronts {sorted(fronts)}")
+    return fronts[front_id]
+
+
 _fronts: dict[str, FrontPolicy] = {}  # a front field's canonical text -> its policy
+
+
+def _read_fronts(data: Mapping[str, Any], where: str) -> dict[str, FrontPolicy]:
+    """A manifest's (or its index's) ``fronts``: policy id -> its policy, each checked."""
+    fronts = {}
+    for front_id, front in data.items():
+        if not isinstance(front, dict):
+            raise ManifestError(f"{where}.{front_id}: expected an object, got {_json_type(front)}")
+        fronts[front_id] = _read_front(f"{where}.{front_id}", front)
+    return fronts
 
 
 def _read_front(where: str, data: dict[str, Any]) -> FrontPolicy:
@@ -560,10 +578,32 @@ def _read_rest(entry: _Entry, identity: Mapping[str, Any], directory: Path) -> V
     )
 
 
-def read_variant(data: Any, where: str, directory: Path) -> Variant:
-    """One VARIANT entry, checked field by field; errors start with ``where``."""
-    entry, identity = _read_identity(data, where, directory)
+def read_variant(data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]) -> Variant:
+    """One VARIANT entry, checked field by field (its front among ``fronts``, read); errors
+    start with ``where``."""
+    entry, identity = _read_identity(data, where, directory, fronts)
     return _read_rest(entry, identity, directory)
+
+
+_ACT_PARAMS = tuple(KEY_FIELDS).index("act_params")
+
+
+def _indexed_key(values: list[Any], act_params: list[tuple[tuple[str, float], ...]]) -> VariantKey:
+    """An index record's key (its values in KEY_FIELDS' order, act_params by its place in
+    ``act_params``, read), unchecked (the entry's key, read when the variant is used, must
+    equal it)."""
+    if len(values) != len(KEY_FIELDS):
+        raise ValueError(f"a key of {len(values)} values, not {len(KEY_FIELDS)}")
+    values = list(values)
+    values[_ACT_PARAMS] = act_params[values[_ACT_PARAMS]]
+    return tuple.__new__(VariantKey, values)
+
+
+def _read_act_params(data: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """An index's act_params entry as a key holds it: sorted (name, value) pairs."""
+    if not isinstance(data, dict) or not all(_is_json_type(v, float) for v in data.values()):
+        raise ManifestError(f"{where}: expected an object of numbers, got {data!r}; {REWRITE_HINT}")
+    return tuple(sorted((k, float(v)) for k, v in data.items()))
 
 
 class VariantEntry:
@@ -579,32 +619,41 @@ class VariantEntry:
 
     __slots__ = (*IDENTITY_FIELDS, "directory", "_entry", "_variant", "_where", "_source")
 
-    def __init__(self, data: Any, where: str, directory: Path) -> None:
-        self._entry, identity = _read_identity(data, where, directory)
+    def __init__(self, data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]) -> None:
+        self._entry, identity = _read_identity(data, where, directory, fronts)
         self._set(identity, where, directory)
-        self._source: bytes | None = None
+        self._source: tuple[Path, Any, Any, Any, Mapping[str, FrontPolicy]] | None = None
 
     @classmethod
     def indexed(
-        cls, record: Any, where: str, directory: Path, manifest: bytes, fronts: Mapping[str, FrontPolicy]
+        cls,
+        record: Any,
+        where: str,
+        directory: Path,
+        manifest: Path,
+        act_params: list[tuple[tuple[str, float], ...]],
+        builds: list[Build],
+        fronts: Mapping[str, FrontPolicy],
     ) -> VariantEntry:
-        """The entry of ``record`` (an index record; ``where`` names it in the manifest),
-        whose entry lies in ``manifest`` (the bytes the index was checked against);
-        ``fronts``: the index's front policies, by id (index.front_key)."""
+        """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS;
+        ``where`` names it in the manifest), whose entry lies in ``manifest``; ``act_params``,
+        ``builds`` and ``fronts``: the index's, read. Only the record's layout is checked now: its
+        fields are checked by ``variant()``, the first time the variant is used, as the
+        entry's own (which they must equal)."""
         self = cls.__new__(cls)
-        front_id = record.get("front_id") if isinstance(record, dict) else None
-        if not isinstance(front_id, str) or front_id not in fronts:
-            raise ManifestError(f"{directory / INDEX_FILE}: {where}: no front {front_id!r}; {REWRITE_HINT}")
-        _, identity = _read_identity(record, where, directory, whole_entry=False, front=fronts[front_id])
-        span = record_span(record, manifest)
-        if span is None:
+        try:
+            name, family, key, cubin, sha256, size, build, front, start, end, crc32 = record
+            if type(name) is not str:
+                raise TypeError(f"name {name!r} is no string")
+            self.key, self.build, self.front = _indexed_key(key, act_params), builds[build], fronts[front]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise ManifestError(
-                f"{directory / INDEX_FILE}: the record of {identity['name']!r} has no byte range "
-                f"of {MANIFEST_FILE} (span {record.get('span')!r}); {REWRITE_HINT}"
-            )
-        self._set(identity, where, directory)
-        self._entry = None
-        self._source = manifest[span[0]:span[1]]
+                f"{directory / INDEX_FILE}: {where}: not a record of index_format 4 "
+                f"({type(exc).__name__}: {exc}); {REWRITE_HINT}"
+            ) from None
+        self.name, self.family, self.cubin, self.sha256, self.size = name, family, cubin, sha256, size
+        self.directory, self._where, self._variant, self._entry = directory, where, None, None
+        self._source = (manifest, start, end, crc32, fronts)
         return self
 
     def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
@@ -630,13 +679,21 @@ class VariantEntry:
         return self._variant
 
     def _read_indexed_entry(self, identity: Mapping[str, Any]) -> _Entry:
-        """The entry this index record points at, checked as a full read checks it, and
-        its identity against the record's."""
+        """The entry this index record points at (its bytes must have the record's CRC-32),
+        checked as a full read checks it, and its identity against the record's."""
+        manifest, start, end, crc32, fronts = self._source
+        raw = read_entry(manifest, start, end, crc32)
+        if raw is None:
+            raise ManifestError(
+                f"{self.directory / INDEX_FILE}: the record of {self.name!r} names no byte range "
+                f"of {MANIFEST_FILE} with its CRC-32 (bytes {start!r}..{end!r}, CRC-32 {crc32!r}); "
+                f"{REWRITE_HINT}"
+            )
         try:
-            data = json.loads(self._source)
+            data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ManifestError(f"{self._where}: not valid JSON at its index's byte range: {exc}") from exc
-        entry, found = _read_identity(data, self._where, self.directory)
+        entry, found = _read_identity(data, self._where, self.directory, fronts)
         differ = sorted(name for name in IDENTITY_FIELDS if found[name] != identity[name])
         if differ:
             raise ManifestError(
@@ -659,10 +716,11 @@ def parse_manifest(data: Any, path: Path, lazy: bool = False) -> Manifest:
     each variant as a VariantEntry (only its identity fields checked now)."""
     top = _Entry(data, str(path))
     _check_schema_version(top.data.get("schema_version"), "schema_version" in top.data, path)
-    top.only(("schema_version", "variants"))
+    top.only(("schema_version", "fronts", "variants"))
+    fronts = _read_fronts(top.take("fronts", dict), f"{path}: fronts")
     read = VariantEntry if lazy else read_variant
     variants = tuple(
-        read(v, f"{path}: variants[{i}]", path.parent)
+        read(v, f"{path}: variants[{i}]", path.parent, fronts)
         for i, v in enumerate(top.take("variants", list))
     )
     _names_once(variants, path)
@@ -686,16 +744,16 @@ def _names_once(variants: tuple[Any, ...], path: Path) -> None:
 
 
 def parse_indexed(index: Index, path: Path) -> Manifest:
-    """The manifest at ``path`` from its matching ``index``, each variant a VariantEntry
-    whose entry is parsed when it is used."""
+    """The manifest at ``path`` from its ``index``, each variant a VariantEntry whose
+    record is checked, and whose entry is read, when it is used."""
     _check_schema_version(index.schema_version, True, path)
-    where = f"{path.parent / INDEX_FILE}: fronts"
-    fronts = {front_id: _read_front(f"{where}.{front_id}", data) if isinstance(data, dict) else data
-              for front_id, data in index.fronts.items()}
-    if bad := [front_id for front_id, front in fronts.items() if not isinstance(front, FrontPolicy)]:
-        raise ManifestError(f"{where}.{bad[0]}: expected an object; {REWRITE_HINT}")
+    where = f"{path.parent / INDEX_FILE}"
+    fronts = _read_fronts(index.fronts, f"{where}: fronts")
+    act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
+    builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
+    named, directory = f"{path}: variants", path.parent
     variants = tuple(
-        VariantEntry.indexed(record, f"{path}: variants[{i}]", path.parent, index.manifest, fronts)
+        VariantEntry.indexed(record, f"{named}[{i}]", directory, index.manifest, act_params, builds, fronts)
         for i, record in enumerate(index.records)
     )
     _names_once(variants, path)

@@ -1,4 +1,4 @@
-"""The manifest's data model, schema version 2 (docs/manifest.md): its constants and the
+"""The manifest's data model, schema version 3 (docs/manifest.md): its constants and the
 immutable records a reader fills (dglu.contract.reader reads, dglu.contract.writer writes)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .keys import KEY_TABLE
 if TYPE_CHECKING:
     from .reader import VariantEntry
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the front policies once, at the top level (``fronts``)
 MANIFEST_FILE = "manifest.json"
 REBUILD_HINT = (
     "rebuild the directory with `dglu-build compile KERNEL_SPECS.yaml -o DIR` "
