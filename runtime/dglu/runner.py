@@ -13,7 +13,6 @@ their TMA descriptors encoded) anew.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -36,14 +35,21 @@ LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
 _loaded: BoundedCache[LoadedVariant] = BoundedCache(LOADED_CAPACITY)
 
 
-@dataclass(frozen=True)
 class LoadedVariant:
-    """A variant whose kernels are loaded on one device, in launch order."""
+    """A variant whose kernels are loaded on one device, in launch order. (A plain class:
+    a dataclass costs ~0.5 ms to create at import.)"""
 
-    variant: Variant
-    device: int
-    functions: tuple[Any, ...]
-    active_clusters: tuple[int | None, ...] = ()  # per kernel: its ``active_clusters`` grid's z
+    def __init__(
+        self, variant: Variant, device: int, functions: tuple[Any, ...],
+        active_clusters: tuple[int | None, ...] = (),  # per kernel: its ``active_clusters`` grid's z
+    ) -> None:
+        self.variant = variant
+        self.device = device
+        self.functions = functions
+        self.active_clusters = active_clusters
+
+    def __repr__(self) -> str:
+        return f"LoadedVariant({self.variant.name!r}, device={self.device})"
 
     @functools.cached_property
     def identity(self) -> tuple[str, str, int]:
