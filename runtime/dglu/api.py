@@ -288,7 +288,7 @@ def grouped_gemm_dglu(
     if last is not None and all(map(is_, settings, last[0])):  # the last request's very settings
         bound = last[1]
         made = bound.prebound(bound.wrapper_sites[activation_tensor is not None], tensors, current_stream)
-    if made is None:
+    if not isinstance(made, dict):  # None, or what the last request's op read (a Missed)
         key = _request_key(settings, tensors)
         try:
             bound = _bound_ops.get(key) if key is not None else None
@@ -297,7 +297,7 @@ def grouped_gemm_dglu(
         if bound is None:
             given = {**dict(zip(_SETTINGS, settings)), **dict(zip(_TENSOR_ARGS, tensors))}
             bound = _bind(given, key)
-        made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream)
+        made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream, made)
         if key is not None:
             _last_request[0] = (settings, bound)
     # the results in the family's order; dprob is the caller's, accumulated in place
