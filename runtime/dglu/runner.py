@@ -343,6 +343,23 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
     memory, so until the first kernel is enqueued the caller's tensors are untouched; once
     one ran, what it wrote (D_row, dprob and dbias accumulated in place) cannot be taken
     back, and a failure of a later kernel says so."""
+    if plan.clears or plan.fills:
+        _enqueue_writes(loaded, plan, cu_stream)
+    for index, launch in enumerate(plan.launches):
+        try:
+            launch_kernel(launch)
+        except CudaDriverError as exc:
+            raise KernelLaunchError(
+                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
+                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
+                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
+                f"{_LAUNCH_REMEDY}",
+                exc.error_name,
+            ) from exc
+
+
+def _enqueue_writes(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
+    """Enqueue the plan's clears (zeros) and fills (a 32-bit word repeated)."""
     writes = [(pointer, size, ()) for pointer, size in plan.clears]
     writes += [(pointer, size, (word,)) for pointer, size, word in plan.fills]
     for pointer, size, word in writes:
@@ -353,17 +370,6 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
                 f"variant {loaded.variant.name}: clearing {size} bytes at {pointer:#x} on "
                 f"cuda:{loaded.device} failed ({exc}); no kernel was launched and no "
                 f"argument was written. {_LAUNCH_REMEDY}",
-                exc.error_name,
-            ) from exc
-    for index, launch in enumerate(plan.launches):
-        try:
-            launch_kernel(launch)
-        except CudaDriverError as exc:
-            raise KernelLaunchError(
-                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
-                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
-                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
-                f"{_LAUNCH_REMEDY}",
                 exc.error_name,
             ) from exc
 
