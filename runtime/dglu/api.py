@@ -1,5 +1,5 @@
 """The public op, with the seed's argument names: the wrapper here, the class API in dglu.op
-(re-exported here), the bound op both run in dglu.bound, what they share in dglu.call; their
+(re-exported here, imported on first use), the bound op both run in dglu.bound, what they share in dglu.call; their
 parameters are dglu.arguments' table.
 
 The wrapper is a cached bound op plus output allocation: a request (its settings, A's and
@@ -54,7 +54,6 @@ from .front import (
     require,
     vector_f32_needs_wide_c,
 )
-from .op import GroupedGemmDglu, GroupedGemmDgluSm90, GroupedGemmDgluSm100
 from .options import check_flags, check_options
 from .tuple_dict import TupleDict
 from .weights import DENSE, DISCRETE, dense_b_major, variant_b_major, weight_mode, wrapper_discrete
@@ -68,6 +67,18 @@ __all__ = [
     "grouped_gemm_dglu_wrapper_sm90",
     "grouped_gemm_dglu_wrapper_sm100",
 ]
+
+_CLASS_API = ("GroupedGemmDglu", "GroupedGemmDgluSm90", "GroupedGemmDgluSm100")
+
+
+def __getattr__(name: str) -> Any:
+    """The class API (dglu.op), imported on first use: a wrapper call does not need it."""
+    if name not in _CLASS_API:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import op
+
+    return getattr(op, name)
+
 
 # The wrapper's tensor arguments and its settings (the other arguments but the stream).
 _TENSOR_ARGS = WRAPPER_TENSORS
