@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 from .arguments import ARGUMENTS, EXECUTE, WRAPPER
 from .cache import BoundedCache, tensors_key
@@ -96,14 +96,15 @@ class Site:
         return self.others(given) == self.nones
 
 
-class Prebound(NamedTuple):
+class Prebound:
     """A site's last call (see the module docstring): its signature, its stream argument
     (compared by identity: None, torch's current stream, is resolved on every call) and
     its prepared call."""
 
-    signature: tuple[tuple[Any, ...], ...]
-    stream_argument: Any
-    call: PreparedCall
+    __slots__ = ("signature", "stream_argument", "call")
+
+    def __init__(self, signature: tuple[tuple[Any, ...], ...], stream_argument: Any, call: PreparedCall) -> None:
+        self.signature, self.stream_argument, self.call = signature, stream_argument, call
 
 
 class Missed:

@@ -9,7 +9,7 @@ import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from .arrays import as_torch
 from .cache import BoundedCache
@@ -271,19 +271,21 @@ def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned:
 
 
 
-class OutputRule(NamedTuple):
+class OutputRule:
     """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
     scale factors' permuted layout), torch dtype, whether the kernels accumulate into it
-    (then it is zeroed on the call's stream), and its view with a null address (the
-    kernels' view of it, once allocated, is that view at the tensor's address)."""
+    (then it is zeroed on the call's stream), its view with a null address (the kernels'
+    view of it, once allocated, is that view at the tensor's address) and whether a
+    contiguous tensor has these strides (then torch.empty allocates it)."""
 
-    role: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: Any
-    accumulate: bool
-    view: TensorView
-    contiguous: bool  # a contiguous tensor has these strides: torch.empty allocates it
+    __slots__ = ("role", "shape", "strides", "dtype", "accumulate", "view", "contiguous")
+
+    def __init__(
+        self, role: str, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, accumulate: bool,
+        view: TensorView, contiguous: bool,
+    ) -> None:
+        self.role, self.shape, self.strides, self.dtype = role, shape, strides, dtype
+        self.accumulate, self.view, self.contiguous = accumulate, view, contiguous
 
 
 def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

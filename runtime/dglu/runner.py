@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import workspaces as workspace_pool
 from .cache import BoundedCache
@@ -135,26 +135,35 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
     return TensorView(device, workspace.pointer, (workspace.elements,), (1,), workspace.rule.dtype)
 
 
-class CallPlan(NamedTuple):
+class CallPlan:
     """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
     size), the ranges to fill with a 32-bit word (pointer, size, word: an accumulated output
     that starts at -inf), then the kernel launches; and the tensor views the launches were
     made for."""
 
-    clears: tuple[tuple[int, int], ...]
-    launches: tuple[Launch, ...]
-    views: Mapping[str, TensorView] = {}
-    fills: tuple[tuple[int, int, int], ...] = ()
+    __slots__ = ("clears", "launches", "views", "fills")
+
+    def __init__(
+        self,
+        clears: tuple[tuple[int, int], ...],
+        launches: tuple[Launch, ...],
+        views: Mapping[str, TensorView] | None = None,
+        fills: tuple[tuple[int, int, int], ...] = (),
+    ) -> None:
+        self.clears, self.launches, self.fills = clears, launches, fills
+        self.views: Mapping[str, TensorView] = {} if views is None else views
 
 
-class LastPlan(NamedTuple):
+class LastPlan:
     """A plan with the scalars, grids and tensor names it was made for (see the module
     docstring)."""
 
-    scalars: Mapping[str, int]
-    grids: tuple[Grid, ...]
-    tensors: frozenset[str]
-    plan: CallPlan
+    __slots__ = ("scalars", "grids", "tensors", "plan")
+
+    def __init__(
+        self, scalars: Mapping[str, int], grids: tuple[Grid, ...], tensors: frozenset[str], plan: CallPlan
+    ) -> None:
+        self.scalars, self.grids, self.tensors, self.plan = scalars, grids, tensors, plan
 
     def serves(self, problem: Problem, grids: tuple[Grid, ...]) -> bool:
         """True when a plan for ``problem`` (of ``grids``) may start from this one."""
@@ -191,7 +200,8 @@ def _plan(
     if start is not None and all(
         start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
     ):
-        return _replanned(loaded, problem, start, tuple(clears))._replace(fills=fills)
+        replanned = _replanned(loaded, problem, start, tuple(clears))
+        return CallPlan(replanned.clears, replanned.launches, replanned.views, fills)
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -268,13 +278,16 @@ def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorV
     }
 
 
-class ReadyCall(NamedTuple):
+class ReadyCall:
     """A call's plan and the pooled workspaces its addresses come from (and the pool's
     slots of them): valid while the stream's pool still holds exactly those."""
 
-    plan: CallPlan
-    slots: tuple[tuple[str, str, int], ...]
-    pooled: tuple[workspace_pool.Workspace, ...]
+    __slots__ = ("plan", "slots", "pooled")
+
+    def __init__(
+        self, plan: CallPlan, slots: tuple[tuple[str, str, int], ...], pooled: tuple[workspace_pool.Workspace, ...]
+    ) -> None:
+        self.plan, self.slots, self.pooled = plan, slots, pooled
 
 
 def run_variant(
