@@ -17,11 +17,9 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
+    **dict.fromkeys(("GroupedGemmDglu", "GroupedGemmDgluSm90", "GroupedGemmDgluSm100"), ".op"),
     **dict.fromkeys(
         (
-            "GroupedGemmDglu",
-            "GroupedGemmDgluSm90",
-            "GroupedGemmDgluSm100",
             "grouped_gemm_dglu",
             "grouped_gemm_dglu_wrapper_sm90",
             "grouped_gemm_dglu_wrapper_sm100",

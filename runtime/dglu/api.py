@@ -1,5 +1,5 @@
 """The public op, with the seed's argument names: the wrapper here, the class API in dglu.op
-(re-exported here), the bound op both run in dglu.bound, what they share in dglu.call; their
+(re-exported here, imported on first use), the bound op both run in dglu.bound, what they share in dglu.call; their
 parameters are dglu.arguments' table.
 
 The wrapper is a cached bound op plus output allocation: a request (its settings, A's and
@@ -54,7 +54,6 @@ from .front import (
     require,
     vector_f32_needs_wide_c,
 )
-from .op import GroupedGemmDglu, GroupedGemmDgluSm90, GroupedGemmDgluSm100
 from .options import check_flags, check_options
 from .tuple_dict import TupleDict
 from .weights import DENSE, DISCRETE, dense_b_major, variant_b_major, weight_mode, wrapper_discrete
@@ -68,6 +67,18 @@ __all__ = [
     "grouped_gemm_dglu_wrapper_sm90",
     "grouped_gemm_dglu_wrapper_sm100",
 ]
+
+_CLASS_API = ("GroupedGemmDglu", "GroupedGemmDgluSm90", "GroupedGemmDgluSm100")
+
+
+def __getattr__(name: str) -> Any:
+    """The class API (dglu.op), imported on first use: a wrapper call does not need it."""
+    if name not in _CLASS_API:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import op
+
+    return getattr(op, name)
+
 
 # The wrapper's tensor arguments and its settings (the other arguments but the stream).
 _TENSOR_ARGS = WRAPPER_TENSORS
@@ -288,7 +299,7 @@ def grouped_gemm_dglu(
     if last is not None and all(map(is_, settings, last[0])):  # the last request's very settings
         bound = last[1]
         made = bound.prebound(bound.wrapper_sites[activation_tensor is not None], tensors, current_stream)
-    if made is None:
+    if not isinstance(made, dict):  # None, or what the last request's op read (a Missed)
         key = _request_key(settings, tensors)
         try:
             bound = _bound_ops.get(key) if key is not None else None
@@ -297,7 +308,7 @@ def grouped_gemm_dglu(
         if bound is None:
             given = {**dict(zip(_SETTINGS, settings)), **dict(zip(_TENSOR_ARGS, tensors))}
             bound = _bind(given, key)
-        made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream)
+        made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream, made)
         if key is not None:
             _last_request[0] = (settings, bound)
     # the results in the family's order; dprob is the caller's, accumulated in place

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 from .arguments import ARGUMENTS, EXECUTE, WRAPPER
 from .cache import BoundedCache, tensors_key
@@ -96,14 +96,25 @@ class Site:
         return self.others(given) == self.nones
 
 
-class Prebound(NamedTuple):
+class Prebound:
     """A site's last call (see the module docstring): its signature, its stream argument
     (compared by identity: None, torch's current stream, is resolved on every call) and
     its prepared call."""
 
-    signature: tuple[tuple[Any, ...], ...]
-    stream_argument: Any
-    call: PreparedCall
+    __slots__ = ("signature", "stream_argument", "call")
+
+    def __init__(self, signature: tuple[tuple[Any, ...], ...], stream_argument: Any, call: PreparedCall) -> None:
+        self.signature, self.stream_argument, self.call = signature, stream_argument, call
+
+
+class Missed:
+    """A site's call that is not its last call's signature: the site, its tensors and their
+    signature, read once and handed to the full path (BoundOp.call)."""
+
+    __slots__ = ("site", "tensors", "signature")
+
+    def __init__(self, site: Site, tensors: tuple[Any, ...], found: tuple[tuple[Any, ...], ...] | None) -> None:
+        self.site, self.tensors, self.signature = site, tensors, found
 
 
 class BoundOp:
@@ -137,35 +148,50 @@ class BoundOp:
         variant = select(config, tensors, sources)
         return cls(config, variant, load_variant(variant, tensors["a"][1].device.index))
 
-    def run_wrapper(self, given: tuple[Any, ...], activation_given: bool, current_stream: Any) -> dict[str, Any]:
+    def run_wrapper(
+        self, given: tuple[Any, ...], activation_given: bool, current_stream: Any, missed: Missed | None = None
+    ) -> dict[str, Any]:
         """The wrapper's call (``given``: its tensor arguments, WRAPPER_TENSORS' values):
         bind its tensors, allocate the outputs the variant takes (act_out's only when the
-        caller gives none), launch; returns the outputs allocated."""
+        caller gives none), launch; returns the outputs allocated. ``missed``: what this
+        op's prebound read of this very call (its signature is then not read again)."""
         site = self.wrapper_sites[activation_given]
+        if missed is not None and missed.site is site:
+            return self.call(site, given, current_stream, missed)
         made = self.prebound(site, given, current_stream)
-        return self.call(site, given, current_stream) if made is None else made
+        return made if isinstance(made, dict) else self.call(site, given, current_stream, made)
 
-    def prebound(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any] | None:
+    def prebound(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any] | Missed | None:
         """Run the call of ``site`` whose tensor arguments are ``given`` (the frontend's
         tuple) from the site's last call if it has that call's signature (see the module
-        docstring), returning the outputs allocated; else None (nothing was done)."""
+        docstring), returning the outputs allocated; else nothing is done: a Missed with
+        the signature read (for BoundOp.call), or None when none was read (no last call,
+        another stream argument, a tensor argument the site does not bind)."""
         last = site.last
         if last is None or current_stream is not last.stream_argument or not site.only_its_tensors(given):
             return None
         tensors = site.tensors(given)
-        if signature(tensors) != last.signature:
-            return None
+        found = signature(tensors)
+        if found != last.signature:
+            return Missed(site, tensors, found)
         return self._launch(last.call, tensors, site.roles, current_stream)
 
-    def call(self, site: Site, given: tuple[Any, ...], current_stream: Any) -> dict[str, Any]:
+    def call(
+        self, site: Site, given: tuple[Any, ...], current_stream: Any, missed: Missed | None = None
+    ) -> dict[str, Any]:
         """Run the call of ``site`` whose tensor arguments, ``given``, passed the frontend's
         checks: its tensors bound (checked once per call signature; at new addresses of the
         site's last call's shapes, strides and dtypes only their addresses are checked), the
         outputs the variant takes allocated (the accumulated ones zeroed on the stream),
         launched. Its signature is kept as the site's last call when it gives each of the
-        site's tensors and no other. Returns the outputs allocated."""
-        tensors = site.tensors(given)
-        found = signature(tensors)
+        site's tensors and no other. ``missed``: what prebound read of this very call
+        (used when it is this site's), so the signature is read once. Returns the outputs
+        allocated."""
+        if missed is not None and missed.site is site:
+            tensors, found = missed.tensors, missed.signature
+        else:
+            tensors = site.tensors(given)
+            found = signature(tensors)
         key = (site.roles, site.outputs, found if found is not None else tensors_key(tensors))
         call = self._calls.get(key) if key[2] is not None else None
         if call is None:

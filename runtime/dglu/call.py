@@ -9,8 +9,7 @@ import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from .arrays import as_torch
 from .cache import BoundedCache
@@ -80,25 +79,37 @@ def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
     }
 
 
-@dataclass(frozen=True)
 class OpConfig:
     """An op's checked non-tensor arguments: weight mode, options, D_row's dtype (None: the
     class API's sample_d_row gives it), dbias, and the front policy of the family that
-    runs its operands (dglu.front)."""
+    runs its operands (dglu.front). Equal when all are; hashed without the policy (it
+    holds dicts; the other fields select it). A plain class: a dataclass costs ~0.5 ms to
+    create at import."""
 
-    mode: str
-    discrete: DiscreteWeights | None
-    options: OpOptions
-    d_dtype: str | None
-    dbias: bool
-    policy: FrontPolicy
+    __slots__ = ("mode", "discrete", "options", "d_dtype", "dbias", "policy", "_hash")
+
+    def __init__(
+        self, mode: str, discrete: DiscreteWeights | None, options: OpOptions, d_dtype: str | None,
+        dbias: bool, policy: FrontPolicy,
+    ) -> None:
+        self.mode, self.discrete, self.options = mode, discrete, options
+        self.d_dtype, self.dbias, self.policy = d_dtype, dbias, policy
+        self._hash: int | None = None
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.mode, self.discrete, self.options, self.d_dtype, self.dbias, self.policy)
+
+    def __eq__(self, other: object) -> bool:
+        return other.__class__ is OpConfig and self._fields() == other._fields()  # type: ignore[attr-defined]
 
     def __hash__(self) -> int:  # hashed on every wrapper call: computed once
+        if self._hash is None:
+            self._hash = hash(self._fields()[:5])
         return self._hash
 
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.mode, self.discrete, self.options, self.d_dtype, self.dbias))
+    def __repr__(self) -> str:
+        return (f"OpConfig(mode={self.mode!r}, discrete={self.discrete!r}, options={self.options!r}, "
+                f"d_dtype={self.d_dtype!r}, dbias={self.dbias!r})")
 
     def given_scalars(self) -> dict[str, tuple[int, str]]:
         """Scalars the weight arguments fix (discrete weights' n, k, l)."""
@@ -260,19 +271,21 @@ def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned:
 
 
 
-class OutputRule(NamedTuple):
+class OutputRule:
     """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
     scale factors' permuted layout), torch dtype, whether the kernels accumulate into it
-    (then it is zeroed on the call's stream), and its view with a null address (the
-    kernels' view of it, once allocated, is that view at the tensor's address)."""
+    (then it is zeroed on the call's stream), its view with a null address (the kernels'
+    view of it, once allocated, is that view at the tensor's address) and whether a
+    contiguous tensor has these strides (then torch.empty allocates it)."""
 
-    role: str
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    dtype: Any
-    accumulate: bool
-    view: TensorView
-    contiguous: bool  # a contiguous tensor has these strides: torch.empty allocates it
+    __slots__ = ("role", "shape", "strides", "dtype", "accumulate", "view", "contiguous")
+
+    def __init__(
+        self, role: str, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, accumulate: bool,
+        view: TensorView, contiguous: bool,
+    ) -> None:
+        self.role, self.shape, self.strides, self.dtype = role, shape, strides, dtype
+        self.accumulate, self.view, self.contiguous = accumulate, view, contiguous
 
 
 def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:

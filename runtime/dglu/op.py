@@ -256,7 +256,8 @@ class GroupedGemmDglu:
             sfd_row_tensor, sfd_col_tensor, amax_tensor, norm_const_tensor, activation_tensor, act_out_tensor,
         )  # fmt: skip
         bound = self._bound
-        if bound is not None and bound.prebound(bound.execute_site, tensors, current_stream) is not None:
+        missed = None if bound is None else bound.prebound(bound.execute_site, tensors, current_stream)
+        if isinstance(missed, dict):
             return  # the signature of the last call, whose arguments passed the checks below
         accepted = tuple([t is None for t in tensors])
         if accepted != self._accepted:  # the checks read which tensors are given, no more
@@ -265,7 +266,7 @@ class GroupedGemmDglu:
         if self._bound is None:
             self.compile()
         bound = self._bound
-        bound.call(bound.execute_site, tensors, current_stream)
+        bound.call(bound.execute_site, tensors, current_stream, missed)
 
     def _check_execute(self, given: dict[str, Any]) -> None:
         """The checks of execute()'s arguments that depend on which of them are given: the

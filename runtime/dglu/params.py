@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import ParamPackingError
 from .contract.schema import KernelSpec, ParamSpec
@@ -93,16 +93,17 @@ SLOT_BYTES = 16  # each parameter starts at a multiple of this in the arguments'
 POINTER_BYTES = 8  # an entry of the void** array
 
 
-class _Layout(NamedTuple):
+class _Layout:
     """Where a KernelArguments' parameters lie: the ctypes type of its buffer (the
     parameters' bytes, then the void** array), and the array as numbers to add the
     buffer's address to (each entry's offset, and a 1, in its 64 bits of one integer)."""
 
-    buffer: Any
-    blob_bytes: int
-    offsets: int
-    ones: int
-    array_bytes: int
+    __slots__ = ("buffer", "blob_bytes", "offsets", "ones", "array_bytes")
+
+    def __init__(self, buffer: Any, blob_bytes: int, offsets: int, ones: int, array_bytes: int) -> None:
+        self.buffer, self.blob_bytes, self.offsets, self.ones, self.array_bytes = (
+            buffer, blob_bytes, offsets, ones, array_bytes
+        )
 
     @classmethod
     def of(cls, blob_bytes: int, offsets: tuple[int, ...]) -> _Layout:

@@ -13,9 +13,8 @@ their TMA descriptors encoded) anew.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import workspaces as workspace_pool
 from .cache import BoundedCache
@@ -36,14 +35,21 @@ LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
 _loaded: BoundedCache[LoadedVariant] = BoundedCache(LOADED_CAPACITY)
 
 
-@dataclass(frozen=True)
 class LoadedVariant:
-    """A variant whose kernels are loaded on one device, in launch order."""
+    """A variant whose kernels are loaded on one device, in launch order. (A plain class:
+    a dataclass costs ~0.5 ms to create at import.)"""
 
-    variant: Variant
-    device: int
-    functions: tuple[Any, ...]
-    active_clusters: tuple[int | None, ...] = ()  # per kernel: its ``active_clusters`` grid's z
+    def __init__(
+        self, variant: Variant, device: int, functions: tuple[Any, ...],
+        active_clusters: tuple[int | None, ...] = (),  # per kernel: its ``active_clusters`` grid's z
+    ) -> None:
+        self.variant = variant
+        self.device = device
+        self.functions = functions
+        self.active_clusters = active_clusters
+
+    def __repr__(self) -> str:
+        return f"LoadedVariant({self.variant.name!r}, device={self.device})"
 
     @functools.cached_property
     def identity(self) -> tuple[str, str, int]:
@@ -129,26 +135,35 @@ def _workspace_view(device: int, workspace: workspace_pool.Workspace) -> TensorV
     return TensorView(device, workspace.pointer, (workspace.elements,), (1,), workspace.rule.dtype)
 
 
-class CallPlan(NamedTuple):
+class CallPlan:
     """What one call enqueues on its stream, in order: the byte ranges to zero (pointer,
     size), the ranges to fill with a 32-bit word (pointer, size, word: an accumulated output
     that starts at -inf), then the kernel launches; and the tensor views the launches were
     made for."""
 
-    clears: tuple[tuple[int, int], ...]
-    launches: tuple[Launch, ...]
-    views: Mapping[str, TensorView] = {}
-    fills: tuple[tuple[int, int, int], ...] = ()
+    __slots__ = ("clears", "launches", "views", "fills")
+
+    def __init__(
+        self,
+        clears: tuple[tuple[int, int], ...],
+        launches: tuple[Launch, ...],
+        views: Mapping[str, TensorView] | None = None,
+        fills: tuple[tuple[int, int, int], ...] = (),
+    ) -> None:
+        self.clears, self.launches, self.fills = clears, launches, fills
+        self.views: Mapping[str, TensorView] = {} if views is None else views
 
 
-class LastPlan(NamedTuple):
+class LastPlan:
     """A plan with the scalars, grids and tensor names it was made for (see the module
     docstring)."""
 
-    scalars: Mapping[str, int]
-    grids: tuple[Grid, ...]
-    tensors: frozenset[str]
-    plan: CallPlan
+    __slots__ = ("scalars", "grids", "tensors", "plan")
+
+    def __init__(
+        self, scalars: Mapping[str, int], grids: tuple[Grid, ...], tensors: frozenset[str], plan: CallPlan
+    ) -> None:
+        self.scalars, self.grids, self.tensors, self.plan = scalars, grids, tensors, plan
 
     def serves(self, problem: Problem, grids: tuple[Grid, ...]) -> bool:
         """True when a plan for ``problem`` (of ``grids``) may start from this one."""
@@ -185,7 +200,8 @@ def _plan(
     if start is not None and all(
         start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
     ):
-        return _replanned(loaded, problem, start, tuple(clears))._replace(fills=fills)
+        replanned = _replanned(loaded, problem, start, tuple(clears))
+        return CallPlan(replanned.clears, replanned.launches, replanned.views, fills)
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -262,13 +278,16 @@ def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorV
     }
 
 
-class ReadyCall(NamedTuple):
+class ReadyCall:
     """A call's plan and the pooled workspaces its addresses come from (and the pool's
     slots of them): valid while the stream's pool still holds exactly those."""
 
-    plan: CallPlan
-    slots: tuple[tuple[str, str, int], ...]
-    pooled: tuple[workspace_pool.Workspace, ...]
+    __slots__ = ("plan", "slots", "pooled")
+
+    def __init__(
+        self, plan: CallPlan, slots: tuple[tuple[str, str, int], ...], pooled: tuple[workspace_pool.Workspace, ...]
+    ) -> None:
+        self.plan, self.slots, self.pooled = plan, slots, pooled
 
 
 def run_variant(
@@ -337,6 +356,23 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
     memory, so until the first kernel is enqueued the caller's tensors are untouched; once
     one ran, what it wrote (D_row, dprob and dbias accumulated in place) cannot be taken
     back, and a failure of a later kernel says so."""
+    if plan.clears or plan.fills:
+        _enqueue_writes(loaded, plan, cu_stream)
+    for index, launch in enumerate(plan.launches):
+        try:
+            launch_kernel(launch)
+        except CudaDriverError as exc:
+            raise KernelLaunchError(
+                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
+                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
+                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
+                f"{_LAUNCH_REMEDY}",
+                exc.error_name,
+            ) from exc
+
+
+def _enqueue_writes(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
+    """Enqueue the plan's clears (zeros) and fills (a 32-bit word repeated)."""
     writes = [(pointer, size, ()) for pointer, size in plan.clears]
     writes += [(pointer, size, (word,)) for pointer, size, word in plan.fills]
     for pointer, size, word in writes:
@@ -347,17 +383,6 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
                 f"variant {loaded.variant.name}: clearing {size} bytes at {pointer:#x} on "
                 f"cuda:{loaded.device} failed ({exc}); no kernel was launched and no "
                 f"argument was written. {_LAUNCH_REMEDY}",
-                exc.error_name,
-            ) from exc
-    for index, launch in enumerate(plan.launches):
-        try:
-            launch_kernel(launch)
-        except CudaDriverError as exc:
-            raise KernelLaunchError(
-                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
-                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
-                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
-                f"{_LAUNCH_REMEDY}",
                 exc.error_name,
             ) from exc
 

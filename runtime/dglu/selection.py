@@ -19,8 +19,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
 from .contract.reader import VariantEntry
@@ -43,8 +42,7 @@ def arch_for_capability(capability: tuple[int, int]) -> str | None:
     return ARCH_OF_CAPABILITY.get(tuple(capability))
 
 
-@dataclass(frozen=True)
-class VariantRequest:
+class VariantRequest(NamedTuple):
     """What a call needs; None in a launch-shape field means "any"."""
 
     arch: str
@@ -71,9 +69,7 @@ class VariantRequest:
 
     def wanted(self) -> dict[str, Any]:
         """The fields a variant must match."""
-        return {
-            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
-        }
+        return {name: value for name, value in zip(self._fields, self) if value is not None}
 
 
 # request fields that select a variant only in a family that compiles them in
@@ -152,7 +148,7 @@ def missing_variant_message(
     """
     wanted = request.wanted()
     sources = sources or {}
-    any_fields = [f.name for f in fields(request) if getattr(request, f.name) is None and f.name not in UNSHOWN_ANY]
+    any_fields = [name for name, value in zip(request._fields, request) if value is None and name not in UNSHOWN_ANY]
     lines = [
         "no prebuilt dglu kernel matches this call",
         "  requested: "

@@ -35,6 +35,21 @@ def test_import_loads_no_heavy_module(tmp_path: Path) -> None:
     assert json.loads(result.stdout) == []
 
 
+def test_the_wrapper_imports_no_frontend_it_does_not_use(tmp_path: Path) -> None:
+    """The wrapper's modules leave out the class API, torch's op registration and JAX;
+    the class API's names still resolve (from dglu and dglu.api), importing dglu.op."""
+    code = (
+        "import json, sys, dglu; dglu.grouped_gemm_dglu; "
+        "unused = ('dglu.op', 'dglu.torch', 'dglu.jax', 'jax'); "
+        "before = sorted(m for m in unused if m in sys.modules); "
+        "from dglu import api; same = dglu.GroupedGemmDglu is api.GroupedGemmDglu; "
+        "print(json.dumps([before, same, 'dglu.op' in sys.modules]))"
+    )
+    result = run_python(["-c", code], {"XDG_CACHE_HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [[], True, True]
+
+
 def test_module_lists_variants_and_device(tmp_path: Path) -> None:
     write_artifacts(tmp_path / "art", DEFAULT_KEYS[:3])
     env = {"DGLU_CUBIN_PATH": str(tmp_path / "art"), "XDG_CACHE_HOME": str(tmp_path / "cache")}

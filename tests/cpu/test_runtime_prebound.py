@@ -152,3 +152,28 @@ def test_inputs_at_new_addresses_are_checked_and_launch_what_a_fresh_plan_launch
     assert [launch.arguments.blob for launch in derived.launches] == [
         launch.arguments.blob for launch in fresh.launches
     ]
+
+
+def test_a_call_that_misses_the_prebound_path_reads_its_signature_once(runs, monkeypatch) -> None:
+    """The signature a prebound miss read is the full path's: execute() and the wrapper
+    read it once per call, their inputs at new addresses or not (and still launch the
+    moved inputs' addresses)."""
+    reads: list[int] = []
+    original = bound.signature
+    monkeypatch.setattr(bound, "signature", lambda tensors: reads.append(len(tensors)) or original(tensors))
+    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op.execute(**arguments)
+    moved = {**arguments, "a_tensor": arguments["a_tensor"].clone()}
+    for call in (arguments, moved, arguments):  # a hit, a miss (moved), a miss (its call kept)
+        reads.clear()
+        op.execute(**call)
+        assert len(reads) == 1
+        assert runs["launched"][-1].tensors["a"].pointer == call["a_tensor"].data_ptr()
+    t = stand_ins.dense_call_tensors(M, N, K, L)
+    api.grouped_gemm_dglu(**t, generate_dbias=True)
+    for call in (t, {**t, "a_tensor": t["a_tensor"].clone()}):
+        reads.clear()
+        api.grouped_gemm_dglu(**call, generate_dbias=True)
+        assert len(reads) == 1
+        assert runs["launched"][-1].tensors["a"].pointer == call["a_tensor"].data_ptr()
+    assert runs["bound"] == ["full", "moved", "full", "moved"]

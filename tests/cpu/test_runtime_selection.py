@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -47,8 +46,7 @@ def request_for(**overrides) -> VariantRequest:
 
 @pytest.mark.parametrize("key", DEFAULT_KEYS[:4], ids=variant_name)
 def test_exact_match_picks_that_variant(variants, key) -> None:
-    request = replace(
-        request_for(**key),
+    request = request_for(**key)._replace(
         tile_m=key["tile_m"],
         tile_n=key["tile_n"],
         cluster_m=1,
@@ -76,8 +74,7 @@ def test_equal_tiles_take_the_first_in_selection_order(tmp_path: Path) -> None:
 
 
 def test_given_tile_and_cluster_are_matched(variants) -> None:
-    request = replace(
-        request_for(act_func="dswiglu", dbias=True),
+    request = request_for(act_func="dswiglu", dbias=True)._replace(
         tile_m=128,
         tile_n=256,
         cluster_m=1,
@@ -88,25 +85,19 @@ def test_given_tile_and_cluster_are_matched(variants) -> None:
 
 def test_act_params_compare_as_numbers(variants) -> None:
     params = {**GEGLU_DEFAULTS, "glu_clamp_max": 7, "glu_clamp_min": -7}
-    request = replace(
-        request_for(act_func="dgeglu", dbias=False), act_params=tuple(sorted(params.items()))
-    )
+    request = request_for(act_func="dgeglu", dbias=False)._replace(act_params=tuple(sorted(params.items())))
     assert select_variant(variants, request).name == variant_name(DEFAULT_KEYS[3])
 
 
 def test_other_act_params_do_not_match(variants) -> None:
     params = {**GEGLU_DEFAULTS, "geglu_alpha": 1.0}
-    request = replace(
-        request_for(act_func="dgeglu", dbias=False), act_params=tuple(sorted(params.items()))
-    )
+    request = request_for(act_func="dgeglu", dbias=False)._replace(act_params=tuple(sorted(params.items())))
     with pytest.raises(VariantNotFoundError, match="act_params=.*'geglu_alpha': 1.0"):
         select_variant(variants, request)
 
 
 def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
-    request = replace(
-        request_for(act_func="dgeglu", dbias=True, c_dtype="fp32"), tile_m=128, tile_n=256
-    )
+    request = request_for(act_func="dgeglu", dbias=True, c_dtype="fp32")._replace(tile_m=128, tile_n=256)
     with pytest.raises(VariantNotFoundError) as error:
         select_variant(variants, request, ["/somewhere (package)"], {"c_dtype": "c_tensor"})
     message = str(error.value)
@@ -155,7 +146,7 @@ def test_missing_variant_with_nothing_installed() -> None:
 def test_missing_variant_for_any_arch_suggests_the_family_defaults() -> None:
     """A request that accepts any arch (JAX tracing without a GPU), with nothing installed:
     the suggestion takes the first arch, tile, cluster and scheduler its family allows."""
-    request = replace(request_for(act_func="dgeglu", dbias=True), arch=None)
+    request = request_for(act_func="dgeglu", dbias=True)._replace(arch=None)
     with pytest.raises(VariantNotFoundError) as error:
         select_variant((), request)
     entry = json.loads(str(error.value).splitlines()[-1].strip().removeprefix("- "))
@@ -192,7 +183,7 @@ def test_compiled_options_select_only_in_a_family_that_compiles_them_in() -> Non
     compiled = ("discrete_col_sfd", "use_single_group_runtime_offsets")
     flags = made("flags", ())
     plain, dcs = made("plain", compiled), made("dcs", compiled, discrete_col_sfd=True)
-    ask = lambda **fields: replace(request_for(tile_m=256, tile_n=256), act_params=(), **fields)  # noqa: E731
+    ask = lambda **fields: request_for(tile_m=256, tile_n=256)._replace(act_params=(), **fields)  # noqa: E731
     assert select_variant([flags], ask(discrete_col_sfd=True)).name == "flags"
     assert select_variant([flags], ask(use_single_group_runtime_offsets=True)).name == "flags"
     assert select_variant([plain, dcs], ask(discrete_col_sfd=True)).name == "dcs"
