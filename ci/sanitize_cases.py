@@ -73,9 +73,11 @@ def features(key: dict) -> set[tuple[str, object]]:
         "cluster": (key["cluster_m"], key["cluster_n"]),
         "c_d_dtypes": (key["c_dtype"], key["d_dtype"]),
         "weights": (key["weight_mode"], key["b_major"]),
-        # deterministic variants reduce through their own finishers: each scheduler,
-        # weight mode and dbias setting is its own kernel class
-        "reduction": (key["deterministic"], key["scheduler"], key["weight_mode"], key["dbias"]),
+        # the reductions of dprob and dbias (deterministic variants through their own
+        # finishers): each scheduler, weight mode, dbias setting, tile and cluster is its
+        # own kernel class
+        "reduction": (key["deterministic"], key["scheduler"], key["weight_mode"], key["dbias"],
+                      (key["tile_m"], key["tile_n"]), (key["cluster_m"], key["cluster_n"])),
         "act_out": (key["act_out"], key["act_func"]),
     }
     return {(field, values[field]) for field in COVERED_FIELDS}

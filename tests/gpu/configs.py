@@ -118,6 +118,8 @@ SHIPPED: list[Config] = [
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, scheduler="dynamic", deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k", deterministic=True),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, cluster=(2, 1), deterministic=True),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDER, cluster=(2, 1), deterministic=True),
 ]
 
 

@@ -142,21 +142,23 @@ def _inside(rule) -> Shape:
     return Shape(n=n, k=64, expert_rows=(rows,) * 4)
 
 
-def test_the_dispatch_table_chooses_the_launch_shape_of_each_problem_class(seed: int) -> None:
+@pytest.mark.parametrize("config", [SHIPPED[0], replace(SHIPPED[0], deterministic=True)], ids=str)
+def test_the_dispatch_table_chooses_the_launch_shape_of_each_problem_class(config: Config, seed: int) -> None:
     """A call that leaves tile and cluster open runs the variant its problem's dispatch rule
-    chooses (dglu.contract.dispatch), and its every output element is right."""
+    chooses (dglu.contract.dispatch), deterministic or not, and its every output element is
+    right."""
     arch = arch_for_capability(torch.cuda.get_device_capability())
     rules = [rule for rule in installed_dispatch() if rule.arch == arch]
     if not rules:
         pytest.skip(f"the installed variants ship no dispatch rules for {arch}")
     for rule in rules:
         shape = _inside(rule)
-        x = case_inputs(Case(SHIPPED[0], shape, seed))
+        x = case_inputs(Case(config, shape, seed))
         samples = (poisoned_d(shape.m, shape.n, BF16), initial_dprob(shape.m, 1), initial_dbias(shape.l, shape.n, 1))
-        op = class_op(SHIPPED[0], x, *samples)
+        op = class_op(config, x, *samples)
         (variant,) = [v for v in installed_variants() if v.name == op.variant_name]
         assert {field: getattr(variant.key, field) for field, _ in rule.choose} == dict(rule.choose), shape
-        run_case(Case(SHIPPED[0], shape, seed, pass_tile=False))
+        run_case(Case(config, shape, seed, pass_tile=False))
 
 
 @pytest.mark.parametrize(
