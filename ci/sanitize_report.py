@@ -1,6 +1,9 @@
 """Read compute-sanitizer logs (ci/sanitize.sh) and print the one summary line.
 
-memcheck, synccheck and initcheck: the tool's "ERROR SUMMARY: N errors" line.
+memcheck, synccheck and initcheck: the tool's "ERROR SUMMARY: N errors" line; when it is
+not 0, the printed errors are also counted per sanitize case (the "sanitize case ok: NAME"
+line ci/sanitize_cases.py prints after each call: the errors before it are that call's) and
+per kernel, one line each above the summary.
 racecheck: every reported hazard pair ("Race reported between <kind> access at <where>"
 and each following "and <kind> access at <where> [N hazards]") is matched against the
 accepted list (ci/racecheck_accepted.txt): kernel symbol glob, then the two accesses as
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import NamedTuple
@@ -25,6 +29,10 @@ RACE_FIRST = re.compile(r"(?:Error|Warning|ERROR|WARNING): Race reported between
 RACE_OTHER = re.compile(r"^=+\s+and (\w+) access at (.+?)\s*\[(\d+) hazards?\]")
 AT_SYMBOL = re.compile(r"([A-Za-z_][\w$.]*)\+0x([0-9a-fA-F]+)")
 AT_ADDRESS = re.compile(r"0x([0-9a-fA-F]+) in (.+)")
+ERROR_FIRST = re.compile(r"^=+ (?!COMPUTE-SANITIZER|ERROR SUMMARY)(\S.*)$")
+ERROR_AT = re.compile(r"^=+\s+at (.+)$")
+CASE_DONE = re.compile(r"^sanitize case ok: (\S+)")
+NO_CASE = "(no case finished after them)"
 
 
 class Access(NamedTuple):
@@ -91,6 +99,40 @@ def hazards(log: str) -> list[Hazard]:
     return found
 
 
+def error_sites(log: str) -> dict[str, Counter[str]]:
+    """The errors a log prints, per sanitize case (NO_CASE for those after the last case
+    line), counted by the kernel symbol of their first "at" line."""
+    sites: dict[str, Counter[str]] = {}
+    pending: Counter[str] = Counter()
+    reported = False  # an error line seen, its "at" line not yet
+    for line in log.splitlines():
+        done = CASE_DONE.match(line)
+        if done:
+            if pending:
+                sites.setdefault(done.group(1), Counter()).update(pending)
+            pending, reported = Counter(), False
+            continue
+        at = ERROR_AT.match(line)
+        if at and reported:
+            try:
+                kernel = parse_location(at.group(1))[0]
+            except ValueError:
+                kernel = at.group(1)
+            pending[kernel] += 1
+            reported = False
+        elif ERROR_FIRST.match(line):
+            reported = True
+    if pending:
+        sites.setdefault(NO_CASE, Counter()).update(pending)
+    return sites
+
+
+def print_error_sites(tool: str, log: str) -> None:
+    for case, kernels in error_sites(log).items():
+        top = ", ".join(f"{kernel} {count}" for kernel, count in kernels.most_common(3))
+        print(f"{tool}: {sum(kernels.values())} printed errors in case {case}: {top}")
+
+
 def read_accepted(path: Path) -> list[Accepted]:
     """The accepted list: "SYMBOL_GLOB KIND@0xOFF KIND@0xOFF" lines; # starts a comment."""
     accepted = []
@@ -146,6 +188,8 @@ def summarize(log_dir: Path, accepted_path: Path, device: str, wheel: str) -> tu
             parts.append(f"{tool} FAILED TO RUN (exit {rc}; see {log_path.name})")
             ok = False
             continue
+        if errors:
+            print_error_sites(tool, log)
         parts.append(f"{tool} {errors} errors")
         ok = ok and errors == 0
     return f"SANITIZE: {', '.join(parts)} (device: {device}, wheel: {wheel})", ok
