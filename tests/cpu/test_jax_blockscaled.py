@@ -8,8 +8,6 @@ real buffers by a CPU handler under the entry's target (the driver stood in)."""
 
 from __future__ import annotations
 
-import ctypes
-
 import pytest
 
 jax = pytest.importorskip("jax", reason="jax is not installed (pip install 'dglu[test]')")
@@ -18,6 +16,7 @@ torch = pytest.importorskip("torch", reason="the torch wrapper's calls are the r
 jnp = jax.numpy
 
 import stand_ins  # noqa: E402
+from test_jax_api import plans_on_cpu  # noqa: E402,F401 (a fixture)
 import test_blockscaled_refusals as mx  # noqa: E402
 from test_blockscaled_refusals import FP4, K, L, M, N  # noqa: E402
 
@@ -25,7 +24,7 @@ import dglu.jax as dglu_jax  # noqa: E402
 from dglu import api, bound  # noqa: E402
 from dglu.arguments import ARGUMENTS, NOT_OFFERED, WRAPPER  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
-from dglu.jax import arrays, ffi, launch  # noqa: E402
+from dglu.jax import arrays, launch  # noqa: E402
 from dglu.jax.config import decode_attributes  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 
@@ -217,28 +216,7 @@ def test_storage_views_are_the_seeds_permuted_tensors():
 # ---- the handler's plan on XLA's buffers (XLA:CPU, the driver stood in) ----
 
 
-def _host(buffer: ffi.Buffer, element) -> np.ndarray:
-    return np.ctypeslib.as_array(ctypes.cast(buffer.data, ctypes.POINTER(element)), buffer.dims)
-
-
-@pytest.fixture
-def plans_on_cpu(driver):
-    """A CPU handler under the entry's target: records the handler's plan for XLA's buffers
-    (device 0, the stand-in stream) and adds 1 to dprob."""
-    pytest.importorskip("cuda.bindings", reason="the launch plan packs cuda-python types")
-    seen: list = []
-
-    def handle(call: ffi.DecodedCall) -> None:
-        plan = launch.plan_of(call.args, call.rets, call.attrs, 0, stand_ins.STREAM)
-        seen.append((plan, call))
-        results = call.attrs["results"].split(",")
-        _host(call.rets[results.index("dprob")], ctypes.c_float)[...] += 1.0
-
-    if ffi.registered(dglu_jax.TARGET, "cpu") is None:
-        ffi.register(dglu_jax.TARGET, ffi.Handler(handle), "cpu")
-    else:  # XLA keeps the first handler: route it to this test's recorder
-        ffi.registered(dglu_jax.TARGET, "cpu").function = handle
-    return seen
+# plans_on_cpu: test_jax_api's recorder, under this module's driver (its manifest)
 
 
 def concrete(call: dict) -> dict:
