@@ -69,12 +69,19 @@ def inputs() -> dict[str, torch.Tensor]:
     return stand_ins.dense_call_tensors(M, N, K, L)
 
 
-def calls_of_a_repeat(counted: dict[str, Counter], call) -> tuple[Counter, Counter]:
-    call()
+def calls_of_a_second(counted: dict[str, Counter], first, second) -> tuple[list, Counter, Counter]:
+    """Both calls' results (the first's still held during the second), and the driver and
+    other calls the second made."""
+    results = [first()]
     for counter in counted.values():
         counter.clear()
-    call()
-    return +counted["driver"], +counted["other"]
+    results.append(second())
+    return results, +counted["driver"], +counted["other"]
+
+
+def calls_of_a_repeat(counted: dict[str, Counter], call) -> tuple[Counter, Counter]:
+    _, driver_calls, other_calls = calls_of_a_second(counted, call, call)
+    return driver_calls, other_calls
 
 
 def class_op(t: dict[str, torch.Tensor], **options):
@@ -136,12 +143,12 @@ def test_inputs_at_new_addresses_check_only_their_addresses(counted, monkeypatch
     calls of a repeat."""
     torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
     t = inputs()
-    kept = [api.grouped_gemm_dglu(**t, generate_dbias=True)]
-    for counter in counted.values():
-        counter.clear()
-    kept.append(api.grouped_gemm_dglu(**{**t, "a_tensor": t["a_tensor"].clone()}, generate_dbias=True))
-    assert +counted["driver"] == LAUNCHES + NEW_DBIAS
-    assert +counted["other"] == Counter({"moved_views": 1, "encode_tensor_map": 1})
+    _, driver_calls, other_calls = calls_of_a_second(
+        counted, lambda: api.grouped_gemm_dglu(**t, generate_dbias=True),
+        lambda: api.grouped_gemm_dglu(**{**t, "a_tensor": t["a_tensor"].clone()}, generate_dbias=True),
+    )
+    assert driver_calls == LAUNCHES + NEW_DBIAS
+    assert other_calls == Counter({"moved_views": 1, "encode_tensor_map": 1})
 
 
 def test_wrapper_outputs_at_new_addresses_only_patch_their_addresses(counted, monkeypatch) -> None:
@@ -150,13 +157,11 @@ def test_wrapper_outputs_at_new_addresses_only_patch_their_addresses(counted, mo
     calls as a repeat."""
     torch_state(monkeypatch, TORCH_DEFAULT_STREAM, True)
     t = inputs()
-    kept = [api.grouped_gemm_dglu(**t, generate_dbias=True)]
-    for counter in counted.values():
-        counter.clear()
-    kept.append(api.grouped_gemm_dglu(**t, generate_dbias=True))  # the first results still held
+    call = lambda: api.grouped_gemm_dglu(**t, generate_dbias=True)  # noqa: E731
+    kept, driver_calls, other_calls = calls_of_a_second(counted, call, call)  # the first results still held
     assert kept[0]["d_row_tensor"].data_ptr() != kept[1]["d_row_tensor"].data_ptr()
-    assert +counted["driver"] == LAUNCHES + NEW_DBIAS
-    assert +counted["other"] == Counter()
+    assert driver_calls == LAUNCHES + NEW_DBIAS
+    assert other_calls == Counter()
 
 
 def test_with_per_thread_default_streams_the_default_stream_is_asked_whether_it_captures(
