@@ -295,12 +295,6 @@ class Config(OperandConfig):
         return (SMEM_CAPACITY[SMEM_ARCH] - SMEM_RESERVED - epilogue_bytes) // self.ab_bytes
 
     @property
-    def raster_band(self) -> int:
-        """m-units per raster band: RASTER_BAND m-tiles' worth of TILE_M rows, whatever the
-        tile's height, so that a 64-row tile's walk re-reads B as often as a 128-row one's."""
-        return RASTER_BAND * TILE_M // self.tile_m
-
-    @property
     def b_tile_n(self) -> int:
         """Rows of B's tile each CTA loads: with a 2-CTA cluster, half, multicast to both."""
         return self.tile_n // self.cluster_m
@@ -311,4 +305,4 @@ DBIAS_SLAB_ROWS = TILE_M // (EPILOGUE_THREADS // WARP_SIZE)
 TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role
 # every role of the CTA reads the tile queue: MMA warpgroups, epilogue, block mover
 TILE_QUEUE_READERS = NUM_MMA_THREADS + EPILOGUE_THREADS + WARP_SIZE
-RASTER_BAND = 8  # m-tiles of TILE_M rows per raster band
+RASTER_BAND = 8  # m-tiles per raster band

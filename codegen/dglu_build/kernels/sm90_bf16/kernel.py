@@ -21,8 +21,7 @@ cores compute the next:
   of slots by TMA and stores the D block the epilogue wrote over it (both
   marked evict-first in L2, which keeps A and B's reused tiles).
 
-Tiles walk bands of RASTER_BAND x 128 rows (Config.raster_band m-units;
-blocks/tile_scheduler.py). Expert
+Tiles walk bands of RASTER_BAND m-tiles (blocks/tile_scheduler.py). Expert
 boundaries are multiples of 256, so a 128-row tile never straddles two experts;
 each tile finds its expert with a warp-parallel search of padded_offsets
 (blocks/expert_search.py), and the walk stops at padded_offsets[-1].
@@ -107,6 +106,7 @@ from .config import (
     NUM_MMA_THREADS,
     NUM_MMA_WARPGROUPS,
     PRODUCER_WARP,
+    RASTER_BAND,
     SWIZZLE_CHUNK_BITS,
     THREADS_PER_WARPGROUP,
     TILE_K,
@@ -482,7 +482,7 @@ class Sm90Bf16Kernel:
         push_tile(queue, queue_state, tile)
         queue_state.advance()
         while tile < num_tiles:
-            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, self.config.raster_band)
+            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             expert = expert_of_row(offsets, l, m_tile * self.tile_m)
             tAgA_m = tAgA[(None, m_tile, None)]
             tBgB_n, b_desc = self.b_operand(tBgB, n_tile, expert, b_desc_ws_ptr)
@@ -537,7 +537,7 @@ class Sm90Bf16Kernel:
         older_m_tile, older_column = cutlass.Int32(0), cutlass.Int32(0)
         newer_m_tile, newer_column = cutlass.Int32(0), cutlass.Int32(0)
         while tile < num_tiles:
-            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, self.config.raster_band)
+            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             for g in range(self.groups_in_tile(n_tile, n)):
                 slot = group % EPILOGUE_SLOTS
                 if group >= EPILOGUE_SLOTS:
@@ -626,7 +626,7 @@ class Sm90Bf16Kernel:
             staging.producer_acquire(staging_state)
             if cutlass.const_expr(self.dgrad_rounding):
                 if round_dgrad != 0:
-                    m_tile, _ = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, self.config.raster_band)
+                    m_tile, _ = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
                     expert = expert_of_row(offsets, l, m_tile * self.tile_m)
                     alpha = cute.make_tensor(alpha_ptr, cute.make_layout(l))[expert]
                     self.stage(acc, sAcc, tCcC, alpha * alpha)
@@ -721,7 +721,7 @@ class Sm90Bf16Kernel:
         queue_state.advance()
         group = cutlass.Int32(0)
         while tile < num_tiles:
-            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, self.config.raster_band)
+            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             row0 = m_tile * self.tile_m + first_row
             expert = expert_of_row(offsets, l, row0)
             scale = alpha_all[expert] * alpha_all[expert]

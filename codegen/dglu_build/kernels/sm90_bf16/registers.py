@@ -52,6 +52,7 @@ from .config import (
     EPILOGUE_SLOTS,
     MOVER_WARP,
     PRODUCER_WARP,
+    RASTER_BAND,
     REGISTER_EPILOGUE_LAUNCH_REGISTERS,
     REGISTER_EPILOGUE_LOAD_REGISTERS,
     REGISTER_EPILOGUE_MMA_REGISTERS,
@@ -270,7 +271,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         ordinal = cutlass.Int32(0)  # the tile's place in the CTA's walk
         group = cutlass.Int32(0)  # the first epilogue group of the tile, over both warpgroups
         while tile < num_tiles:
-            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, self.config.raster_band)
+            m_tile, n_tile = tile_coords(tile, num_m_tiles, num_n_tiles, self.cluster_m, RASTER_BAND)
             groups = self.groups_in_tile(n_tile, n)
             next_tile = tile
             if ordinal % self.turns == mine % self.turns:
