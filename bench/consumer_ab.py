@@ -3,9 +3,10 @@
 
 ``python -m bench.consumer_ab CONSUMERS [SHAPES] [ROUNDS] [det]``: CONSUMERS and SHAPES
 comma-separated (a consumer "name:c2" runs on a 2x1 cluster, "name:t64" on the 128x64
-tile, "name:t256" on the 128x256 tile, "name:c2t64" both, "name@DIR" only from the
-artifact directory DIR, so
-that two builds of one variant name can be timed side by side; SHAPES empty: all). The
+tile, "name:t256" on the 128x256 tile, "name:tMxN" on the MxN tile, "name:c2t64" both,
+"name@DIR" only from the artifact directory DIR, so
+that two builds of one variant name can be timed side by side; "dispatch": every
+installed variant, the shipped selection's choice; SHAPES empty: all). The
 variants are the installed wheel's and $DGLU_CUBIN_PATH's; each op is built while the
 selection sees only one consumer's variants (dglu.call.installed_variants filtered: no
 call argument chooses a consumer, so this is a measurement, not an API). Per shape: the
@@ -38,6 +39,15 @@ BUDGET_MS = 80.0  # time_calls budget per candidate per round
 
 
 TILES = {"t64": (128, 64), "t256": (128, 256)}
+DISPATCH = "dispatch"  # the label of the shipped selection (no consumer filter)
+
+
+def tile_of(token: str) -> tuple[int, int] | None:
+    """The mma_tiler_mn of a label's tile token: "t64", "t256", "tMxN", or "" (open)."""
+    if token in TILES or not token:
+        return TILES.get(token)
+    m, _, n = token.removeprefix("t").partition("x")
+    return int(m), int(n)
 
 
 def candidates(consumer: str, directory: str):
@@ -54,6 +64,8 @@ def op_for(label: str, samples, det: bool = False):
     docstring)."""
     label, _, directory = label.partition("@")
     consumer, _, shape = label.partition(":")
+    if consumer == DISPATCH:
+        return build_op(samples, deterministic=det)
     chosen = candidates(consumer, directory)
     dglu.call.installed_variants = lambda: chosen
     try:
@@ -65,7 +77,7 @@ def op_for(label: str, samples, det: bool = False):
             sample_beta=samples.beta, sample_prob=samples.prob, sample_dprob=samples.dprob,
             sample_dbias=samples.dbias, sample_b=samples.b, act_func="dswiglu", deterministic=det,
             cluster_shape_mn=(2, 1) if shape.startswith("c2") else (1, 1),
-            mma_tiler_mn=TILES.get(shape.removeprefix("c2")),
+            mma_tiler_mn=tile_of(shape.removeprefix("c2")),
         )
         op.compile()
         return op

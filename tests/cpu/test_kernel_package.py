@@ -57,11 +57,24 @@ def test_unbuildable_keys_are_refused_with_the_field(changes, message):
 def test_family_rules_also_refuse_keys_outside_the_families_table():
     with pytest.raises(ValueError, match="tile_n must be a multiple of 64, got 96"):
         Config.from_key(key(tile_n=96))
-    with pytest.raises(ValueError, match="tile_m must be 128, got 64"):
+    with pytest.raises(ValueError, match="tile_m must be 128 with consumer 'cooperative', got 64"):
         Config.from_key(key(tile_m=64))
+    with pytest.raises(ValueError, match="tile_m must be 128 with consumer 'cooperative_rf', got 64"):
+        Config.from_key(key(tile_m=64, tile_n=256, consumer="cooperative_rf"))
+    with pytest.raises(ValueError, match="tile_m must be 64 or 128 with consumer 'pingpong', got 256"):
+        Config.from_key(key(tile_m=256, consumer="pingpong"))
     with pytest.raises(ValueError, match="tile 128x192 with C bf16 and D bf16 leaves shared memory for 2 pipeline "
                                          "stages; it needs 3: use a narrower tile_n"):
         Config.from_key(key(tile_n=192))
+
+
+def test_pingpong_64x256_gives_each_warpgroup_an_m64n256_tile():
+    # one warpgroup on a 64x256 tile: 128 accumulators a thread, as the 128x128 ping-pong;
+    # 227 KiB - 1 KiB reserve - 16 KiB slot ring (64 rows) = 210 KiB: five 40 KiB stages
+    config = Config.from_key(key(tile_m=64, tile_n=256, cluster_m=2, consumer="pingpong"))
+    assert config.accumulators_per_thread == 128
+    assert config.slots.bytes == 16384
+    assert config.num_stages == 5
 
 
 def test_stages_fill_the_shared_memory_left_by_the_epilogue():

@@ -1,6 +1,6 @@
 """The runtime reads what the build writes: smoke.yaml plus variants with fp32 C and
 dsituglu, discrete N-major weights, the dynamic scheduler, a 2x1 cluster and the register-
-epilogue consumers (ping-pong, cooperative_rf 128x256 with act_out), compiled
+epilogue consumers (ping-pong 128x128 and 64x256 2x1, cooperative_rf 128x256 with act_out), compiled
 for real (needs CuTe DSL).
 
 Everything a GPU launch would do short of the driver calls: parse the manifest, verify the
@@ -39,6 +39,7 @@ EXTRA_SPEC = SMOKE_SPECS.read_text().split("variants:")[0] + (
     "  - {act_func: dswiglu, scheduler: dynamic, dbias: false}\n"
     "  - {act_func: dswiglu, cluster_m: 2, dbias: true}\n"
     "  - {act_func: dswiglu, consumer: pingpong, dbias: true}\n"
+    "  - {act_func: dswiglu, consumer: pingpong, tile_m: 64, tile_n: 256, cluster_m: 2, dbias: true}\n"
     "  - {act_func: dgeglu, consumer: cooperative_rf, tile_n: 256, dbias: true, act_out: true}\n"
 )
 SPECS = load_specs(SMOKE_SPECS) + parse_specs(EXTRA_SPEC, "extra spec")
@@ -127,9 +128,24 @@ def test_dynamic_variant_needs_the_tile_counter(artifacts: Path) -> None:
 
 @pytest.mark.slow
 def test_cluster_variant_launches_pairs_of_ctas(artifacts: Path) -> None:
-    variant = _variant(artifacts, cluster_m=2)
+    variant = _variant(artifacts, cluster_m=2, tile_m=128)
     main = variant.kernels[0]
     assert main.cluster == (2, 1, 1)
     assert launch_grid(main, SCALARS, 132) == (12, 1, 1)  # 11 tiles -> 6 clusters
     assert sorted(variant.workspaces) == ["dbias_ws"]
     assert main.attributes == {"cluster_dimension": (2, 1, 1)}
+
+
+@pytest.mark.slow
+def test_pingpong_64x256_tiles_and_boxes_are_64_rows(artifacts: Path) -> None:
+    """The 64x256 ping-pong tile: 64-row boxes of A, C and D, 256-row B boxes split over
+    the pair (multicast), and a grid of 64-row tiles in pairs."""
+    variant = _variant(artifacts, tile_m=64)
+    (main,) = [kernel for kernel in variant.kernels if kernel.role == "main"]
+    assert (variant.key.tile_n, variant.key.consumer, main.cluster) == (256, "pingpong", (2, 1, 1))
+    assert main.block == (384, 1, 1)
+    # boxes innermost first: (K, rows) for A and B, (columns, rows) for C and D
+    assert tuple(variant.tma["a"].box) == (64, 64)
+    assert tuple(variant.tma["b"].box) == (64, 128, 1)
+    assert tuple(variant.tma["c"].box) == tuple(variant.tma["d_row"].box) == (64, 64)
+    assert launch_grid(main, SCALARS, 132) == (22, 1, 1)  # 22 m-tiles x 1 n-tile -> 11 clusters

@@ -37,6 +37,7 @@ ACTIVATIONS: dict[str, tuple[str, Mapping[str, float]]] = {
 }
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 WIDE, NARROW, WIDER = (128, 128), (128, 64), (128, 256)
+SLIM = (64, 256)  # ping-pong: one warpgroup's m64n256 tile
 
 
 @dataclass(frozen=True)
@@ -115,11 +116,13 @@ SHIPPED: list[Config] = [
     *_configs(["dswiglu"], BF16, BF16, WIDE, scheduler="dynamic"),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, cluster=(2, 1)),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDER, cluster=(2, 1)),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, SLIM, cluster=(2, 1)),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, scheduler="dynamic", deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, weight_mode="discrete", b_major="k", deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDE, cluster=(2, 1), deterministic=True),
     *_configs(["dswiglu", "dgeglu"], BF16, BF16, WIDER, cluster=(2, 1), deterministic=True),
+    *_configs(["dswiglu", "dgeglu"], BF16, BF16, SLIM, cluster=(2, 1), deterministic=True),
 ]
 
 

@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
 from checks import check_d, check_dprob  # noqa: E402
-from configs import BF16, FP16, FP32, NARROW, WIDE, Config  # noqa: E402
+from configs import BF16, FP16, FP32, NARROW, SLIM, WIDE, Config  # noqa: E402
 from harness import Case, case_inputs, expected_for, run_case, run_wrapper  # noqa: E402
 from inputs import Shape, initial_dprob  # noqa: E402
 
@@ -40,6 +40,7 @@ CONFIGS = [
     Config("dswiglu", BF16, BF16, True, WIDE, deterministic=True),
     Config("dgeglu", BF16, BF16, True, WIDE, weight_mode="discrete", b_major="n"),
     Config("dswiglu", BF16, BF16, True, WIDE, scheduler="dynamic"),
+    Config("dgeglu", BF16, BF16, True, SLIM, cluster=(2, 1)),
 ]
 
 

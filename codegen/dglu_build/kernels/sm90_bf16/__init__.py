@@ -34,7 +34,8 @@ class Sm90Bf16Family(PackagedFamily):
         "dbias": (True, False),
         "weight_mode": ("dense", "discrete"),
         "b_major": ("k", "n"),
-        "tile_mn": ((128, 128), (128, 64), (128, 256)),  # 128x256: consumer cooperative_rf
+        # 128x256: consumer cooperative_rf; 64x256: consumer pingpong
+        "tile_mn": ((128, 128), (128, 64), (128, 256), (64, 256)),
         "cluster_mn": ((1, 1), (2, 1)),
         "scheduler": ("static", "dynamic"),
         "consumer": CONSUMERS,

@@ -58,8 +58,11 @@ if (
 ):
     raise AssertionError("the register-epilogue roles' setmaxnreg counts exceed the registers the CTA launches with")
 # an MMA thread's accumulators of one tile stay in its registers through the epilogue
-MAX_REGISTER_ACCUMULATORS = 128  # fp32 per thread: 128x128 ping-pong, 128x256 cooperative_rf tiles
+MAX_REGISTER_ACCUMULATORS = 128  # fp32 per thread: 128x128 and 64x256 ping-pong, 128x256 cooperative_rf tiles
 TILE_M = 64 * NUM_MMA_WARPGROUPS  # each MMA warpgroup owns 64 rows of the tile
+# "pingpong" puts one warpgroup on the whole tile: 64 rows (one m64n<tile_n> WGMMA block, so
+# a 64x256 tile issues m64n256k16) or 128 (two m64n<tile_n> blocks)
+PINGPONG_TILE_MS = (64, TILE_M)
 TILE_N_MULTIPLE = 64
 TILE_K = 64
 BLOCK_COLUMNS = 32  # gate/input interleave width of C and D: the pairs of one epilogue group
@@ -202,8 +205,11 @@ class Config(OperandConfig):
 
     def check(self) -> None:
         """Raise ValueError naming the field(s) of a combination the kernels cannot build."""
-        if self.tile_m != TILE_M:
-            raise ValueError(f"tile_m must be {TILE_M}, got {self.tile_m}")
+        if self.tile_m not in self.tile_ms:
+            raise ValueError(
+                f"tile_m must be {' or '.join(map(str, self.tile_ms))} with consumer {self.consumer!r}, "
+                f"got {self.tile_m}"
+            )
         if self.tile_n % TILE_N_MULTIPLE:
             raise ValueError(f"tile_n must be a multiple of {TILE_N_MULTIPLE}, got {self.tile_n}")
         if self.b_n_major and not self.discrete_weights:
@@ -229,6 +235,12 @@ class Config(OperandConfig):
                 f"leaves shared memory for {self.num_stages} pipeline stages; it needs {MIN_STAGES}: "
                 "use a narrower tile_n"
             )
+
+    @property
+    def tile_ms(self) -> tuple[int, ...]:
+        """The tile heights the consumer builds: one warpgroup's 64-row blocks (ping-pong), or
+        64 rows for each of the two MMA warpgroups."""
+        return PINGPONG_TILE_MS if self.pingpong else (TILE_M,)
 
     @property
     def slots(self) -> SlotRing:

@@ -59,7 +59,8 @@ rules are declared once, in interface.py; shared-memory numbers in config.py.
 
 Constraints:
 - A and B are BF16 (ab_dtype bf16), accumulation fp32; C and D bf16, fp16 or fp32.
-- tile_m is 128 (two MMA warpgroups of 64 rows); tile_n is a multiple of 64.
+- tile_m is 128 (two MMA warpgroups of 64 rows; registers.py's ping-pong also 64);
+  tile_n is a multiple of 64.
 - The pipeline must fit at least 3 stages of A and B in shared memory beside the
   staging buffer and slot ring (sm_90: 227 KiB per block).
 - Dense B is K-major; b_major "n" needs discrete weights.

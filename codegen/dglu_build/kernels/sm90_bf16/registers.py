@@ -9,8 +9,9 @@ stages the accumulators for epilogue warpgroups instead).
   streamed into a ring of EPILOGUE_SLOTS group slots and D stored back by TMA from it;
 - warpgroups 1 and 2, the MMA warpgroups, run each tile's mainloop and then the dGLU
   epilogue on the accumulators in their registers:
-  - "pingpong": each owns alternate tiles of the CTA's walk (the whole 128 x tile_n tile
-    over one warpgroup) and runs its epilogue while the other runs the next tile's
+  - "pingpong": each owns alternate tiles of the CTA's walk (the whole tile over one
+    warpgroup: 128 x tile_n as two m64 WGMMA blocks, or 64 x 256 as one, so that its
+    instructions are m64n256k16) and runs its epilogue while the other runs the next tile's
     mainloop. Named barriers hand the tensor cores, and the epilogue's slot ring, over in
     tile order: a warpgroup starts a mainloop (an epilogue) only once the other has run
     the previous tile's;
