@@ -368,18 +368,19 @@ class PreparedCall:
     def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
         """The problem with the freshly allocated outputs' views added, and whether it was
         made now (no earlier call had these output addresses)."""
-        key = tuple([tensor.data_ptr() for tensor in made.values()])
-        problem = self._with_outputs.get(key)
+        pointers = tuple([tensor.data_ptr() for tensor in made.values()])  # in self.outputs' order
+        problem = self._with_outputs.get(pointers)
         if problem is not None:
             return problem, False
-        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made)), True
+        return self._with_outputs.get_or_make(pointers, lambda: self._add_outputs(pointers)), True
 
-    def _add_outputs(self, made: dict[str, Any]) -> Problem:
+    def _add_outputs(self, pointers: tuple[int, ...]) -> Problem:
+        """This call's problem with the outputs' views at ``pointers`` (in self.outputs' order)."""
         problem = self.problem
         views = dict(problem.tensors)
-        for rule in self.outputs:
+        for rule, pointer in zip(self.outputs, pointers, strict=True):
             view = rule.view
-            views[rule.role] = TensorView(view.device, made[rule.role].data_ptr(), view.shape, view.strides, view.dtype)
+            views[rule.role] = TensorView(view.device, pointer, view.shape, view.strides, view.dtype)
         return Problem(problem.scalars, problem.origins, views)
 
 

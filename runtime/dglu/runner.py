@@ -70,6 +70,21 @@ class LoadedVariant:
             for kernel in self.variant.kernels
         )
 
+    @functools.cached_property
+    def _params_of(self) -> dict[tuple[str, ...], tuple[tuple[tuple[int, str, str], ...], ...]]:
+        """params_of's answers, by tuple of tensor names."""
+        return {}
+
+    def params_of(self, tensors: tuple[str, ...]) -> tuple[tuple[tuple[int, str, str], ...], ...]:
+        """Per kernel, the tensor_params of ``tensors`` (kept per tuple of names: a plan for
+        moved tensors patches only those)."""
+        found = self._params_of.get(tensors)
+        if found is None:
+            found = self._params_of[tensors] = tuple(
+                tuple(param for param in kernel if param[1] in tensors) for kernel in self.tensor_params
+            )
+        return found
+
 
 def load_variant(variant: Variant, device: int) -> LoadedVariant:
     """Load (once per context and cubin) and return the variant's kernels on ``device``."""
@@ -232,14 +247,13 @@ def _replanned(
     views = {name: problem.tensors[name] for name in moved}
     tma = loaded.variant.tma
     launches = []
-    for params, launch in zip(loaded.tensor_params, start.launches, strict=True):
+    for params, launch in zip(loaded.params_of(moved), start.launches, strict=True):
         # a moved tensor's address: its TMA descriptor anew, or the first 8 bytes of its
         # pointer (and pointer_i32s) parameters: the scalars are the same
         packed = {
             i: encode_tensor_map(tma[tensor], views[tensor]) if kind == "tensormap"
             else views[tensor].pointer.to_bytes(POINTER_BYTES, "little")
             for i, tensor, kind in params
-            if tensor in views
         }
         if packed:
             launch = launch.with_arguments(launch.arguments.replaced(packed))
