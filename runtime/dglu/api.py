@@ -312,10 +312,10 @@ def grouped_gemm_dglu(
         if key is not None:
             _last_request[0] = (settings, bound)
     # the results in the family's order; dprob is the caller's, accumulated in place
-    results = outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor})
+    results = TupleDict(outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor}))
     if act_out:
         results["act_out_tensor"] = made.get("act_out", activation_tensor)
-    return TupleDict(**results)
+    return results
 
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu

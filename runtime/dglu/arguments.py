@@ -20,12 +20,14 @@ refused by name after the dtype family and the options are checked (docs/fronten
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+
+from .contract.records import Record
 
 ROLES = ("tensor", "output", "sample", "option", "stream")
 
 
-class Arg(NamedTuple):
+class Arg(Record):
     """One argument of the op."""
 
     name: str

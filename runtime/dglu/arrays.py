@@ -9,13 +9,22 @@ allocates (D_row, dbias) are torch tensors.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+
+@functools.cache
+def torch_module() -> Any:
+    """torch, imported on first use (importing dglu does not import torch; an import
+    statement in a function costs ~0.15 us a call on the per-call path)."""
+    import torch
+
+    return torch
 
 
 def as_torch(value: Any) -> Any:
     """``value`` as a torch tensor sharing its memory, when it is a foreign CUDA array."""
-    import torch
-
+    torch = torch_module()
     if value is None or isinstance(value, torch.Tensor):
         return value
     if hasattr(value, "__dlpack__"):

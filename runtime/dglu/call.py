@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .arrays import as_torch
+from .arrays import as_torch, torch_module
 from .cache import BoundedCache
 from .driver import device_info
 from .dtypes import torch_dtype
@@ -275,44 +275,45 @@ class OutputRule:
     """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
     scale factors' permuted layout), torch dtype, whether the kernels accumulate into it
     (then it is zeroed on the call's stream), its view with a null address (the kernels'
-    view of it, once allocated, is that view at the tensor's address) and whether a
-    contiguous tensor has these strides (then torch.empty allocates it)."""
+    view of it, once allocated, is that view at the tensor's address) and the strides it is
+    allocated with (allocation_strides)."""
 
-    __slots__ = ("role", "shape", "strides", "dtype", "accumulate", "view", "contiguous")
+    __slots__ = ("role", "shape", "strides", "dtype", "accumulate", "view", "allocated_strides")
 
     def __init__(
         self, role: str, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, accumulate: bool,
-        view: TensorView, contiguous: bool,
+        view: TensorView,
     ) -> None:
         self.role, self.shape, self.strides, self.dtype = role, shape, strides, dtype
-        self.accumulate, self.view, self.contiguous = accumulate, view, contiguous
+        self.accumulate, self.view = accumulate, view
+        self.allocated_strides = allocation_strides(shape, strides)
 
 
-def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """True when a contiguous tensor has ``strides`` (along dimensions of size > 1): then
-    torch.empty allocates it, as callers expect (e.g. ``.view(torch.uint8)`` works); the
-    scale factors' permuted layout needs torch.empty_strided."""
-    expected = 1
-    for size, stride in reversed(list(zip(shape, strides))):
+def allocation_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides an output of ``shape`` and ``strides`` is allocated with: torch.empty's
+    (a plain contiguous tensor, as callers expect: e.g. ``.view(torch.uint8)`` works) when
+    a contiguous tensor has ``strides`` along its dimensions of size > 1, else ``strides``
+    (the scale factors' permuted layout)."""
+    contiguous, expected = [], 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
         if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
+            return strides
+        contiguous.append(expected)
+        expected *= max(size, 1)
+    return tuple(reversed(contiguous))
 
 
 def allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[str, Any]:
     """The wrapper's new outputs on cuda:``device`` (the CPU when None); DeviceMemoryError,
-    before anything is enqueued, when the device has no room for one."""
-    import torch
-
+    before anything is enqueued, when the device has no room for one. (torch.empty_strided:
+    it parses its arguments faster than torch.empty.)"""
+    torch = torch_module()
     torch_device = _torch_device(device)
     made = {}
     for rule in rules:
         try:
-            made[rule.role] = (
-                torch.empty(rule.shape, dtype=rule.dtype, device=torch_device)
-                if rule.contiguous
-                else torch.empty_strided(rule.shape, rule.strides, dtype=rule.dtype, device=torch_device)
+            made[rule.role] = torch.empty_strided(
+                rule.shape, rule.allocated_strides, dtype=rule.dtype, device=torch_device
             )
         except torch.OutOfMemoryError as exc:
             size = math.prod(rule.shape) * rule.dtype.itemsize
@@ -367,18 +368,19 @@ class PreparedCall:
     def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
         """The problem with the freshly allocated outputs' views added, and whether it was
         made now (no earlier call had these output addresses)."""
-        key = tuple([tensor.data_ptr() for tensor in made.values()])
-        problem = self._with_outputs.get(key)
+        pointers = tuple([tensor.data_ptr() for tensor in made.values()])  # in self.outputs' order
+        problem = self._with_outputs.get(pointers)
         if problem is not None:
             return problem, False
-        return self._with_outputs.get_or_make(key, lambda: self._add_outputs(made)), True
+        return self._with_outputs.get_or_make(pointers, lambda: self._add_outputs(pointers)), True
 
-    def _add_outputs(self, made: dict[str, Any]) -> Problem:
+    def _add_outputs(self, pointers: tuple[int, ...]) -> Problem:
+        """This call's problem with the outputs' views at ``pointers`` (in self.outputs' order)."""
         problem = self.problem
         views = dict(problem.tensors)
-        for rule in self.outputs:
+        for rule, pointer in zip(self.outputs, pointers, strict=True):
             view = rule.view
-            views[rule.role] = TensorView(view.device, made[rule.role].data_ptr(), view.shape, view.strides, view.dtype)
+            views[rule.role] = TensorView(view.device, pointer, view.shape, view.strides, view.dtype)
         return Problem(problem.scalars, problem.origins, views)
 
 
@@ -388,8 +390,7 @@ def _output_rule(role: str, argument: Any, problem: Problem) -> OutputRule:
     strides = tuple(e.value(problem.scalars) for e in argument.strides)
     dtype = argument.dtypes[0]
     view = TensorView(problem.tensors["a"].device, 0, shape, strides, dtype)
-    return OutputRule(role, shape, strides, torch_dtype(dtype), argument.io == "accumulate", view,
-                      _contiguous(shape, strides))
+    return OutputRule(role, shape, strides, torch_dtype(dtype), argument.io == "accumulate", view)
 
 
 COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")

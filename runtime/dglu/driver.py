@@ -20,8 +20,9 @@ import functools
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
+from .contract.records import Record
 from .errors import CudaDriverError
 
 _lock = threading.Lock()
@@ -86,7 +87,7 @@ def driver_version() -> int:
     return checked("cuDriverGetVersion")
 
 
-class DeviceInfo(NamedTuple):
+class DeviceInfo(Record):
     """Facts about one device that selection and launch need."""
 
     ordinal: int

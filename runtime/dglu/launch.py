@@ -9,15 +9,16 @@ the driver copies both when the launch is enqueued, so sharing them across threa
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
+from .contract.records import Record
 from .driver import checked
 from .grid import Grid
 from .contract.schema import KernelSpec
 from .params import KernelArguments
 
 
-class Launch(NamedTuple):
+class Launch(Record):
     """One prepared kernel launch."""
 
     function: Any

@@ -21,17 +21,17 @@ import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from .contract.dispatch import DispatchRule, read_dispatch
 from .contract.reader import VariantEntry, read_manifest
+from .contract.records import Record
 from .contract.schema import MANIFEST_FILE, Manifest, Variant
 from .errors import ManifestError
 
 PACKAGE_ORIGIN = "package"
 
 
-class SearchEntry(NamedTuple):
+class SearchEntry(Record):
     """One directory of the search path and why it is searched."""
 
     directory: Path
@@ -69,7 +69,7 @@ def load_manifests(entries: list[SearchEntry]) -> tuple[tuple[SearchEntry, Manif
     return tuple(manifests)
 
 
-class StaleVariant(NamedTuple):
+class StaleVariant(Record):
     """A variant the runtime will not use, and why."""
 
     variant: Variant | VariantEntry

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from .contract.front import FrontPolicy
 from .contract.keys import ACT_PARAM_DEFAULTS, ALL_ACT_PARAMS
+from .contract.records import Record
 from .front import check_values
 
 B_MAJORS = ("k", "n")
@@ -41,7 +42,7 @@ def _default_cluster(tile: tuple[int, int] | None) -> tuple[int, int] | None:
         return None
     return CTA_PAIR_CLUSTER if tile[0] == CTA_PAIR_TILE_M else SINGLE_CTA_CLUSTER
 
-class OpOptions(NamedTuple):
+class OpOptions(Record):
     """The variant fields chosen by arguments (the tensors choose the dtypes)."""
 
     act_func: str

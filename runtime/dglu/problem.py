@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
+from .contract.records import Record
 from .dtypes import ELEMENT_TYPES
 
 
-class TensorView(NamedTuple):
+class TensorView(Record):
     """A device tensor as the kernels see it: address, seed-rank shape, strides in elements."""
 
     device: int

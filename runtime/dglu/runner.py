@@ -70,6 +70,21 @@ class LoadedVariant:
             for kernel in self.variant.kernels
         )
 
+    @functools.cached_property
+    def _params_of(self) -> dict[tuple[str, ...], tuple[tuple[tuple[int, str, str], ...], ...]]:
+        """params_of's answers, by tuple of tensor names."""
+        return {}
+
+    def params_of(self, tensors: tuple[str, ...]) -> tuple[tuple[tuple[int, str, str], ...], ...]:
+        """Per kernel, the tensor_params of ``tensors`` (kept per tuple of names: a plan for
+        moved tensors patches only those)."""
+        found = self._params_of.get(tensors)
+        if found is None:
+            found = self._params_of[tensors] = tuple(
+                tuple(param for param in kernel if param[1] in tensors) for kernel in self.tensor_params
+            )
+        return found
+
 
 def load_variant(variant: Variant, device: int) -> LoadedVariant:
     """Load (once per context and cubin) and return the variant's kernels on ``device``."""
@@ -190,18 +205,14 @@ def _plan(
     a plan for the same scalars, grids and stream, whose launches are reused but for the
     parameters of the tensors whose views differ, when its workspaces are these."""
     scalars = problem.scalars
-    starts = {role: loaded.variant.arguments[role].start for role in clear}
-    clears = [(problem.tensors[role].pointer, problem.tensors[role].size) for role in clear if starts[role] == "zero"]
-    fills = tuple((problem.tensors[role].pointer, problem.tensors[role].size, workspace_pool.START_WORDS[start])
-                  for role, start in starts.items() if start != "zero")
+    clears, fills = _output_writes(loaded, problem, clear)
     if not grids:
         return CallPlan(tuple(clears), (), fills=fills)
     clears += workspace_pool.zeroed_ranges(workspaces, scalars, given_workspaces)
     if start is not None and all(
         start.views[name].pointer == workspace.pointer for name, workspace in workspaces.items()
     ):
-        replanned = _replanned(loaded, problem, start, tuple(clears))
-        return CallPlan(replanned.clears, replanned.launches, replanned.views, fills)
+        return _replanned(loaded, problem, start, tuple(clears), fills)
     views: dict[str, TensorView] = dict(problem.tensors)
     workspace_views = {
         name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
@@ -217,34 +228,47 @@ def _plan(
     return CallPlan(tuple(clears), tuple(launches), views, fills)
 
 
+def _output_writes(
+    loaded: LoadedVariant, problem: Problem, clear: tuple[str, ...]
+) -> tuple[list[tuple[int, int]], tuple[tuple[int, int, int], ...]]:
+    """The memsets of the outputs ``clear`` (tensors of ``problem``), as their arguments'
+    ``start`` says: the ranges to zero (pointer, size) and to fill (pointer, size, word)."""
+    starts = {role: loaded.variant.arguments[role].start for role in clear}
+    tensors = problem.tensors
+    clears = [(tensors[role].pointer, tensors[role].size) for role in clear if starts[role] == "zero"]
+    fills = tuple((tensors[role].pointer, tensors[role].size, workspace_pool.START_WORDS[start])
+                  for role, start in starts.items() if start != "zero")
+    return clears, fills
+
+
 def _replanned(
     loaded: LoadedVariant,
     problem: Problem,
     start: CallPlan,
     clears: tuple[tuple[int, int], ...],
+    fills: tuple[tuple[int, int, int], ...],
     moved: tuple[str, ...] | None = None,
 ) -> CallPlan:
     """``start``'s launches with the parameters of the problem's tensors whose views moved
     (``moved``, else those whose views differ) packed anew (its workspaces, and so the
-    views derived from them, are the same)."""
+    views derived from them, are the same), after the memsets ``clears`` and ``fills``."""
     if moved is None:
         moved = tuple(name for name, view in problem.tensors.items() if start.views.get(name) != view)
     views = {name: problem.tensors[name] for name in moved}
     tma = loaded.variant.tma
     launches = []
-    for params, launch in zip(loaded.tensor_params, start.launches, strict=True):
+    for params, launch in zip(loaded.params_of(moved), start.launches, strict=True):
         # a moved tensor's address: its TMA descriptor anew, or the first 8 bytes of its
         # pointer (and pointer_i32s) parameters: the scalars are the same
         packed = {
             i: encode_tensor_map(tma[tensor], views[tensor]) if kind == "tensormap"
             else views[tensor].pointer.to_bytes(POINTER_BYTES, "little")
             for i, tensor, kind in params
-            if tensor in views
         }
         if packed:
             launch = launch.with_arguments(launch.arguments.replaced(packed))
         launches.append(launch)
-    return CallPlan(clears, tuple(launches), {**start.views, **views})
+    return CallPlan(clears, tuple(launches), {**start.views, **views}, fills)
 
 
 def derive_ready(
@@ -262,9 +286,9 @@ def derive_ready(
     grids = memo.get(loaded.identity)
     if ready is None or not grids:
         return
-    tensors = problem.tensors
-    clears = (*[(tensors[role].pointer, tensors[role].size) for role in clear], *ready.plan.clears[len(clear):])
-    plan = _replanned(loaded, problem, ready.plan, clears, moved)
+    clears, fills = _output_writes(loaded, problem, clear)
+    clears += ready.plan.clears[len(clears):]  # then the workspaces' (the same ones)
+    plan = _replanned(loaded, problem, ready.plan, tuple(clears), fills, moved)
     problem.launch_cache[loaded.identity] = grids
     problem.launch_cache[key] = ReadyCall(plan, ready.slots, ready.pooled)
 

@@ -19,10 +19,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
 from .contract.reader import VariantEntry
+from .contract.records import Record
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
 
@@ -42,7 +43,7 @@ def arch_for_capability(capability: tuple[int, int]) -> str | None:
     return ARCH_OF_CAPABILITY.get(tuple(capability))
 
 
-class VariantRequest(NamedTuple):
+class VariantRequest(Record):
     """What a call needs; None in a launch-shape field means "any"."""
 
     arch: str

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .arrays import torch_module
 from .driver import checked, context_device, primary_context
 from .errors import CudaDriverError, StreamDeviceError
 
@@ -22,8 +23,7 @@ def resolve_stream(current_stream: Any, device: int) -> int:
     torch.cuda.ExternalStream) is checked to belong to the device's primary context, the
     one torch allocates in and dglu loads its kernels into.
     """
-    import torch
-
+    torch = torch_module()
     if current_stream is None:
         return torch._C._cuda_getCurrentRawStream(device)
     if isinstance(current_stream, torch.cuda.Stream):

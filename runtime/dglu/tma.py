@@ -5,15 +5,17 @@ The tensor is viewed in its seed rank-3 shape; the descriptor's rank is ``len(ru
 ``rule.dims[i]`` (innermost first): globalDim and globalStrides (bytes, innermost
 omitted) come from the tensor's actual shape and strides in that order; boxDim is the
 rule's box; elementStrides are all 1. Encoded descriptors are cached (bounded LRU) by
-device, pointer, shape, strides, dtype and rule.
+device, pointer, shape, strides, dtype and rule; the driver's arguments but the address
+by shape, strides, dtype and rule.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from . import driver
 from .dtypes import ELEMENT_TYPES
 from .problem import TensorView
 
@@ -82,33 +84,39 @@ def global_layout(rule: TmaRule, view: TensorView) -> tuple[list[int], list[int]
     return dims, strides
 
 
-def _enum(driver: object, option: str, value: str) -> object:
+def _enum(cuda: object, option: str, value: str) -> object:
     enum_name, members = TMA_OPTIONS[option]
-    return getattr(getattr(driver, enum_name), members[value])
+    return getattr(getattr(cuda, enum_name), members[value])
 
 
 @functools.lru_cache(maxsize=1024)
 def encode_tensor_map(rule: TmaRule, view: TensorView) -> bytes:
     """The 128-byte CUtensorMap of ``view`` under ``rule`` (cached)."""
-    from cuda.bindings import driver
-
-    from .driver import checked, initialize
-
-    initialize()
-    dims, strides = global_layout(rule, view)
-    data_type = getattr(driver.CUtensorMapDataType, ELEMENT_TYPES[view.dtype].tensor_map_type)
-    tensor_map = checked(
-        "cuTensorMapEncodeTiled",
-        data_type,
-        len(dims),
-        view.pointer,
-        [driver.cuuint64_t(d) for d in dims],
-        [driver.cuuint64_t(s) for s in strides],
-        [driver.cuuint32_t(b) for b in rule.box],
-        [driver.cuuint32_t(1)] * len(dims),
-        _enum(driver, "interleave", rule.interleave),
-        _enum(driver, "swizzle", rule.swizzle),
-        _enum(driver, "l2_promotion", rule.l2_promotion),
-        _enum(driver, "oob_fill", rule.oob_fill),
-    )
+    data_type, rank, layout = _encoding(rule, view.shape, view.strides, view.dtype)
+    tensor_map = driver.checked("cuTensorMapEncodeTiled", data_type, rank, view.pointer, *layout)
     return ctypes.string_at(tensor_map.getPtr(), TENSOR_MAP_BYTES)
+
+
+@functools.lru_cache(maxsize=256)
+def _encoding(
+    rule: TmaRule, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str
+) -> tuple[Any, int, tuple[Any, ...]]:
+    """cuTensorMapEncodeTiled's arguments but the address, for a view of ``shape``,
+    ``strides`` and ``dtype`` under ``rule``: its data type, rank, and the arguments after
+    the address (cached: a tensor of a known layout at a new address, such as the wrapper's
+    new D_row, is encoded with the driver call alone)."""
+    from cuda.bindings import driver as cuda
+
+    driver.initialize()
+    dims, byte_strides = global_layout(rule, TensorView(None, 0, shape, strides, dtype))
+    data_type = getattr(cuda.CUtensorMapDataType, ELEMENT_TYPES[dtype].tensor_map_type)
+    return data_type, len(dims), (
+        [cuda.cuuint64_t(d) for d in dims],
+        [cuda.cuuint64_t(s) for s in byte_strides],
+        [cuda.cuuint32_t(b) for b in rule.box],
+        [cuda.cuuint32_t(1)] * len(dims),
+        _enum(cuda, "interleave", rule.interleave),
+        _enum(cuda, "swizzle", rule.swizzle),
+        _enum(cuda, "l2_promotion", rule.l2_promotion),
+        _enum(cuda, "oob_fill", rule.oob_fill),
+    )

@@ -12,15 +12,16 @@ device, so a captured CUDA graph stays correct.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from .contract.front import FrontPolicy
+from .contract.records import Record
 from .front import dtype_name, operand_type
 
 DENSE, DISCRETE = "dense", "discrete"
 
 
-class DiscreteWeights(NamedTuple):
+class DiscreteWeights(Record):
     """What discrete weights fix that no tensor shows, and the arguments that gave it."""
 
     n: int

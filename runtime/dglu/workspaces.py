@@ -43,8 +43,9 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
+from .contract.records import Record
 from .contract.schema import WorkspaceRule
 from .driver import checked, cuda_driver, device_context
 from .dtypes import ELEMENT_TYPES
@@ -54,7 +55,7 @@ WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
 ZERO_NEW_ENV = "DGLU_ZERO_NEW_WORKSPACES"  # zero workspaces when allocated (initcheck runs)
 
 
-class Workspace(NamedTuple):
+class Workspace(Record):
     """One workspace: its name and rule, device address and size in elements."""
 
     name: str

@@ -3,6 +3,7 @@ permuted layout otherwise (dglu.call.allocate_outputs)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from dglu import call
@@ -14,7 +15,7 @@ M, N2, L = 512, 192, 3
 def rule(role: str, shape: tuple, strides: tuple, dtype) -> call.OutputRule:
     name = str(dtype).removeprefix("torch.")
     view = TensorView(None, 0, shape, strides, name)
-    return call.OutputRule(role, shape, strides, dtype, False, view, call._contiguous(shape, strides))
+    return call.OutputRule(role, shape, strides, dtype, False, view)
 
 
 def test_d_row_is_plain_contiguous_even_with_the_seed_stride_of_its_unit_dimension() -> None:
@@ -31,3 +32,12 @@ def test_scale_factors_get_the_permuted_strides() -> None:
     sf = made["sfd_row"]
     assert sf.shape == shape and sf.stride() == strides and sf.dtype == torch.float8_e8m0fnu
     assert sf.untyped_storage().nbytes() == rr * rk * 512
+
+
+@pytest.mark.parametrize("shape", [(M, N2, 1), (4, 1, 1), (1,), (2, 0, 3), (3, 0), (L, 1, N2)])
+def test_a_contiguous_layout_is_allocated_with_torch_empty_s_strides(shape: tuple) -> None:
+    """allocation_strides gives what torch.empty gives (empty and unit dimensions too)."""
+    seed_strides = tuple(range(7, 7 + len(shape)))  # any stride of a unit dimension
+    contiguous = torch.empty(shape).stride()
+    strides = tuple(s if n != 1 else seed for s, n, seed in zip(contiguous, shape, seed_strides))
+    assert call.allocation_strides(shape, strides) == contiguous

@@ -124,16 +124,16 @@ def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
     fake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = inputs()
-    empty = torch.empty
+    empty_strided = torch.empty_strided  # what the wrapper allocates its outputs with
     failures = [(M, 2 * N, 1)]  # D_row's shape: fail it once
 
     def empty_or_out_of_memory(*args, **kwargs):
         if failures and args and tuple(args[0]) == failures[0]:
             failures.pop()
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 384.00 KiB")
-        return empty(*args, **kwargs)
+        return empty_strided(*args, **kwargs)
 
-    monkeypatch.setattr(torch, "empty", empty_or_out_of_memory)
+    monkeypatch.setattr(torch, "empty_strided", empty_or_out_of_memory)
     assert_refused(
         fake,
         lambda: wrapper_call(t),

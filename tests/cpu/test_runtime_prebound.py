@@ -177,3 +177,29 @@ def test_a_call_that_misses_the_prebound_path_reads_its_signature_once(runs, mon
         assert len(reads) == 1
         assert runs["launched"][-1].tensors["a"].pointer == call["a_tensor"].data_ptr()
     assert runs["bound"] == ["full", "moved", "full", "moved"]
+
+
+def test_outputs_at_new_addresses_keep_each_output_s_start_and_every_workspace_clear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variant whose wrapper outputs start at zero (dbias) and at -inf (an amax, as the
+    Blackwell NVFP4 kernels' is) and with a workspace zeroed each call (the dynamic
+    scheduler's tile counter): a call whose outputs moved enqueues the memsets a fresh plan
+    enqueues, at its own outputs' addresses."""
+    from conftest_runtime import arguments
+
+    key = variant_key(scheduler="dynamic")
+    amax = {"shape": ["l"], "strides": [1], "dtypes": ["fp32"], "align": 4, "io": "accumulate", "start": "-inf"}
+    write_artifacts(tmp_path, [key], arguments={**arguments(key), "amax": amax})
+    fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+    t = stand_ins.dense_call_tensors(M, N, K, L)
+    kept = [api.grouped_gemm_dglu(**t, generate_dbias=True, use_dynamic_sched=True)]  # workspaces allocated
+    filled = set()
+    for _ in range(3):  # three more output addresses: each plan derived from the last one
+        fake.calls.clear()
+        kept.append(api.grouped_gemm_dglu(**t, generate_dbias=True, use_dynamic_sched=True))
+        words = {pointer: word for pointer, word, *_ in fake.names("cuMemsetD32Async")}
+        assert words.pop(kept[-1]["dbias_tensor"].data_ptr()) == 0  # dbias, the tile counter, amax
+        assert sorted(words.values()) == [0, 0xFF800000], words
+        filled.add(next(pointer for pointer, word in words.items() if word))
+    assert len(filled) == 3  # each call's own amax

@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import ManifestError
+from .records import Record
 
 DISPATCH_FILE = "dispatch.json"
 DISPATCH_VERSION = 1
@@ -40,7 +41,7 @@ RULE_FIELDS = ("arch", "when", "choose")
 OPTIONAL_RULE_FIELDS = ("measured",)
 
 
-class DispatchRule(NamedTuple):
+class DispatchRule(Record):
     """One row of the table: the problems of ``arch`` within ``when``'s bounds take the
     variants whose key has ``choose``'s fields."""
 

@@ -3,10 +3,10 @@ The one table both sides read: the manifest's reader, the build and the runtime.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from .records import Record
 
 
-class ElementType(NamedTuple):
+class ElementType(Record):
     """One element type as the manifest names it (e.g. "bf16")."""
 
     name: str

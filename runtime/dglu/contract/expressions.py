@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
+
+from .records import Record
 
 NAME = re.compile(r"[a-z][a-z0-9_]*")  # scalar, argument and field names
 CACHE_CAPACITY = 4096
 
-class Expr(NamedTuple):
+class Expr(Record):
     """A product of a positive integer and scalar names, divided by ``divisor`` rounding up
     (``"2*n"``: (2, ("n",)); ``"n/128"``: (1, ("n",), 128), the n-tiles of 128 columns)."""
 
@@ -55,8 +57,6 @@ def parse_expr(value: Any) -> Expr:
         else:
             raise ValueError(f"has a bad factor {part!r} in {value!r} (positive ints, scalar names)")
     return Expr(factor, tuple(names), int(divisor) if slash else 1)
-
-
 
 
 @functools.lru_cache(maxsize=CACHE_CAPACITY)

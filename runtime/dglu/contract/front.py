@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import ManifestError
 from .keys import KEY_FIELDS
+from .records import Record
 
 ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "NotImplementedError": NotImplementedError}
 # The named operand checks a family may ask for (dglu.front.OPERAND_CHECKS implements them).
@@ -35,7 +36,7 @@ CHECKS = (
 _JSON_SCALARS = (type(None), bool, int, float, str)
 
 
-class ArgumentRule(NamedTuple):
+class ArgumentRule(Record):
     """What the front door accepts for one argument: one of ``accepted`` (compared by type
     and value; None: any value), or, when ``required``, anything but None. ``refusal``
     says why another value is refused; ``error`` is the exception type raised."""
@@ -53,7 +54,7 @@ class ArgumentRule(NamedTuple):
         return self.accepted is None or any(_same(value, v) for v in self.accepted)
 
 
-class DtypeRule(NamedTuple):
+class DtypeRule(Record):
     """The element types a dtype argument (a tensor's dtype, or a dtype option) accepts;
     ``refusal``: what it expects, in words (a refusal reads "NAME: expected REFUSAL, got
     X"); ``default``: the element type None stands for (None: None is refused)."""
@@ -63,7 +64,7 @@ class DtypeRule(NamedTuple):
     default: str | None = None
 
 
-class FrontPolicy(NamedTuple):
+class FrontPolicy(Record):
     """A family's front policy (see the module docstring)."""
 
     operands: tuple[str, ...]

@@ -28,10 +28,11 @@ import os
 import warnings
 import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from .errors import ManifestError
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
+from .records import Record
 from .schema import MANIFEST_FILE
 
 INDEX_FILE = "manifest-index.json"
@@ -128,7 +129,7 @@ def entry_crc32(data: bytes) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
-class Index(NamedTuple):
+class Index(Record):
     """An index that describes its manifest: the manifest's path and schema_version, one
     record per variant (a list in RECORD_FIELDS' order), the act_params and builds (by
     place) and the fronts (by id) the records name."""

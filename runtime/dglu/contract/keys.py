@@ -18,13 +18,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
+
+from .records import Record
 
 
 REQUIRED = object()  # a KeyField.default: the field has none (a key must give it)
 
 
-class KeyField(NamedTuple):
+class KeyField(Record):
     """One field of a variant key: everything that names or describes it.
 
     ``option`` is ``dglu-build add``'s option for it (``--tile`` for tile_m and tile_n

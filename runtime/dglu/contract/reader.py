@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from .element_types import ELEMENT_TYPES
 
@@ -30,6 +30,7 @@ from .front import FrontPolicy, read_front
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
 from .index import INDEX_FILE, REWRITE_HINT, Index, read_entry, read_index
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
+from .records import Record
 from .schema import (
     BASE_SCALARS,
     GRID_RULES,
@@ -420,7 +421,7 @@ RULE_FIELDS = ("scalars", "arguments", "limits", "views", "workspaces", "tma")
 OPTIONAL_RULE_FIELDS = ("flags",)
 
 
-class _Rules(NamedTuple):
+class _Rules(Record):
     """A variant's tensor rules (RULE_FIELDS): variants of a family share them."""
 
     scalars: Mapping[str, Expr]

@@ -7,10 +7,11 @@ from collections import namedtuple
 from collections.abc import Mapping
 from pathlib import Path
 from .front import FrontPolicy
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .expressions import Expr
 from .keys import KEY_TABLE
+from .records import Record
 
 if TYPE_CHECKING:
     from .reader import VariantEntry
@@ -54,7 +55,6 @@ MAX_TMA_BOX = 256
 ORDERED_MAPS = ("arguments", "scalars")  # JSON objects whose order means something
 
 
-
 # The key's fields, generated from the KeyField table (the fields with a default last);
 # act_params as sorted (name, value) pairs.
 _VariantKeyFields = namedtuple(
@@ -76,7 +76,7 @@ class VariantKey(_VariantKeyFields):
         return fields
 
 
-class Build(NamedTuple):
+class Build(Record):
     """What a variant was built from."""
 
     dglu_version: str
@@ -84,7 +84,7 @@ class Build(NamedTuple):
     toolchain: Mapping[str, str]
 
 
-class Argument(NamedTuple):
+class Argument(Record):
     """One tensor argument: seed-rank shape and strides (EXPRESSIONs or 1), dtypes, align."""
 
     shape: tuple[Expr, ...]
@@ -97,7 +97,7 @@ class Argument(NamedTuple):
     start: str = "zero"  # an accumulated output's value before the kernels run (STARTS)
 
 
-class Limit(NamedTuple):
+class Limit(Record):
     """Bounds of one scalar, and why the kernels need them."""
 
     why: str
@@ -106,7 +106,7 @@ class Limit(NamedTuple):
     multiple_of: int | None = None
 
 
-class ViewRule(NamedTuple):
+class ViewRule(Record):
     """A descriptor view derived from the argument or workspace ``of``."""
 
     of: str
@@ -116,7 +116,7 @@ class ViewRule(NamedTuple):
     address_align_down: int
 
 
-class WorkspaceRule(NamedTuple):
+class WorkspaceRule(Record):
     """Scratch memory the runtime provides."""
 
     dtype: str
@@ -125,7 +125,7 @@ class WorkspaceRule(NamedTuple):
     zero: str  # "each_call", "by_consumer" or "never" (docs/manifest.md)
 
 
-class GridSpec(NamedTuple):
+class GridSpec(Record):
     """A grid rule: ``persistent_tiles`` (tile_m, tile_n) or ``elementwise`` (count)."""
 
     rule: str
@@ -134,7 +134,7 @@ class GridSpec(NamedTuple):
     count: Expr | None = None
 
 
-class ParamSpec(NamedTuple):
+class ParamSpec(Record):
     """One kernel parameter, in the kernel's parameter order."""
 
     name: str
@@ -147,7 +147,7 @@ class ParamSpec(NamedTuple):
     constant: float = 0.0  # f32_const only
 
 
-class KernelSpec(NamedTuple):
+class KernelSpec(Record):
     """One __global__ function of a variant's cubin, in launch order."""
 
     role: str
@@ -160,7 +160,7 @@ class KernelSpec(NamedTuple):
     params: tuple[ParamSpec, ...]
 
 
-class TmaRule(NamedTuple):
+class TmaRule(Record):
     """How to encode the TMA descriptor of one tensor (hashable: a cache key)."""
 
     dtype: str
@@ -172,7 +172,7 @@ class TmaRule(NamedTuple):
     interleave: str
 
 
-class Variant(NamedTuple):
+class Variant(Record):
     """One prebuilt kernel variant, as its manifest entry describes it."""
 
     name: str
@@ -201,7 +201,7 @@ class Variant(NamedTuple):
         return self.directory / self.cubin
 
 
-class Manifest(NamedTuple):
+class Manifest(Record):
     """A parsed manifest.json and the variants it lists (VariantEntry when read lazily)."""
 
     path: Path

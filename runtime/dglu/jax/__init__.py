@@ -58,12 +58,13 @@ creates (dbias, amax: from zero, as the torch wrapper's) on XLA's stream.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from ..call import ARGUMENT_NAMES, WRAPPER_OUTPUTS
+from ..contract.records import Record
 from ..contract.schema import Variant
 from ..dtypes import ELEMENT_TYPES
 from ..errors import VariantNotFoundError
@@ -80,7 +81,7 @@ PLATFORM = "CUDA"
 TRACE_ARCH_SOURCE = "JAX's default device"
 
 
-class DgluResults(NamedTuple):
+class DgluResults(Record):
     """The op's outputs in the seed's order (a pytree: returnable from jitted code)."""
 
     d_row_tensor: Any
@@ -92,7 +93,7 @@ class DgluResults(NamedTuple):
     sfd_col_tensor: Any
 
 
-class DgluActResults(NamedTuple):
+class DgluActResults(Record):
     """DgluResults plus act_out_tensor (M, N, 1) bf16, prob * GLU(C), for act_out=True."""
 
     d_row_tensor: Any
@@ -105,7 +106,7 @@ class DgluActResults(NamedTuple):
     act_out_tensor: Any
 
 
-class CallLayout(NamedTuple):
+class CallLayout(Record):
     """The custom call's static layout (hashable: the inner jit's static argument): its
     operands' variant roles, in order; its results as (role, shape, numpy dtype), then the
     hidden workspaces as (name, elements, numpy dtype); the operands aliased to results as

@@ -25,9 +25,10 @@ device.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..call import ARGUMENT_NAMES
+from ..contract.records import Record
 
 TORCH_PREFIX = "torch."
 SCALE_FACTOR_ROLES = ("sfa", "sfb", "sfd_row", "sfd_col")
@@ -40,7 +41,7 @@ OPERAND_ROLES = ("a", "b")  # uint8 here: FP4 pairs
 FP4_PAIRS = "torch.float4_e2m1fn_x2"
 
 
-class ArrayDevice(NamedTuple):
+class ArrayDevice(Record):
     """The device of an array, as validation reads a torch device (type, index)."""
 
     type: str

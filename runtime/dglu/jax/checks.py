@@ -14,10 +14,11 @@ launch with those addresses.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, problem_class, select_installed
 from ..contract.front import FrontPolicy
+from ..contract.records import Record
 from ..contract.schema import Variant
 from ..front import (
     check_operands,
@@ -52,7 +53,7 @@ OPERAND_ROLES = ("a", "b", "sfa", "sfb")  # what the family's operand checks rea
 Arrays = Mapping[str, tuple[str, ArraySpec]]  # role -> (argument name, spec)
 
 
-class DescribedCall(NamedTuple):
+class DescribedCall(Record):
     """A call's variant and its Problem (scalars, views) for the arrays checked."""
 
     variant: Variant

@@ -4,8 +4,9 @@ to the FFI handler as attributes with the names of the custom call's results."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..contract.records import Record
 from ..options import OpOptions
 from ..weights import DENSE, DISCRETE, DiscreteWeights
 
@@ -21,7 +22,7 @@ NO_TILE = (0, 0)  # the tile (and cluster) attribute of "let the selection choos
 NAME_SEPARATOR = ","  # joins the result and workspace names into one string attribute
 
 
-class CallConfig(NamedTuple):
+class CallConfig(Record):
     """Everything static about one call (hashable: jax.jit's static argument)."""
 
     weight_mode: str  # DENSE or DISCRETE
@@ -82,7 +83,7 @@ class CallConfig(NamedTuple):
         }
 
 
-class DecodedAttributes(NamedTuple):
+class DecodedAttributes(Record):
     """What ``CallConfig.attributes`` encoded, decoded from the handler's attributes."""
 
     config: CallConfig

@@ -27,7 +27,9 @@ import os
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
+
+from ..contract.records import Record
 
 API_MAJOR, API_MINOR = 0, 3  # the c_api.h this layout follows
 METADATA_EXTENSION = 1  # XLA_FFI_Extension_Metadata
@@ -241,7 +243,7 @@ class FfiError(RuntimeError):
     """An XLA FFI API function reported an error."""
 
 
-class Buffer(NamedTuple):
+class Buffer(Record):
     """One argument or result buffer: device (or host) address, numpy dtype name, dims
     (row-major, dense)."""
 

@@ -25,10 +25,11 @@ inside the compiled function (as the MLP's backward does) or pass a static buffe
 from __future__ import annotations
 
 import inspect
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 
+from ..contract.records import Record
 from ..dtypes import FP8_TYPES, torch_dtype
 
 OP_NAME = "dglu::grouped_gemm_dglu"
@@ -44,7 +45,7 @@ OUTPUTS = ("d_row_tensor", "d_col_tensor", "dbias_tensor", "sfd_row_tensor", "sf
            "act_out_tensor")
 
 
-class DgluOutputs(NamedTuple):
+class DgluOutputs(Record):
     """The op's results in the seed's order (unpacks like the wrapper's TupleDict)."""
 
     d_row_tensor: torch.Tensor
@@ -56,7 +57,7 @@ class DgluOutputs(NamedTuple):
     sfd_col_tensor: Optional[torch.Tensor]
 
 
-class DgluActOutputs(NamedTuple):
+class DgluActOutputs(Record):
     """DgluOutputs plus act_out_tensor (M, N, 1) bf16: prob * GLU(C), for act_out=True."""
 
     d_row_tensor: torch.Tensor

@@ -1,0 +1,53 @@
+"""dglu.contract.records.Record: a class derived from it is the class typing.NamedTuple
+makes (fields, defaults, methods, docstring, refusals) but for its annotations, kept as
+written."""
+
+from __future__ import annotations
+
+import pickle
+from typing import NamedTuple
+
+import pytest
+
+from dglu.contract.records import Record
+
+
+class Point(Record):
+    """A point."""
+
+    x: int
+    y: int = 0
+    label: str | None = None
+
+    @property
+    def norm1(self) -> int:
+        return abs(self.x) + abs(self.y)
+
+
+class TypedPoint(NamedTuple):
+    x: int
+    y: int = 0
+    label: str | None = None
+
+
+def test_a_record_behaves_as_the_named_tuple_of_its_fields() -> None:
+    point, typed = Point(3, -4), TypedPoint(3, -4)
+    assert point == typed == (3, -4, None) and point.norm1 == 7
+    assert Point._fields == TypedPoint._fields and Point._field_defaults == TypedPoint._field_defaults
+    assert point._replace(label="a") == (3, -4, "a") and Point._make((1, 2, "b")).label == "b"
+    assert point._asdict() == typed._asdict() and Point(x=1, label="c") == (1, 0, "c")
+    assert Point.__doc__ == "A point." and Point.__qualname__ == "Point" and Point.__module__ == __name__
+    assert Point.__annotations__ == {"x": "int", "y": "int", "label": "str | None"}  # as written
+    assert issubclass(Point, tuple) and not hasattr(point, "__dict__")
+    assert pickle.loads(pickle.dumps(point)) == point
+
+
+def test_a_record_refuses_what_typing_named_tuple_refuses() -> None:
+    with pytest.raises(TypeError, match="without a default follows one with a default"):
+        type(Record)("Bad", (Record,), {"__module__": __name__, "__qualname__": "Bad",
+                                        "__annotations__": {"a": "int", "b": "int"}, "a": 1})
+    with pytest.raises(AttributeError, match="cannot define _replace"):
+        type(Record)("Bad", (Record,), {"__module__": __name__, "__qualname__": "Bad",
+                                        "__annotations__": {"a": "int"}, "_replace": None})
+    with pytest.raises(TypeError, match="derives from Record alone"):
+        type(Record)("Bad", (Record, int), {"__module__": __name__, "__qualname__": "Bad"})
