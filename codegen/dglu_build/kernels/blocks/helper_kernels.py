@@ -7,11 +7,6 @@ from cutlass.cute.nvgpu import cpasync
 
 from .tma_helpers import expert_descriptor, matrix_layout
 
-# The deterministic finishers' sums, unrolled so that this many partials' loads are in
-# flight together (a rolled loop waits one L2 round trip per partial); the additions stay
-# in the same left-to-right order, so the results are bit for bit those of the rolled loop.
-FINISH_UNROLL = 8
-
 
 class DescriptorPrologue:
     """Discrete weights: a kernel that writes one TMA descriptor per expert into a
@@ -117,7 +112,7 @@ class DprobFinish:
             parts = cute.make_tensor(parts_ptr, cute.make_layout((n_tiles, m), stride=(m, 1)))
             dprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
             total = cutlass.Float32(0.0)
-            for n_tile in cutlass.range(n_tiles, unroll=FINISH_UNROLL):
+            for n_tile in cutlass.range(n_tiles):
                 total = total + parts[(n_tile, i)]
             dprob[i] = dprob[i] + total
 
@@ -163,6 +158,6 @@ class DbiasPartsFinish:
             total = cutlass.Float32(0.0)
             first = (start + self.slab_rows - 1) // self.slab_rows
             last = (end + self.slab_rows - 1) // self.slab_rows
-            for slab in cutlass.range(first, last, unroll=FINISH_UNROLL):
+            for slab in cutlass.range(first, last):
                 total = total + parts[(slab, column)]
             dbias[i] = (dbias[i].to(cutlass.Float32) + total).to(dbias.element_type)
