@@ -70,7 +70,8 @@ def test_deterministic_declarations_use_partial_sums_and_fixed_order_finishers(d
     assert "dprob_parts" in main_pointers and "dbias_parts" in main_pointers and "dprob" not in main_pointers
     assert kernels[1].grid == {"rule": "elementwise", "count": "m"}
     if dbias:
-        assert kernels[2].grid == {"rule": "elementwise", "count": "l_n2"}
+        # 32 elements a block of 256 threads: its 8 warps split each element's slabs
+        assert kernels[2].grid == {"rule": "elementwise", "count": "l_n2*8"} and kernels[2].block == 256
         assert [p.tensor for p in kernels[2].params if isinstance(p, Pointer)] == [
             "dbias_parts", "dbias", "padded_offsets"]
 

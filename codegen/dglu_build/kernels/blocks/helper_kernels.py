@@ -5,6 +5,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import cpasync
 
+from .expert_search import WARP_SIZE
 from .tma_helpers import expert_descriptor, matrix_layout
 
 
@@ -120,11 +121,20 @@ class DprobFinish:
 class DbiasPartsFinish:
     """Deterministic mode: a kernel that adds the per-slab column sums (fp32, [m_slabs, 2n]:
     slab s holds rows [s * slab_rows, (s + 1) * slab_rows), written by the fused kernel with
-    plain stores) of each expert's slabs, in row order, into the caller's dbias, one thread
-    per element."""
+    plain stores) of each expert's slabs into the caller's dbias.
+
+    A block owns ``WARP_SIZE`` consecutive elements, one a lane (its grid counts elements
+    x warps threads), and splits each element's slabs among its warps: warp w adds slabs
+    first + w, first + w + warps, ... in increasing order (a warp reads 32 consecutive
+    floats of a slab), then warp 0 adds the warps' sums in warp order. The order depends on
+    the problem alone, so repeated calls agree bit for bit, and each thread waits on a
+    warps-th of the slabs' loads."""
 
     def __init__(self, threads: int, slab_rows: int, walk_rows: int):
+        if threads % WARP_SIZE:
+            raise ValueError(f"threads: got {threads}, need a multiple of {WARP_SIZE}")
         self.threads = threads
+        self.warps = threads // WARP_SIZE
         self.slab_rows = slab_rows
         self.walk_rows = walk_rows
 
@@ -138,12 +148,19 @@ class DbiasPartsFinish:
         n2: cutlass.Int32,
         l: cutlass.Int32,
     ):
-        """dbias[g, j] = dbias_dtype(float(dbias[g, j]) + sum of parts[s, j] over the covered
-        slabs s of expert g, in increasing s). A slab belongs to the expert of its first row
-        (the fused kernel's rule): s in [ceil(start / slab_rows), ceil(end / slab_rows))."""
+        """dbias[g, j] = dbias_dtype(float(dbias[g, j]) + the sum of parts[s, j] over the
+        covered slabs s of expert g, in the order above). A slab belongs to the expert of its
+        first row (the fused kernel's rule): s in [ceil(start / slab_rows), ceil(end / slab_rows))."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
-        i = bidx * self.threads + tidx
+        lane = tidx % WARP_SIZE
+        warp = tidx // WARP_SIZE
+        i = bidx * WARP_SIZE + lane
+        warp_sums = cute.make_tensor(
+            cute.arch.alloc_smem(cutlass.Float32, self.threads, 16),
+            cute.make_layout((WARP_SIZE, self.warps), stride=(1, WARP_SIZE)),
+        )
+        total = cutlass.Float32(0.0)
         if i < l * n2:
             expert = i // n2
             column = i - expert * n2
@@ -154,10 +171,15 @@ class DbiasPartsFinish:
             end = cutlass.min(offsets[expert], covered_rows(offsets, l, m, self.walk_rows))
             slabs = (m + self.slab_rows - 1) // self.slab_rows
             parts = cute.make_tensor(parts_ptr, cute.make_layout((slabs, n2), stride=(n2, 1)))
-            dbias = cute.make_tensor(dbias_ptr, cute.make_layout(l * n2))
-            total = cutlass.Float32(0.0)
             first = (start + self.slab_rows - 1) // self.slab_rows
             last = (end + self.slab_rows - 1) // self.slab_rows
-            for slab in cutlass.range(first, last):
+            for slab in cutlass.range(first + warp, last, self.warps):
                 total = total + parts[(slab, column)]
+        warp_sums[(lane, warp)] = total
+        cute.arch.barrier()  # every thread reaches it: the bounds only guard the loads
+        if warp == 0 and i < l * n2:
+            total = warp_sums[(lane, 0)]
+            for w in cutlass.range_constexpr(1, self.warps):
+                total = total + warp_sums[(lane, w)]
+            dbias = cute.make_tensor(dbias_ptr, cute.make_layout(l * n2))
             dbias[i] = (dbias[i].to(cutlass.Float32) + total).to(dbias.element_type)

@@ -300,6 +300,7 @@ class Config(OperandConfig):
         return self.tile_n // self.cluster_m
 DESCRIPTOR_THREADS = 128  # b_descriptors: experts per block
 FINISH_THREADS = 256  # dprob_finish, dbias_finish: elements per block
+DBIAS_FINISH_WARPS = FINISH_THREADS // WARP_SIZE  # deterministic dbias_finish: warps sharing an element's slabs
 # deterministic dbias: each epilogue warp's column sums of its rows of a tile (a slab)
 DBIAS_SLAB_ROWS = TILE_M // (EPILOGUE_THREADS // WARP_SIZE)
 TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role

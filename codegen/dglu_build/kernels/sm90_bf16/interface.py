@@ -13,6 +13,7 @@ from ..front import HOPPER_REFUSED_OPERANDS, float_front
 from ..declaration import KernelDeclaration, Int32, Pointer, TmaAtom, TmaTensor, TENSORMAP_BYTES
 from .config import (
     BLOCK_COLUMNS,
+    DBIAS_FINISH_WARPS,
     DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
@@ -198,7 +199,7 @@ DBIAS_PARTS_FINISH = KernelDeclaration(
     params=(Pointer("dbias_parts"), Pointer("dbias"), Pointer("padded_offsets"), Int32("m"), Int32("n2"),
             Int32("l")),
     block=FINISH_THREADS,
-    grid={"rule": "elementwise", "count": "l_n2"},
+    grid={"rule": "elementwise", "count": f"l_n2*{DBIAS_FINISH_WARPS}"},  # a block: 32 elements
 )
 
 
