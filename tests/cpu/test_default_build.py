@@ -64,7 +64,7 @@ def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
 
 def _roles(variant: Variant) -> list[str]:
     """The kernels a variant launches, in order. BF16: B's descriptors for discrete weights,
-    the fused kernel, dprob's finisher in deterministic mode, dbias's finisher with dbias.
+    the fused kernel, its finisher (_finishers).
     MXFP8: A's and B's decoders, FP8 C's widener, the fused kernel, dbias's finisher, the D
     quantizer. Blackwell (cuDNN FE's kernel): its helper (per-expert descriptors, the
     dynamic scheduler's counter), the fused kernel."""
@@ -82,9 +82,16 @@ def _roles(variant: Variant) -> list[str]:
     return [
         *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
         "main",
-        *(["dprob_finish"] if variant.deterministic else []),
-        *(["dbias_finish"] if variant.dbias else []),
+        *_finishers(variant),
     ]
+
+
+def _finishers(variant) -> list[str]:
+    """The BF16 family's finishers: deterministic mode reduces its partial sums in one
+    launch (dbias's and dprob's, or dprob's), the fast mode adds dbias_ws into dbias."""
+    if variant.deterministic:
+        return ["parts_finish" if variant.dbias else "dprob_finish"]
+    return ["dbias_finish"] if variant.dbias else []
 
 
 def test_every_default_variant_launches_the_kernels_of_its_key(default_build):

@@ -65,15 +65,18 @@ def test_deterministic_declarations_use_partial_sums_and_fixed_order_finishers(d
     assert workspaces["dprob_parts"] == {"dtype": "fp32", "count": "n_tiles*m", "align": 16, "zero": "never"}
     assert ("dbias_parts" in workspaces) == dbias and "dbias_ws" not in workspaces
     kernels = interface.kernels(config)
-    assert [k.role for k in kernels] == ["main", "dprob_finish", *(["dbias_finish"] if dbias else [])]
+    # one finisher: with dbias it reduces dbias's slabs and dprob's rows in one launch
+    assert [k.role for k in kernels] == ["main", "parts_finish" if dbias else "dprob_finish"]
     main_pointers = [p.tensor for p in kernels[0].params if isinstance(p, Pointer)]
     assert "dprob_parts" in main_pointers and "dbias_parts" in main_pointers and "dprob" not in main_pointers
-    assert kernels[1].grid == {"rule": "elementwise", "count": "m"}
+    finish_pointers = [p.tensor for p in kernels[1].params if isinstance(p, Pointer)]
     if dbias:
-        # 32 elements a block of 256 threads: its 8 warps split each element's slabs
-        assert kernels[2].grid == {"rule": "elementwise", "count": "l_n2*8"} and kernels[2].block == 256
-        assert [p.tensor for p in kernels[2].params if isinstance(p, Pointer)] == [
-            "dbias_parts", "dbias", "padded_offsets"]
+        # 32 dbias elements a block of 256 threads: its 8 warps split each element's slabs
+        assert kernels[1].grid == {"rule": "elementwise", "count": "l_n2*8"} and kernels[1].block == 256
+        assert finish_pointers == ["dbias_parts", "dbias", "dprob_parts", "dprob", "padded_offsets"]
+    else:
+        assert kernels[1].grid == {"rule": "elementwise", "count": "m"}
+        assert finish_pointers == ["dprob_parts", "dprob", "padded_offsets"]
 
 
 def test_fast_declarations_are_unchanged_by_the_field() -> None:
@@ -129,8 +132,9 @@ def test_a_compiled_deterministic_variant_declares_its_workspaces_and_finishers(
     result = compile_variant(key, "dglu_" + name)
     entry = result.entry
     assert set(entry["workspaces"]) == {"dprob_parts", "dbias_parts", "b_desc_ws"}
-    assert [k["role"] for k in entry["kernels"]] == ["b_descriptors", "main", "dprob_finish", "dbias_finish"]
+    assert [k["role"] for k in entry["kernels"]] == ["b_descriptors", "main", "parts_finish"]
     for kernel in entry["kernels"]:
         assert kernel["symbol"].startswith(f"dglu_{name}_{kernel['role']}_")
     finish = entry["kernels"][2]
-    assert [p["name"] for p in finish["params"]] == ["dprob_parts", "dprob", "padded_offsets", "m", "n_tiles", "l"]
+    assert [p["name"] for p in finish["params"]] == [
+        "dbias_parts", "dbias", "dprob_parts", "dprob", "padded_offsets", "m", "n2", "n_tiles", "l"]

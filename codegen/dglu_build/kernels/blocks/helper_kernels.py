@@ -85,10 +85,24 @@ def covered_rows(offsets: cute.Tensor, l: cutlass.Int32, m: cutlass.Int32, walk_
     return cutlass.min(offsets[l - 1], m) // walk_rows * walk_rows
 
 
+@cute.jit
+def add_row_partials(
+    parts_ptr: cute.Pointer, dprob_ptr: cute.Pointer, row: cutlass.Int32, m: cutlass.Int32, n_tiles: cutlass.Int32
+):
+    """dprob[row] += parts[0, row] + parts[1, row] + ... (left to right): the row's per-n-tile
+    partial sums (fp32, [n_tiles, m])."""
+    parts = cute.make_tensor(parts_ptr, cute.make_layout((n_tiles, m), stride=(m, 1)))
+    dprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
+    total = cutlass.Float32(0.0)
+    for n_tile in cutlass.range(n_tiles):
+        total = total + parts[(n_tile, row)]
+    dprob[row] = dprob[row] + total
+
+
 class DprobFinish:
-    """Deterministic mode: a kernel that adds each row's per-n-tile partial sums (fp32,
-    [n_tiles, m], written by the fused kernel with plain stores) into dprob, in n-tile
-    order, one thread per row."""
+    """Deterministic mode without dbias: a kernel that adds each row's per-n-tile partial
+    sums (fp32, [n_tiles, m], written by the fused kernel with plain stores) into dprob, in
+    n-tile order, one thread per row."""
 
     def __init__(self, threads: int, walk_rows: int):
         self.threads = threads
@@ -104,31 +118,27 @@ class DprobFinish:
         n_tiles: cutlass.Int32,
         l: cutlass.Int32,
     ):
-        """dprob[i] += parts[0, i] + parts[1, i] + ... (left to right) for covered rows i."""
+        """add_row_partials for each covered row."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         i = bidx * self.threads + tidx
         offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
         if i < covered_rows(offsets, l, m, self.walk_rows):
-            parts = cute.make_tensor(parts_ptr, cute.make_layout((n_tiles, m), stride=(m, 1)))
-            dprob = cute.make_tensor(dprob_ptr, cute.make_layout(m))
-            total = cutlass.Float32(0.0)
-            for n_tile in cutlass.range(n_tiles):
-                total = total + parts[(n_tile, i)]
-            dprob[i] = dprob[i] + total
+            add_row_partials(parts_ptr, dprob_ptr, i, m, n_tiles)
 
 
-class DbiasPartsFinish:
-    """Deterministic mode: a kernel that adds the per-slab column sums (fp32, [m_slabs, 2n]:
-    slab s holds rows [s * slab_rows, (s + 1) * slab_rows), written by the fused kernel with
-    plain stores) of each expert's slabs into the caller's dbias.
+class PartsFinish:
+    """Deterministic mode with dbias: one kernel that adds the per-slab column sums (fp32,
+    [m_slabs, 2n]: slab s holds rows [s * slab_rows, (s + 1) * slab_rows), written by the
+    fused kernel with plain stores) of each expert's slabs into the caller's dbias, and
+    each row's per-n-tile partial sums into dprob (add_row_partials; the rows taken
+    grid-stride, ``threads`` at a time by each block, after its dbias elements).
 
-    A block owns ``WARP_SIZE`` consecutive elements, one a lane (its grid counts elements
-    x warps threads), and splits each element's slabs among its warps: warp w adds slabs
-    first + w, first + w + warps, ... in increasing order (a warp reads 32 consecutive
-    floats of a slab), then warp 0 adds the warps' sums in warp order. The order depends on
-    the problem alone, so repeated calls agree bit for bit, and each thread waits on a
-    warps-th of the slabs' loads."""
+    A block owns ``WARP_SIZE`` consecutive dbias elements, one a lane (its grid counts
+    elements x warps threads), and splits each element's slabs among its warps: warp w adds
+    slabs first + w, first + w + warps, ... in increasing order (a warp reads 32 consecutive
+    floats of a slab), then warp 0 adds the warps' sums in warp order. Both orders depend on
+    the problem alone, so repeated calls agree bit for bit."""
 
     def __init__(self, threads: int, slab_rows: int, walk_rows: int):
         if threads % WARP_SIZE:
@@ -141,21 +151,28 @@ class DbiasPartsFinish:
     @cute.kernel
     def kernel(
         self,
-        parts_ptr: cute.Pointer,
+        dbias_parts_ptr: cute.Pointer,
         dbias_ptr: cute.Pointer,
+        dprob_parts_ptr: cute.Pointer,
+        dprob_ptr: cute.Pointer,
         offsets_ptr: cute.Pointer,
         m: cutlass.Int32,
         n2: cutlass.Int32,
+        n_tiles: cutlass.Int32,
         l: cutlass.Int32,
     ):
         """dbias[g, j] = dbias_dtype(float(dbias[g, j]) + the sum of parts[s, j] over the
         covered slabs s of expert g, in the order above). A slab belongs to the expert of its
-        first row (the fused kernel's rule): s in [ceil(start / slab_rows), ceil(end / slab_rows))."""
+        first row (the fused kernel's rule): s in [ceil(start / slab_rows), ceil(end / slab_rows)).
+        Then add_row_partials for each covered row."""
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
+        blocks, _, _ = cute.arch.grid_dim()
         lane = tidx % WARP_SIZE
         warp = tidx // WARP_SIZE
         i = bidx * WARP_SIZE + lane
+        offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
+        covered = covered_rows(offsets, l, m, self.walk_rows)
         warp_sums = cute.make_tensor(
             cute.arch.alloc_smem(cutlass.Float32, self.threads, 16),
             cute.make_layout((WARP_SIZE, self.warps), stride=(1, WARP_SIZE)),
@@ -164,13 +181,12 @@ class DbiasPartsFinish:
         if i < l * n2:
             expert = i // n2
             column = i - expert * n2
-            offsets = cute.make_tensor(offsets_ptr, cute.make_layout(l))
             start = cutlass.Int32(0)
             if expert > 0:
                 start = offsets[expert - 1]
-            end = cutlass.min(offsets[expert], covered_rows(offsets, l, m, self.walk_rows))
+            end = cutlass.min(offsets[expert], covered)
             slabs = (m + self.slab_rows - 1) // self.slab_rows
-            parts = cute.make_tensor(parts_ptr, cute.make_layout((slabs, n2), stride=(n2, 1)))
+            parts = cute.make_tensor(dbias_parts_ptr, cute.make_layout((slabs, n2), stride=(n2, 1)))
             first = (start + self.slab_rows - 1) // self.slab_rows
             last = (end + self.slab_rows - 1) // self.slab_rows
             for slab in cutlass.range(first + warp, last, self.warps):
@@ -183,3 +199,5 @@ class DbiasPartsFinish:
                 total = total + warp_sums[(lane, w)]
             dbias = cute.make_tensor(dbias_ptr, cute.make_layout(l * n2))
             dbias[i] = (dbias[i].to(cutlass.Float32) + total).to(dbias.element_type)
+        for row in cutlass.range(bidx * self.threads + tidx, covered, blocks * self.threads):
+            add_row_partials(dprob_parts_ptr, dprob_ptr, row, m, n_tiles)

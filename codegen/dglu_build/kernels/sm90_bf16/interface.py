@@ -194,19 +194,19 @@ DPROB_FINISH = KernelDeclaration(
     block=FINISH_THREADS,
     grid={"rule": "elementwise", "count": "m"},
 )
-DBIAS_PARTS_FINISH = KernelDeclaration(
-    role="dbias_finish",
-    params=(Pointer("dbias_parts"), Pointer("dbias"), Pointer("padded_offsets"), Int32("m"), Int32("n2"),
-            Int32("l")),
+PARTS_FINISH = KernelDeclaration(  # with dbias: dbias's slabs and dprob's rows in one launch
+    role="parts_finish",
+    params=(Pointer("dbias_parts"), Pointer("dbias"), Pointer("dprob_parts"), Pointer("dprob"),
+            Pointer("padded_offsets"), Int32("m"), Int32("n2"), Int32("n_tiles"), Int32("l")),
     block=FINISH_THREADS,
-    grid={"rule": "elementwise", "count": f"l_n2*{DBIAS_FINISH_WARPS}"},  # a block: 32 elements
+    grid={"rule": "elementwise", "count": f"l_n2*{DBIAS_FINISH_WARPS}"},  # a block: 32 dbias elements
 )
 
 
 def kernels(config: Config) -> list[KernelDeclaration]:
     """The variant's kernels in launch order."""
     if config.deterministic:
-        finishers = [DPROB_FINISH, *([DBIAS_PARTS_FINISH] if config.dbias else [])]
+        finishers = [PARTS_FINISH if config.dbias else DPROB_FINISH]
     else:
         finishers = [DBIAS_FINISH] if config.dbias else []
     return [*([B_DESCRIPTORS] if config.discrete_weights else []), main_kernel(config), *finishers]

@@ -44,9 +44,9 @@ caller's bf16 dbias.
 Deterministic variants use no float atomics: each epilogue warp stores its rows'
 dprob sums of a tile into dprob_parts[n_tile, row] and its column sums of a tile
 (a slab of DBIAS_SLAB_ROWS rows) into dbias_parts[slab, column], plain stores to
-elements no other tile writes; ``dprob_finish`` and ``dbias_finish``
-(blocks/helper_kernels.py) then add them up in n-tile and slab order, the same
-order whatever the scheduler or the timing.
+elements no other tile writes; one finisher (blocks/helper_kernels.py:
+``parts_finish`` with dbias, else ``dprob_finish``) then adds them up in an order
+that depends on the problem alone, whatever the scheduler or the timing.
 
 Hook points, where another family would differ: ``b_operand`` (the mainloop
 operand path) and ``store_d_pair`` (the epilogue output stage).
@@ -81,7 +81,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
-from ..blocks.helper_kernels import DbiasFinish, DbiasPartsFinish, DescriptorPrologue, DprobFinish
+from ..blocks.helper_kernels import DbiasFinish, DescriptorPrologue, DprobFinish, PartsFinish
 from ..blocks.mainloop import mma_k_tiles, start_tile
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
@@ -165,7 +165,7 @@ class Sm90Bf16Kernel:
         # the finishers of deterministic mode cover the rows the fused kernel's walk covers
         walk_rows = self.tile_m * self.cluster_m
         self.dprob_finish = DprobFinish(FINISH_THREADS, walk_rows)
-        self.dbias_parts_finish = DbiasPartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, walk_rows)
+        self.parts_finish = PartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, walk_rows)
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -317,7 +317,7 @@ class Sm90Bf16Kernel:
     def kernel_functions(self) -> dict:
         """The DSL kernel of each declared role, bound to its builder."""
         if self.deterministic:
-            finishers = {"dprob_finish": self.dprob_finish.kernel, "dbias_finish": self.dbias_parts_finish.kernel}
+            finishers = {"dprob_finish": self.dprob_finish.kernel, "parts_finish": self.parts_finish.kernel}
         else:
             finishers = {"dbias_finish": self.finish.kernel}
         return {"b_descriptors": self.prologue.kernel, "main": self.kernel, **finishers}
