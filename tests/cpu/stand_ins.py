@@ -175,3 +175,22 @@ def dense_call_tensors(m: int, n: int, k: int, l: int, dprob: float = 0.0) -> di
         dprob_tensor=torch.full((m, 1, 1), dprob),
         b_tensor=torch.zeros(l, n, k, dtype=torch.bfloat16).permute(1, 2, 0),
     )
+
+
+def compiled_class_op(call_tensors: dict[str, Any], **options: Any) -> tuple[Any, dict[str, Any]]:
+    """A compiled GroupedGemmDglu (dbias on) for ``call_tensors`` (dense_call_tensors'),
+    and its execute() arguments: those tensors plus a zeroed D_row and dbias."""
+    import torch
+
+    a, b = call_tensors["a_tensor"], call_tensors["b_tensor"]
+    (m, _, _), (n, _, l) = a.shape, b.shape
+    d_row = torch.zeros(m, 2 * n, 1, dtype=torch.bfloat16)
+    dbias = torch.zeros(l, 2 * n, 1, dtype=torch.bfloat16)
+    op = api.GroupedGemmDglu(
+        sample_a=a, sample_c=call_tensors["c_tensor"], sample_d_row=d_row,
+        sample_padded_offsets=call_tensors["padded_offsets"], sample_alpha=call_tensors["alpha_tensor"],
+        sample_beta=call_tensors["beta_tensor"], sample_prob=call_tensors["prob_tensor"],
+        sample_dprob=call_tensors["dprob_tensor"], sample_dbias=dbias, sample_b=b, **options,
+    )
+    op.compile()
+    return op, {**call_tensors, "d_row_tensor": d_row, "dbias_tensor": dbias}

@@ -85,16 +85,9 @@ def calls_of_a_repeat(counted: dict[str, Counter], call) -> tuple[Counter, Count
 
 
 def class_op(t: dict[str, torch.Tensor], **options):
-    d_row = torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)
-    dbias = torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16)
-    built = api.GroupedGemmDglu(
-        sample_a=t["a_tensor"], sample_c=t["c_tensor"], sample_d_row=d_row,
-        sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha_tensor"],
-        sample_beta=t["beta_tensor"], sample_prob=t["prob_tensor"],
-        sample_dprob=t["dprob_tensor"], sample_dbias=dbias, sample_b=t["b_tensor"], **options,
-    )
-    built.compile()
-    return lambda: built.execute(**t, d_row_tensor=d_row, dbias_tensor=dbias)
+    """A compiled class-API op's execute for the call tensors ``t``."""
+    op, arguments = stand_ins.compiled_class_op(t, **options)
+    return lambda: op.execute(**arguments)
 
 
 SCENARIOS = {  # (torch's current stream, torch on the call's device) -> extra driver calls

@@ -44,21 +44,8 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     return seen
 
 
-def class_op(t: dict[str, torch.Tensor]):
-    d_row = torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16)
-    dbias = torch.zeros(L, 2 * N, 1, dtype=torch.bfloat16)
-    op = api.GroupedGemmDglu(
-        sample_a=t["a_tensor"], sample_c=t["c_tensor"], sample_d_row=d_row,
-        sample_padded_offsets=t["padded_offsets"], sample_alpha=t["alpha_tensor"],
-        sample_beta=t["beta_tensor"], sample_prob=t["prob_tensor"],
-        sample_dprob=t["dprob_tensor"], sample_dbias=dbias, sample_b=t["b_tensor"],
-    )
-    op.compile()
-    return op, {**t, "d_row_tensor": d_row, "dbias_tensor": dbias}
-
-
 def test_a_repeated_execute_is_launched_from_the_last_call_without_binding(runs) -> None:
-    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op, arguments = stand_ins.compiled_class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     op.execute(**arguments)
     assert runs["bound"] == ["full"] and len(runs["launched"]) == 2
@@ -66,7 +53,7 @@ def test_a_repeated_execute_is_launched_from_the_last_call_without_binding(runs)
 
 
 def test_an_in_place_change_of_a_tensor_takes_the_full_path_and_its_checks(runs) -> None:
-    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op, arguments = stand_ins.compiled_class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     prob = arguments["prob_tensor"]
     held = prob.data  # the first memory stays allocated: a new tensor lands elsewhere
@@ -84,7 +71,7 @@ def test_an_in_place_change_of_a_tensor_takes_the_full_path_and_its_checks(runs)
 
 
 def test_an_argument_the_op_does_not_take_is_refused_after_a_prebound_call(runs) -> None:
-    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op, arguments = stand_ins.compiled_class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     with pytest.raises(NotImplementedError, match="d_col_tensor: got a Tensor"):  # the family's rule
         op.execute(**arguments, d_col_tensor=torch.zeros(M, 2 * N, 1, dtype=torch.bfloat16))
@@ -132,7 +119,7 @@ def test_inputs_at_new_addresses_are_checked_and_launch_what_a_fresh_plan_launch
     """The last call's shapes, strides and dtypes at other addresses: a misaligned one is
     refused as a full check refuses it; an aligned one is launched with the last plan's
     parameters but for its address, as a plan made from nothing for it."""
-    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op, arguments = stand_ins.compiled_class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     shifted = torch.zeros(M * K + 1, dtype=torch.bfloat16)[1:].view(M, K, 1)  # 2 bytes off
     with pytest.raises(ValueError, match=r"a_tensor: data pointer 0x[0-9a-f]+ is not 16-byte aligned"):
@@ -161,7 +148,7 @@ def test_a_call_that_misses_the_prebound_path_reads_its_signature_once(runs, mon
     reads: list[int] = []
     original = bound.signature
     monkeypatch.setattr(bound, "signature", lambda tensors: reads.append(len(tensors)) or original(tensors))
-    op, arguments = class_op(stand_ins.dense_call_tensors(M, N, K, L))
+    op, arguments = stand_ins.compiled_class_op(stand_ins.dense_call_tensors(M, N, K, L))
     op.execute(**arguments)
     moved = {**arguments, "a_tensor": arguments["a_tensor"].clone()}
     for call in (arguments, moved, arguments):  # a hit, a miss (moved), a miss (its call kept)
