@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
+from .candidates import CANDIDATES, add_call_options, candidate_call, shape_buffers
 from .shapes import SHAPE_NAMES
 
-CANDIDATES = ("fused", "deterministic", "grouped_gemm")
 WARMUP_CALLS = 5
 NAME_CHARS = 120  # CUTLASS's kernel names run to kilobytes; the start tells them apart
 
@@ -35,33 +35,15 @@ def per_call_us(events: Iterable[Any], calls: int) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
-def _candidate_call(candidate: str, buffers: Any) -> tuple[str, Callable[[], None]]:
-    """What ``candidate`` runs on ``buffers``: its name (the dglu variant) and one call."""
-    from .baselines import grouped_gemm
-    from .fused import build_op, run_fused
-
-    if candidate == "grouped_gemm":
-        return "torch._grouped_mm", lambda: grouped_gemm(buffers)
-    op = build_op(buffers, deterministic=candidate == "deterministic")
-    return op.variant_name, lambda: run_fused(op, buffers)
-
-
 def profile_shape(shape_name: str, calls: int, seed: int) -> list[dict[str, Any]]:
     """One record per candidate: shape, candidate, variant, kernels' us per call."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .inputs import make_buffer_set
-    from .shapes import select_shapes
-
-    (shape,) = select_shapes([shape_name])
-    device = torch.device("cuda", torch.cuda.current_device())
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    buffers = make_buffer_set(shape, device, generator)
+    _, buffers = shape_buffers(shape_name, seed)
     records = []
     for candidate in CANDIDATES:
-        variant, call = _candidate_call(candidate, buffers)
+        variant, call = candidate_call(candidate, buffers)
         for _ in range(WARMUP_CALLS):
             call()
         torch.cuda.synchronize()
@@ -78,12 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.kernel_times", description=__doc__.split("\n\n")[0])
     parser.add_argument("shapes", nargs="+", choices=SHAPE_NAMES, metavar="SHAPE",
                         help=f"shapes of bench/shapes.py: {', '.join(SHAPE_NAMES)}")
-    parser.add_argument("--calls", type=int, default=20, help="profiled calls per candidate (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="input seed (default: %(default)s)")
-    args = parser.parse_args(argv)
-    if args.calls <= 0:
-        parser.error(f"--calls: got {args.calls}, need a positive count")
-    return args
+    add_call_options(parser, 20, "profiled calls per candidate")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
