@@ -299,8 +299,8 @@ class Config(OperandConfig):
         """Rows of B's tile each CTA loads: with a 2-CTA cluster, half, multicast to both."""
         return self.tile_n // self.cluster_m
 DESCRIPTOR_THREADS = 128  # b_descriptors: experts per block
-FINISH_THREADS = 256  # dprob_finish, dbias_finish: elements per block
-DBIAS_FINISH_WARPS = FINISH_THREADS // WARP_SIZE  # deterministic dbias_finish: warps sharing an element's slabs
+FINISH_THREADS = 256  # the finishers' threads per block (dbias_finish, dprob_finish: an element each)
+PARTS_FINISH_WARPS = FINISH_THREADS // WARP_SIZE  # parts_finish: the warps sharing a dbias element's slabs
 # deterministic dbias: each epilogue warp's column sums of its rows of a tile (a slab)
 DBIAS_SLAB_ROWS = TILE_M // (EPILOGUE_THREADS // WARP_SIZE)
 TILE_QUEUE_DEPTH = 4  # tiles the producer may run ahead of the slowest role

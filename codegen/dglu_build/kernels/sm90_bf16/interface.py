@@ -13,11 +13,11 @@ from ..front import HOPPER_REFUSED_OPERANDS, float_front
 from ..declaration import KernelDeclaration, Int32, Pointer, TmaAtom, TmaTensor, TENSORMAP_BYTES
 from .config import (
     BLOCK_COLUMNS,
-    DBIAS_FINISH_WARPS,
     DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
     DTYPE_BITS,
     FINISH_THREADS,
+    PARTS_FINISH_WARPS,
     SWIZZLE_BITS,
     TILE_K,
     Config,
@@ -199,7 +199,7 @@ PARTS_FINISH = KernelDeclaration(  # with dbias: dbias's slabs and dprob's rows 
     params=(Pointer("dbias_parts"), Pointer("dbias"), Pointer("dprob_parts"), Pointer("dprob"),
             Pointer("padded_offsets"), Int32("m"), Int32("n2"), Int32("n_tiles"), Int32("l")),
     block=FINISH_THREADS,
-    grid={"rule": "elementwise", "count": f"l_n2*{DBIAS_FINISH_WARPS}"},  # a block: 32 dbias elements
+    grid={"rule": "elementwise", "count": f"l_n2*{PARTS_FINISH_WARPS}"},  # a block: 32 dbias elements
 )
 
 
