@@ -25,6 +25,13 @@ FIGURES = (
         "tensor pipe active %",
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     ),
+    # Of elapsed cycles: with the SM clock it splits a duration ratio into idle tensor cores
+    # (tails, waits) and a lower clock (power).
+    (
+        "tensor pipe % of elapsed",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    ),
+    ("SM clock", "sm__cycles_elapsed.avg.per_second"),
     ("wgmma instructions", "sm__inst_executed_pipe_tensor_op_gmma.sum"),
     ("dram throughput %", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
     ("dram bytes read", "dram__bytes_read.sum"),

@@ -355,7 +355,7 @@ def test_a_malformed_dispatch_rule_is_named(tmp_path):
 def test_the_default_specs_dispatch_rules_choose_shipped_variants():
     path = REPO_ROOT / "kernel_specs" / "default.yaml"
     rules = load_dispatch_files([path], load_spec_files([path]))
-    assert {rule.arch for rule in rules} == {"sm_90a"} and len(rules) == 3
+    assert {rule.arch for rule in rules} == {"sm_90a"} and len(rules) == 4
 
 
 def test_the_build_writes_the_rules_beside_the_manifest_and_removes_a_stale_table(tmp_path):
