@@ -119,6 +119,11 @@ class StandInDriver:
         return [name for name, _ in self.calls if name in kinds]
 
 
+def of_arch(variants: Sequence[Variant], arch: str | None) -> tuple[Variant, ...]:
+    """``variants`` of ``arch`` (None: all), as dglu.manifest.installed_variants answers."""
+    return tuple(v for v in variants if arch in (None, v.key.arch))
+
+
 def fake_tensor_map(rule: Any, view: Any) -> bytes:
     """128 bytes that show which view was encoded: its pointer and shape."""
     data = struct.pack("<Q", view.pointer) + struct.pack(f"<{len(view.shape)}q", *view.shape)
@@ -141,7 +146,7 @@ def install(
         (call, "device_info", lambda ordinal: H200),
         (runner, "device_info", lambda ordinal: H200),
         (runner, "driver_version", lambda: DRIVER_VERSION),
-        (call, "installed_variants", lambda: tuple(variants)),
+        (call, "installed_variants", lambda arch=None: of_arch(variants, arch)),
         (call, "search_path", lambda: [SearchEntry(directory, "test", True)]),
         (call, "installed_dispatch", lambda: read_dispatch(directory)),
         (validation, "_check_devices", lambda args: None),

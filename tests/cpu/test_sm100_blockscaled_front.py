@@ -57,7 +57,7 @@ def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.Monk
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
     for module in (driver, call, runner):
         monkeypatch.setattr(module, "device_info", lambda ordinal: info)
-    monkeypatch.setattr(manifest, "installed_variants", lambda: tuple(variants))
+    monkeypatch.setattr(manifest, "installed_variants", lambda arch=None: stand_ins.of_arch(variants, arch))
     runs: list[str] = []
     for module in (op, bound):
         monkeypatch.setattr(module, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
