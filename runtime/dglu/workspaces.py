@@ -52,6 +52,7 @@ as uninitialised (docs/sanitizer.md). ci/sanitize.sh sets it; nothing else needs
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Mapping
@@ -89,9 +90,15 @@ def uncapturable(stream: int) -> bool:
     return stream in UNCAPTURABLE_STREAMS
 
 
+_generations = itertools.count()  # a pool's generation: unique in the process
+
+
 class StreamWorkspaces:
     """The workspaces of one (device, stream); the lock keeps a call's memsets and launches
-    together on the stream when several threads share it."""
+    together on the stream when several threads share it. ``generation`` changes whenever
+    ``workspaces`` does (process-wide unique numbers: a pool made anew after release_all
+    shares none with the one before): a plan made for the pool's workspaces serves while
+    it holds."""
 
     def __init__(self, stream: int) -> None:
         from cuda.bindings import driver
@@ -101,6 +108,7 @@ class StreamWorkspaces:
         self.cu_stream = driver.CUstream(stream)
         self.may_capture = not uncapturable(stream)
         self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
+        self.generation = next(_generations)
 
     def capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph (asked only of a stream that can)."""
@@ -207,17 +215,14 @@ def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
     return (name, rule.dtype, rule.align)
 
 
-def still_pooled(
-    pool: StreamWorkspaces, slots: tuple[tuple[str, str, int], ...], pooled: tuple[Workspace, ...]
-) -> bool:
-    """True when the workspaces ``pooled`` are still what ``pool`` holds in ``slots`` and
-    ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces): an
-    earlier call's workspaces serve again. Hold ``pool.lock``."""
-    if not slots:
+def still_pooled(pool: StreamWorkspaces, generation: int | None) -> bool:
+    """True when the workspaces a call's plan was made for, at the pool's ``generation``
+    (None: it uses none), are still what ``pool`` holds and ``pool``'s stream is not
+    capturing a graph (which needs graph-owned workspaces): an earlier call's workspaces
+    serve again. Hold ``pool.lock``."""
+    if generation is None:
         return True
-    if pool.capturing():
-        return False
-    return tuple(map(pool.workspaces.get, slots)) == pooled
+    return generation == pool.generation and not pool.capturing()
 
 
 def acquire(
@@ -239,6 +244,7 @@ def acquire(
             workspace = pool.workspaces[slot] = _allocate(
                 name, rule, elements, device, pool.cu_stream
             )
+            pool.generation = next(_generations)
             if old is not None:
                 _free_pooled(old.pointer, pool.cu_stream)
         made[name] = workspace
@@ -291,6 +297,7 @@ def forget_consumed(pool: StreamWorkspaces) -> None:
     for slot, workspace in list(pool.workspaces.items()):
         if workspace.rule.zero == "by_consumer":
             del pool.workspaces[slot]
+            pool.generation = next(_generations)
             try:
                 _free_pooled(workspace.pointer, pool.cu_stream)
             except CudaDriverError:

@@ -169,6 +169,7 @@ def _pool_init(self: workspaces.StreamWorkspaces, stream: int) -> None:
     self.cu_stream = stream
     self.may_capture = not workspaces.uncapturable(stream)
     self.workspaces = {}
+    self.generation = next(workspaces._generations)
 
 
 def dense_call_tensors(m: int, n: int, k: int, l: int, dprob: float = 0.0) -> dict[str, Any]:

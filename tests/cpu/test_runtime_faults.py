@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, bound, streams  # noqa: E402
+from dglu import api, bound, streams, workspaces  # noqa: E402
 from dglu.errors import (  # noqa: E402
     CudaDriverError,
     DeviceMemoryError,
@@ -272,6 +272,23 @@ def test_a_capturing_stream_gets_graph_owned_workspaces_freed_after_its_kernels(
     fake.capturing = False
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
     assert fake.allocations() == 3  # the pooled one serves again
+
+
+def test_a_call_after_its_pool_changed_uses_the_pools_workspaces(fake) -> None:
+    """A repeated call's plan serves while its stream's pool holds the workspaces it was
+    made for: after release_all (the pool made anew, its workspaces freed) the next call
+    allocates and clears a new dbias workspace and launches with it, not with the freed one."""
+    t = inputs()
+    op, outputs = class_op(t)
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
+    (old,) = fake.allocated
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
+    workspaces.release_all()
+    assert fake.allocated == {}
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
+    (new,) = fake.allocated
+    assert new != old and fake.names(MEMSET)[-1][0] == new
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
 
 
 def test_a_failed_launch_while_capturing_still_frees_the_graph_workspaces(fake) -> None:

@@ -117,12 +117,14 @@ STREAM = 0x5EED
 
 
 class FakePool:
-    """A stream's workspace pool without a driver: the lock and the stream objects."""
+    """A stream's workspace pool without a driver: the lock, the stream objects and a
+    generation that never changes (the fake acquire's workspaces stay)."""
 
     def __init__(self, device: int, stream: int) -> None:
         self.lock = contextlib.nullcontext()
         self.stream = self.cu_stream = stream
         self.workspaces: dict = {}  # the fake acquire pools nothing
+        self.generation = 0
 
     def capturing(self) -> bool:
         return False
