@@ -67,7 +67,7 @@ def op_for(label: str, samples, det: bool = False):
     if consumer == DISPATCH:
         return build_op(samples, deterministic=det)
     chosen = candidates(consumer, directory)
-    dglu.call.installed_variants = lambda: chosen
+    dglu.call.installed_variants = lambda arch=None: tuple(v for v in chosen if arch in (None, v.key.arch))
     try:
         if not shape:
             return build_op(samples, deterministic=det)

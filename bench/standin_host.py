@@ -1,7 +1,8 @@
 """Host cost on a CPU-only machine: dglu's real call path over the real cuda-bindings and a
 stand-in ``libcuda.so.1`` that answers every entry point with CUDA_SUCCESS and counts its
-calls (shared/notes/host_path/fakecuda.c; build it with
-``cc -O2 -shared -fPIC -o libcuda.so.1 fakecuda.c`` and put its folder on LD_LIBRARY_PATH).
+calls (bench/standin_libcuda.c; build it with
+``cc -O2 -shared -fPIC -o DIR/libcuda.so.1 bench/standin_libcuda.c`` and put DIR on
+LD_LIBRARY_PATH).
 
 Only what needs a GPU is replaced: the tensors are CPU tensors (device 0 stands for their
 device), torch's current stream is the legacy default stream (handle 0, torch's default;
@@ -48,7 +49,7 @@ class FakeCuda:
     def __init__(self) -> None:
         self.lib = ctypes.CDLL("libcuda.so.1")
         if not hasattr(self.lib, "fakecuda_count"):
-            raise SystemExit("libcuda.so.1 on LD_LIBRARY_PATH is not the stand-in (fakecuda.c)")
+            raise SystemExit("libcuda.so.1 on LD_LIBRARY_PATH is not the stand-in (bench/standin_libcuda.c)")
         self.lib.fakecuda_name.restype = ctypes.c_char_p
         self.lib.fakecuda_count.restype = ctypes.c_ulonglong
         self.names = [self.lib.fakecuda_name(i).decode() for i in range(self.lib.fakecuda_n())]

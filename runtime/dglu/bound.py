@@ -68,8 +68,10 @@ def signature(tensors: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...] | None:
         from torch import Tensor
 
         _TENSOR_ATTRIBUTES.append((Tensor.data_ptr, attrgetter("shape"), Tensor.stride, attrgetter("dtype")))
+    data_ptr, shape, stride, dtype = _TENSOR_ATTRIBUTES[0]
     try:
-        return tuple([tuple(map(attribute, tensors)) for attribute in _TENSOR_ATTRIBUTES[0]])
+        return (tuple(map(data_ptr, tensors)), tuple(map(shape, tensors)), tuple(map(stride, tensors)),
+                tuple(map(dtype, tensors)))
     except (TypeError, AttributeError):
         return None
 

@@ -191,7 +191,7 @@ def select_installed(
     if options.cluster is None:
         preferences.append(ONE_CTA)
     chosen = select_variant(
-        installed_variants(), request, searched, {**sources, "act_params": constants}, preferences
+        installed_variants(arch), request, searched, {**sources, "act_params": constants}, preferences
     )
     return full_variant(chosen)
 
@@ -213,10 +213,9 @@ def installed_fronts(arch: str | None) -> dict[str, FrontPolicy]:
     """A/B element type -> the front policy of the installed family of ``arch`` (None: any
     architecture) that runs it (dglu.front), in selection order: the first family wins."""
     fronts: dict[str, FrontPolicy] = {}
-    for variant in installed_variants():
-        if arch is None or variant.key.arch == arch:
-            for operand in variant.front.operands:
-                fronts.setdefault(operand, variant.front)
+    for variant in installed_variants(arch):
+        for operand in variant.front.operands:
+            fronts.setdefault(operand, variant.front)
     return fronts
 
 
@@ -234,11 +233,12 @@ def expert_count(padded_offsets_shape: tuple[int, ...]) -> int | None:
 
 def device_arch(device: int) -> str:
     """The exact cubin architecture of ``device``, if installed cubins cover it; else raise
-    naming the device, its compute capability and the architectures installed."""
+    naming the device, its compute capability and the architectures installed (only then
+    are the other architectures' variants read)."""
     info = device_info(device)
-    covered = sorted({variant.key.arch for variant in installed_variants()})
     arch = arch_for_capability(info.capability)
-    if arch not in covered:
+    if arch is None or not installed_variants(arch):
+        covered = sorted({variant.key.arch for variant in installed_variants()})
         major, minor = info.capability
         needed = f"{arch} cubins" if arch else "cubins dglu can build"
         raise VariantNotFoundError(

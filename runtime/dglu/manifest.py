@@ -55,13 +55,16 @@ def search_path(environ: Mapping[str, str] | None = None) -> list[SearchEntry]:
     return entries
 
 
-def load_manifests(entries: list[SearchEntry]) -> tuple[tuple[SearchEntry, Manifest], ...]:
-    """Read the manifest of every searched directory that has one, lazily: a variant's
-    fields past its identity are checked when it is selected (VariantEntry)."""
+def load_manifests(
+    entries: list[SearchEntry], arch: str | None = None
+) -> tuple[tuple[SearchEntry, Manifest], ...]:
+    """Read the manifest of every searched directory that has one (only ``arch``'s
+    variants, when given), lazily: a variant's fields past its identity are checked when it
+    is selected (VariantEntry)."""
     manifests = []
     for entry in entries:
         if (entry.directory / MANIFEST_FILE).is_file():
-            manifests.append((entry, read_manifest(entry.directory, lazy=True)))
+            manifests.append((entry, read_manifest(entry.directory, lazy=True, arch=arch)))
         elif entry.required:
             raise ManifestError(
                 f"{entry.origin} lists {entry.directory}, which has no {MANIFEST_FILE}"
@@ -115,26 +118,35 @@ def merged_variants(
 
 
 @functools.cache
-def installed_manifests() -> tuple[tuple[SearchEntry, Manifest], ...]:
-    """The manifests of the default search path, read once per process."""
-    return load_manifests(search_path())
+def installed_manifests(arch: str | None = None) -> tuple[tuple[SearchEntry, Manifest], ...]:
+    """The manifests of the default search path (only ``arch``'s variants, when given),
+    read once per process and architecture."""
+    return load_manifests(search_path(), arch)
 
 
-_merged: list[tuple[object, tuple[VariantEntry, ...]]] = []  # (the manifests, their usable variants)
+# arch -> (the manifests, their usable variants)
+_merged: dict[str | None, tuple[object, tuple[VariantEntry, ...]]] = {}
 
 
-def installed_variants() -> tuple[VariantEntry, ...]:
-    """Every variant this process can launch, in selection order (read lazily:
-    dglu.contract.reader.full_variant reads and checks the one a call selects); merged once
-    per reading of the manifests."""
-    manifests = installed_manifests()
-    if not _merged or _merged[0][0] is not manifests:
-        _merged[:] = [(manifests, merged_variants(manifests)[0])]
-    return _merged[0][1]
+def installed_variants(arch: str | None = None) -> tuple[VariantEntry, ...]:
+    """Every variant of ``arch`` (None: of every architecture) this process can launch, in
+    selection order (read lazily: dglu.contract.reader.full_variant reads and checks the
+    one a call selects); merged once per reading of the manifests. A call reads only its
+    device's architecture's: an index's other records are not parsed."""
+    manifests = installed_manifests(arch)
+    merged = _merged.get(arch)
+    if merged is None or merged[0] is not manifests:
+        merged = _merged[arch] = (manifests, merged_variants(manifests)[0])
+    return merged[1]
 
 
 @functools.cache
 def installed_dispatch() -> tuple[DispatchRule, ...]:
     """The dispatch rules of the searched directories that have a manifest
     (dglu.contract.dispatch), earlier directories' first; read once per process."""
-    return tuple(rule for entry, _ in installed_manifests() for rule in read_dispatch(entry.directory))
+    return tuple(
+        rule
+        for entry in search_path()
+        if (entry.directory / MANIFEST_FILE).is_file()
+        for rule in read_dispatch(entry.directory)
+    )

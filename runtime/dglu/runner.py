@@ -290,7 +290,7 @@ def derive_ready(
     clears += ready.plan.clears[len(clears):]  # then the workspaces' (the same ones)
     plan = _replanned(loaded, problem, ready.plan, tuple(clears), fills, moved)
     problem.launch_cache[loaded.identity] = grids
-    problem.launch_cache[key] = ReadyCall(plan, ready.slots, ready.pooled)
+    problem.launch_cache[key] = ReadyCall(plan, ready.generation)
 
 
 def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorView]) -> dict[str, bytes]:
@@ -303,15 +303,14 @@ def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorV
 
 
 class ReadyCall:
-    """A call's plan and the pooled workspaces its addresses come from (and the pool's
-    slots of them): valid while the stream's pool still holds exactly those."""
+    """A call's plan and the generation of the stream's pool whose workspaces its addresses
+    come from (None: it uses none): valid while the pool is of that generation
+    (dglu.workspaces.still_pooled)."""
 
-    __slots__ = ("plan", "slots", "pooled")
+    __slots__ = ("plan", "generation")
 
-    def __init__(
-        self, plan: CallPlan, slots: tuple[tuple[str, str, int], ...], pooled: tuple[workspace_pool.Workspace, ...]
-    ) -> None:
-        self.plan, self.slots, self.pooled = plan, slots, pooled
+    def __init__(self, plan: CallPlan, generation: int | None) -> None:
+        self.plan, self.generation = plan, generation
 
 
 def run_variant(
@@ -342,7 +341,7 @@ def run_variant(
     pool = workspace_pool.stream_pool(loaded.device, stream)
     with pool.lock, device_context(loaded.device):
         ready = memo.get(key)
-        if ready is None or not workspace_pool.still_pooled(pool, ready.slots, ready.pooled):
+        if ready is None or not workspace_pool.still_pooled(pool, ready.generation):
             grids = memo.get(loaded.identity)
             if grids is None:
                 grids = memo[loaded.identity] = _grids(loaded, problem, stream, clear)
@@ -452,8 +451,7 @@ def _ready_call(
         start = last.plan if last is not None and last.serves(problem, grids) else None
         plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
         loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, frozenset(problem.tensors), plan)
-    slots = tuple(workspace_pool.pool_slot(n, w.rule) for n, w in workspaces.items())
-    return ReadyCall(plan, slots, tuple(workspaces.values()))
+    return ReadyCall(plan, pool.generation if workspaces else None)
 
 
 def _grids(loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...]) -> tuple[Grid, ...]:

@@ -1,15 +1,27 @@
 """The scratch memory a variant's manifest entry asks for (``workspaces``), reused per
 (device, stream).
 
-Every workspace is a stream-ordered driver allocation (cuMemAllocAsync), never a torch
-tensor. Each stream keeps its own pooled workspaces, allocated on that stream, and grows
-them when a call needs more (the new one allocated first, the old one then freed with
-cuMemFreeAsync on the same stream, after the kernels that used it), so a repeated call
-allocates nothing. Why not torch tensors: cudagraph trees (torch.compile's
-"reduce-overhead") run their eager warm-up with torch's allocator routed into the graph's
-private pool, and refuse a live tensor of that pool that is not an output of the graph; a
-workspace dglu keeps alive would be one. Driver memory stays outside torch's caching
-allocator (torch.cuda.memory_allocated does not count it); release_all frees it.
+Each stream keeps its own pooled workspaces and grows them when a call needs more, so a
+repeated call allocates nothing. A pooled workspace is a synchronous driver allocation
+(cuMemAlloc), made once and kept by dglu, never a torch tensor:
+- not cuMemAllocAsync: its first use creates the device's default memory pool, ~11 ms on
+  an H200, which torch (whose caching allocator calls cudaMalloc) never does: that would
+  be most of a first call's driver time.
+- not torch's caching allocator: cudagraph trees (torch.compile's "reduce-overhead") run
+  their eager warm-up with torch's allocator routed into the graph's private pool, and
+  refuse a live tensor of that pool that is not an output of the graph; a workspace dglu
+  keeps alive would be one. Driver memory stays outside torch's caching allocator
+  (torch.cuda.memory_allocated does not count it); release_all frees it.
+Why this lifetime is safe: cuMemAlloc's memory is usable on every stream once the call
+returns, and a pool's workspaces are only used by calls enqueued on the pool's stream,
+which run in order (the clear of a new ``zero: by_consumer`` workspace is enqueued on that
+stream before the call's kernels). A workspace is freed only after its stream was
+synchronized (cuStreamSynchronize, then cuMemFree): when it grows (the new one allocated
+first), when a failed call may have left it dirty (``forget_consumed``) and in
+release_all; so no kernel that used it is still running. The allocations and frees run in
+the relaxed stream-capture mode (cuThreadExchangeStreamCaptureMode), as torch's caching
+allocator does around cudaMalloc: a capture another thread runs in the global mode would
+otherwise refuse them; they are not enqueued on a stream, so no capture records them.
 Workspaces marked ``zero: each_call`` are cleared with cuMemsetD32Async on the call's
 stream before its first kernel: calls on one stream run in order, and calls on different
 streams never share a workspace. Workspaces marked ``zero: by_consumer`` are cleared once,
@@ -25,9 +37,9 @@ told to use per-thread default streams (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STRE
 0 is the calling thread's per-thread stream, which can be captured: it is asked then.
 
 A stream that is capturing a CUDA graph gets graph-owned workspaces instead: each is
-allocated (cuMemAllocAsync) inside the graph before the call's clears, and freed
-(cuMemFreeAsync) after its last kernel, also inside the graph. The graph then owns the
-memory: its address is fixed for the graph's lifetime, CUDA backs it only while a replay
+a stream-ordered allocation (cuMemAllocAsync, a graph memory node) captured inside the
+graph before the call's clears, and freed (cuMemFreeAsync) after its last kernel, also
+inside the graph. The graph then owns the memory: its address is fixed for the graph's lifetime, CUDA backs it only while a replay
 runs between the two nodes (never shared with eager calls or with another graph running at
 the same time), and it goes with the graph. Workspaces hold nothing from one call to the
 next (zeroed each call, or written before read), so an allocation inside the graph loses
@@ -40,6 +52,7 @@ as uninitialised (docs/sanitizer.md). ci/sanitize.sh sets it; nothing else needs
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Mapping
@@ -77,9 +90,15 @@ def uncapturable(stream: int) -> bool:
     return stream in UNCAPTURABLE_STREAMS
 
 
+_generations = itertools.count()  # a pool's generation: unique in the process
+
+
 class StreamWorkspaces:
     """The workspaces of one (device, stream); the lock keeps a call's memsets and launches
-    together on the stream when several threads share it."""
+    together on the stream when several threads share it. ``generation`` changes whenever
+    ``workspaces`` does (process-wide unique numbers: a pool made anew after release_all
+    shares none with the one before): a plan made for the pool's workspaces serves while
+    it holds."""
 
     def __init__(self, stream: int) -> None:
         from cuda.bindings import driver
@@ -89,6 +108,7 @@ class StreamWorkspaces:
         self.cu_stream = driver.CUstream(stream)
         self.may_capture = not uncapturable(stream)
         self.workspaces: dict[tuple[str, str, int], Workspace] = {}  # by (name, dtype, align)
+        self.generation = next(_generations)
 
     def capturing(self) -> bool:
         """True while the stream is capturing a CUDA graph (asked only of a stream that can)."""
@@ -118,15 +138,19 @@ def is_capturing(stream: Any) -> bool:
 
 
 def _allocate(
-    name: str, rule: WorkspaceRule, elements: int, device: int, stream: Any
+    name: str, rule: WorkspaceRule, elements: int, device: int, stream: Any, in_graph: bool = False
 ) -> Workspace:
-    """A new workspace of ``elements``, allocated with cuMemAllocAsync on ``stream`` (a
-    CUstream) in the current context (``device``'s); DeviceMemoryError when the device has
-    no room for it."""
-    size = elements * ELEMENT_TYPES[rule.dtype].size
+    """A new workspace of ``elements`` in the current context (``device``'s): a pooled one
+    (cuMemAlloc), or with ``in_graph`` one of the graph ``stream`` (a CUstream) is capturing
+    (cuMemAllocAsync); a new ``zero: by_consumer`` one cleared on ``stream``.
+    DeviceMemoryError when the device has no room for it."""
+    size = max(elements * ELEMENT_TYPES[rule.dtype].size, WORD_BYTES)  # the driver refuses 0 bytes
     try:
-        # cuMemAllocAsync refuses 0 bytes (a count of 0: nothing is read there)
-        pointer = int(checked("cuMemAllocAsync", max(size, WORD_BYTES), stream))
+        if in_graph:
+            pointer = int(checked("cuMemAllocAsync", size, stream))
+        else:
+            with relaxed_capture():
+                pointer = int(checked("cuMemAlloc", size))
     except CudaDriverError as exc:
         if exc.error_name != "CUDA_ERROR_OUT_OF_MEMORY":
             raise
@@ -134,11 +158,36 @@ def _allocate(
     workspace = Workspace(name, rule, pointer, elements)
     try:
         if rule.zero == "by_consumer" or os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
-            clear(pointer, max(size, WORD_BYTES), stream)
+            clear(pointer, size, stream)
         return _aligned(workspace)
     except (RuntimeError, CudaDriverError):
-        checked("cuMemFreeAsync", pointer, stream)
+        if in_graph:
+            checked("cuMemFreeAsync", pointer, stream)
+        else:
+            _free_pooled(pointer, stream)
         raise
+
+
+class relaxed_capture:  # noqa: N801 (used like a function: ``with relaxed_capture():``)
+    """This thread's stream-capture mode relaxed inside the block, restored after (see the
+    module docstring)."""
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> None:
+        mode = cuda_driver().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        self.previous = checked("cuThreadExchangeStreamCaptureMode", mode)
+
+    def __exit__(self, *exc: object) -> None:
+        checked("cuThreadExchangeStreamCaptureMode", self.previous)
+
+
+def _free_pooled(pointer: int, stream: Any) -> None:
+    """Free a pooled workspace once the kernels enqueued on its ``stream`` (a CUstream)
+    are done. Be in its device's context."""
+    with relaxed_capture():
+        checked("cuStreamSynchronize", stream)
+        checked("cuMemFree", pointer)
 
 
 def _aligned(workspace: Workspace) -> Workspace:
@@ -166,17 +215,14 @@ def pool_slot(name: str, rule: WorkspaceRule) -> tuple[str, str, int]:
     return (name, rule.dtype, rule.align)
 
 
-def still_pooled(
-    pool: StreamWorkspaces, slots: tuple[tuple[str, str, int], ...], pooled: tuple[Workspace, ...]
-) -> bool:
-    """True when the workspaces ``pooled`` are still what ``pool`` holds in ``slots`` and
-    ``pool``'s stream is not capturing a graph (which needs graph-owned workspaces): an
-    earlier call's workspaces serve again. Hold ``pool.lock``."""
-    if not slots:
+def still_pooled(pool: StreamWorkspaces, generation: int | None) -> bool:
+    """True when the workspaces a call's plan was made for, at the pool's ``generation``
+    (None: it uses none), are still what ``pool`` holds and ``pool``'s stream is not
+    capturing a graph (which needs graph-owned workspaces): an earlier call's workspaces
+    serve again. Hold ``pool.lock``."""
+    if generation is None:
         return True
-    if pool.capturing():
-        return False
-    return tuple(map(pool.workspaces.get, slots)) == pooled
+    return generation == pool.generation and not pool.capturing()
 
 
 def acquire(
@@ -186,7 +232,7 @@ def acquire(
     pool: StreamWorkspaces,
 ) -> dict[str, Workspace]:
     """The pool's workspaces of ``rules``, grown when smaller than the problem needs (the
-    old allocation freed on the pool's stream). The stream must not be capturing
+    old allocation freed once the pool's stream is done with it). The stream must not be capturing
     (graph_workspaces then). Hold ``pool.lock`` and be in ``device``'s context; a failed
     allocation leaves every slot holding a usable workspace."""
     made = {}
@@ -198,8 +244,9 @@ def acquire(
             workspace = pool.workspaces[slot] = _allocate(
                 name, rule, elements, device, pool.cu_stream
             )
+            pool.generation = next(_generations)
             if old is not None:
-                checked("cuMemFreeAsync", old.pointer, pool.cu_stream)
+                _free_pooled(old.pointer, pool.cu_stream)
         made[name] = workspace
     return made
 
@@ -216,7 +263,7 @@ def graph_workspaces(
     made: dict[str, Workspace] = {}
     try:
         for name, rule in rules.items():
-            made[name] = _allocate(name, rule, rule.count.value(scalars), device, stream)
+            made[name] = _allocate(name, rule, rule.count.value(scalars), device, stream, in_graph=True)
     except BaseException:
         free_graph_workspaces(made, stream)
         raise
@@ -244,14 +291,15 @@ def zeroed_ranges(
 
 
 def forget_consumed(pool: StreamWorkspaces) -> None:
-    """Drop the pool's ``zero: by_consumer`` workspaces (freed on its stream), which a failed
-    call may have left dirty: the next call allocates and clears new ones. Hold
+    """Drop the pool's ``zero: by_consumer`` workspaces (freed once its stream is done), which
+    a failed call may have left dirty: the next call allocates and clears new ones. Hold
     ``pool.lock`` and be in the device's context."""
     for slot, workspace in list(pool.workspaces.items()):
         if workspace.rule.zero == "by_consumer":
             del pool.workspaces[slot]
+            pool.generation = next(_generations)
             try:
-                checked("cuMemFreeAsync", workspace.pointer, pool.cu_stream)
+                _free_pooled(workspace.pointer, pool.cu_stream)
             except CudaDriverError:
                 pass  # a broken context: the call's own error says what to do
 
@@ -274,13 +322,13 @@ def clear(pointer: int, size: int, stream: Any, word: int = 0) -> None:
 
 
 def release_all() -> None:
-    """Free every pooled workspace, each with cuMemFreeAsync on its pool's stream (after the
-    kernels enqueued there) in its device's context, and forget the pools."""
+    """Free every pooled workspace, each once its pool's stream is done with it, in its
+    device's context, and forget the pools."""
     with _pools_lock:
         pools = list(_pools.items())
         _pools.clear()
     for (device, _), pool in pools:
         with pool.lock, device_context(device):
             for workspace in pool.workspaces.values():
-                checked("cuMemFreeAsync", workspace.pointer, pool.cu_stream)
+                _free_pooled(workspace.pointer, pool.cu_stream)
             pool.workspaces.clear()

@@ -2,12 +2,12 @@
 
 ``StandInDriver`` answers every ``dglu.driver.checked`` call with success (handles for the
 calls that return one), records the calls in order, and fails a chosen call when told to
-(``fail``: the driver's error, ``fail_next_allocation``: cuMemAllocAsync's out-of-memory);
+(``fail``: the driver's error, ``fail_next_allocation``: a pooled workspace's out-of-memory);
 it keeps a context stack (push, pop, current) and the context of each stream handle, and
-hands out cuMemAllocAsync addresses (``ALLOCATION_ALIGN``-aligned, one after the other:
-from WORKSPACE_ADDRESS for a stream that is not capturing, from GRAPH_ADDRESS while
-``capturing``; cuStreamIsCapturing answers by it too), recording which are still allocated
-(``allocated``). ``install`` puts it,
+hands out addresses (``ALLOCATION_ALIGN``-aligned, one after the other: cuMemAlloc's from
+WORKSPACE_ADDRESS, cuMemAllocAsync's while ``capturing`` from GRAPH_ADDRESS;
+cuStreamIsCapturing answers by ``capturing`` too), recording which are still allocated
+(``allocated``: address -> (bytes, stream), None for cuMemAlloc's). ``install`` puts it,
 an H200's facts and recording TMA encoding in place of the GPU parts, so the rest of the
 runtime runs its real code on CPU tensors.
 """
@@ -34,7 +34,7 @@ H200 = driver.DeviceInfo(0, "NVIDIA H200", (9, 0), 132, 232_448)
 DRIVER_VERSION = 12090
 WORKSPACE_ADDRESS = 0x10000  # where the pooled workspaces' allocations start
 GRAPH_ADDRESS = 0x1_0000_0000  # where the allocations made while capturing start
-ALLOCATION_ALIGN = 512  # what cuMemAllocAsync's addresses are aligned to
+ALLOCATION_ALIGN = 512  # what the allocations' addresses are aligned to
 PRIMARY_CONTEXT = 0xC0  # device 0's primary context
 STREAM = 7
 
@@ -51,16 +51,17 @@ class StandInDriver:
         self.context_devices: dict[int, int] = {PRIMARY_CONTEXT: 0}
         self._failures: dict[str, list] = {}  # name -> [calls to let pass, error name]
         self.capturing = False  # what cuStreamIsCapturing says of every stream
-        self.allocated: dict[int, tuple[int, object]] = {}  # address -> (bytes, stream)
-        self._next = {False: WORKSPACE_ADDRESS, True: GRAPH_ADDRESS}  # by self.capturing
+        self.allocated: dict[int, tuple[int, object]] = {}  # address -> (bytes, stream or None)
+        self._next = {False: WORKSPACE_ADDRESS, True: GRAPH_ADDRESS}  # by in_graph
 
     def fail(self, name: str, error: str, after: int = 0) -> None:
         """Make the call of ``name`` after ``after`` successful ones fail with ``error``."""
         self._failures[name] = [after, error]
 
     def fail_next_allocation(self) -> None:
-        """Make the next cuMemAllocAsync fail with CUDA_ERROR_OUT_OF_MEMORY."""
-        self.fail("cuMemAllocAsync", "CUDA_ERROR_OUT_OF_MEMORY")
+        """Make the next pooled workspace's allocation (cuMemAlloc) fail with
+        CUDA_ERROR_OUT_OF_MEMORY."""
+        self.fail("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")
 
     def __call__(self, name: str, *args: object) -> object:
         self.calls.append((name, args))
@@ -88,8 +89,10 @@ class StandInDriver:
         if name == "cuStreamGetCtx":
             return self.stream_contexts.get(int(args[0]), PRIMARY_CONTEXT)
         if name == "cuMemAllocAsync":
-            return self._allocate(*args)
-        if name == "cuMemFreeAsync":
+            return self._allocate(*args, in_graph=self.capturing)
+        if name == "cuMemAlloc":
+            return self._allocate(args[0], None, in_graph=False)
+        if name in ("cuMemFreeAsync", "cuMemFree"):
             del self.allocated[int(args[0])]
         return answers.get(name)
 
@@ -97,11 +100,15 @@ class StandInDriver:
         status = driver.cuda_driver().CUstreamCaptureStatus
         return status.CU_STREAM_CAPTURE_STATUS_ACTIVE if self.capturing else status.CU_STREAM_CAPTURE_STATUS_NONE
 
-    def _allocate(self, size: int, stream: object) -> int:
-        address = self._next[self.capturing]
-        self._next[self.capturing] = -(-(address + size) // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
+    def _allocate(self, size: int, stream: object, in_graph: bool) -> int:
+        address = self._next[in_graph]
+        self._next[in_graph] = -(-(address + size) // ALLOCATION_ALIGN) * ALLOCATION_ALIGN
         self.allocated[address] = (size, stream)
         return address
+
+    def allocations(self) -> int:
+        """Device allocations made so far: pooled (cuMemAlloc) and graph-owned (cuMemAllocAsync)."""
+        return self.counts["cuMemAlloc"] + self.counts["cuMemAllocAsync"]
 
     def names(self, name: str) -> list[tuple]:
         return [args for call, args in self.calls if call == name]
@@ -110,6 +117,11 @@ class StandInDriver:
         """The names of the memset and launch calls made, in order."""
         kinds = ("cuMemsetD32Async", "cuMemsetD8Async", "cuLaunchKernelEx")
         return [name for name, _ in self.calls if name in kinds]
+
+
+def of_arch(variants: Sequence[Variant], arch: str | None) -> tuple[Variant, ...]:
+    """``variants`` of ``arch`` (None: all), as dglu.manifest.installed_variants answers."""
+    return tuple(v for v in variants if arch in (None, v.key.arch))
 
 
 def fake_tensor_map(rule: Any, view: Any) -> bytes:
@@ -134,7 +146,7 @@ def install(
         (call, "device_info", lambda ordinal: H200),
         (runner, "device_info", lambda ordinal: H200),
         (runner, "driver_version", lambda: DRIVER_VERSION),
-        (call, "installed_variants", lambda: tuple(variants)),
+        (call, "installed_variants", lambda arch=None: of_arch(variants, arch)),
         (call, "search_path", lambda: [SearchEntry(directory, "test", True)]),
         (call, "installed_dispatch", lambda: read_dispatch(directory)),
         (validation, "_check_devices", lambda args: None),
@@ -157,6 +169,7 @@ def _pool_init(self: workspaces.StreamWorkspaces, stream: int) -> None:
     self.cu_stream = stream
     self.may_capture = not workspaces.uncapturable(stream)
     self.workspaces = {}
+    self.generation = next(workspaces._generations)
 
 
 def dense_call_tensors(m: int, n: int, k: int, l: int, dprob: float = 0.0) -> dict[str, Any]:

@@ -348,7 +348,7 @@ def check_refused(refusal: Refusal, recorded, manifest: str = "with") -> None:
     if manifest == "without":
         refusal = no_family(refusal, arguments) or refusal
     before = {name: v.clone() for name, v in arguments.items() if isinstance(v, torch.Tensor)}
-    allocations, enqueued = fake.counts["cuMemAllocAsync"], len(fake.enqueued())
+    allocations, enqueued = fake.allocations(), len(fake.enqueued())
     with pytest.raises((ValueError, VariantNotFoundError)) as raised:
         call(**arguments)
     message = str(raised.value)
@@ -356,7 +356,7 @@ def check_refused(refusal: Refusal, recorded, manifest: str = "with") -> None:
     assert message.startswith(tuple(f"{name}:" for name in starts)), message
     for fragment in refusal.fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == allocations
+    assert runs == [] and fake.allocations() == allocations
     assert len(fake.enqueued()) == enqueued
     for name, copy in before.items():
         assert torch.equal(raw(arguments[name]), raw(copy)), f"{name} was written"

@@ -60,7 +60,7 @@ def driver(tmp_path, monkeypatch):
     _write_installed(tmp_path)
     variants = read_manifest(tmp_path).variants
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
-    monkeypatch.setattr(call, "installed_variants", lambda: tuple(variants))
+    monkeypatch.setattr(call, "installed_variants", lambda arch=None: stand_ins.of_arch(variants, arch))
     monkeypatch.setattr(call, "search_path", lambda: [SearchEntry(tmp_path, "test", True)])
     launch.clear_plans()
     return fake

@@ -152,13 +152,13 @@ def _refused_call(case: str) -> dict:
 def test_refusals_are_the_torch_wrappers_before_anything_is_enqueued(driver, monkeypatch, case):
     call = _refused_call(case)
     kind, message = _torch_error(call)
-    allocations, enqueued = driver.counts["cuMemAllocAsync"], len(driver.enqueued())
+    allocations, enqueued = driver.allocations(), len(driver.enqueued())
     monkeypatch.setattr(bound, "run_variant", lambda *a, **k: pytest.fail("launched"))
     with pytest.raises(kind) as raised:
         traced(jax_call(call))
     expected = message.replace("the tensors' device", dglu_jax.TRACE_ARCH_SOURCE).replace("a Tensor", "a JAX array")
     assert str(raised.value) == expected
-    assert driver.counts["cuMemAllocAsync"] == allocations and len(driver.enqueued()) == enqueued
+    assert driver.allocations() == allocations and len(driver.enqueued()) == enqueued
 
 
 def test_uint8_operands_are_fp4_pairs_refused_on_hopper(driver):
@@ -318,7 +318,7 @@ def test_an_nvfp4_call_takes_uint8_fp4_pairs_and_returns_amax(b200):
     assert (out.amax_tensor.shape, out.amax_tensor.dtype) == ((sm100.L, 2, 1), jnp.float32)
     assert out.dbias_tensor.shape == (sm100.L, 2 * sm100.N, 1)
     assert out.d_col_tensor is out.sfd_row_tensor is out.sfd_col_tensor is None
-    assert fake.counts["cuMemAllocAsync"] == 0 and fake.enqueued() == []
+    assert fake.allocations() == 0 and fake.enqueued() == []
 
 
 def test_an_mxfp8_call_on_blackwell_returns_its_quantized_outputs(b200):
@@ -349,7 +349,7 @@ def test_blackwell_refusals_are_the_torch_wrappers(b200, call, changes):
         traced(jax_call(torch_call))
     assert str(raised.value) == message.replace("the tensors' device", dglu_jax.TRACE_ARCH_SOURCE).replace(
         "a Tensor", "a JAX array")
-    assert fake.counts["cuMemAllocAsync"] == 0 and fake.enqueued() == []
+    assert fake.allocations() == 0 and fake.enqueued() == []
 
 
 def test_a_jitted_call_as_docs_blockscaled_writes_it(plans_on_cpu):

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, write_artifacts  # noqa: E402
-from dglu import api, bound, streams  # noqa: E402
+from dglu import api, bound, streams, workspaces  # noqa: E402
 from dglu.errors import (  # noqa: E402
     CudaDriverError,
     DeviceMemoryError,
@@ -142,7 +142,7 @@ def test_no_room_for_an_output_allocates_nothing_else_and_enqueues_nothing(
         rf"\({M * 2 * N * 2} bytes\) on cuda:None \(CUDA out of memory.*\); nothing was "
         r"enqueued and no argument was written\. Free device memory",
     )
-    assert fake.counts["cuMemAllocAsync"] == 0 and torch.equal(t["dprob_tensor"], inputs()["dprob_tensor"])
+    assert fake.allocations() == 0 and torch.equal(t["dprob_tensor"], inputs()["dprob_tensor"])
     assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
 
 
@@ -156,7 +156,7 @@ def test_no_room_for_a_workspace_enqueues_nothing_and_the_next_call_allocates_it
         lambda: op.execute(**t, **outputs),
         MemoryError,  # DeviceMemoryError is one
         rf"workspace dbias_ws: no room for {L * 2 * N} fp32 elements \({L * 2 * N * 4} bytes\) "
-        r"on cuda:None \(cuMemAllocAsync failed: CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued",
+        r"on cuda:None \(cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued",
     )
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
     memset = fake.names(MEMSET)[-1]  # the new workspace's one clear
@@ -196,7 +196,7 @@ def test_a_failed_later_launch_says_the_outputs_may_be_written(fake) -> None:
     assert fake.pushed == []
     # main may have added into dbias_ws, which dbias_finish did not zero: it was freed, and
     # the next call allocates and clears a new one
-    assert fake.allocated == {} and fake.counts["cuMemFreeAsync"] == 1
+    assert fake.allocated == {} and fake.counts["cuMemFree"] == 1
     assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
     assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
 
@@ -241,10 +241,10 @@ def test_a_stream_of_another_device_or_context_is_refused_before_anything(
     fake.context_devices[context] = device
     t = inputs()
     wrapper_call(t, current_stream=GOOD_STREAM)  # loaded and cached: only the stream differs
-    allocations = fake.counts["cuMemAllocAsync"]
+    allocations = fake.allocations()
     for stream in (OTHER_STREAM, CUstream(OTHER_STREAM)):
         assert_refused(fake, lambda: wrapper_call(t, current_stream=stream), StreamDeviceError, match)
-    assert fake.counts["cuMemAllocAsync"] == allocations
+    assert fake.allocations() == allocations
     assert enqueued_by(fake, lambda: wrapper_call(t, current_stream=GOOD_STREAM)) == WRAPPER_ENQUEUES
 
 
@@ -268,10 +268,27 @@ def test_a_capturing_stream_gets_graph_owned_workspaces_freed_after_its_kernels(
     assert captured[0][1][0] == L * 2 * N * 4
     assert captured[1][1][0] == captured[4][1][0] == stand_ins.GRAPH_ADDRESS
     op.execute(**t, **outputs)  # a second capture allocates its own
-    assert fake.counts["cuMemAllocAsync"] == 3  # the pooled one, one per capture
+    assert fake.counts["cuMemAllocAsync"] == 2 and fake.counts["cuMemAlloc"] == 1  # one per capture, the pooled one
     fake.capturing = False
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
-    assert fake.counts["cuMemAllocAsync"] == 3  # the pooled one serves again
+    assert fake.allocations() == 3  # the pooled one serves again
+
+
+def test_a_call_after_its_pool_changed_uses_the_pools_workspaces(fake) -> None:
+    """A repeated call's plan serves while its stream's pool holds the workspaces it was
+    made for: after release_all (the pool made anew, its workspaces freed) the next call
+    allocates and clears a new dbias workspace and launches with it, not with the freed one."""
+    t = inputs()
+    op, outputs = class_op(t)
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
+    (old,) = fake.allocated
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
+    workspaces.release_all()
+    assert fake.allocated == {}
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
+    (new,) = fake.allocated
+    assert new != old and fake.names(MEMSET)[-1][0] == new
+    assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
 
 
 def test_a_failed_launch_while_capturing_still_frees_the_graph_workspaces(fake) -> None:

@@ -3,6 +3,7 @@ call (its tensors' signature) is launched from it (dglu.bound's pre-bound call):
 wrapper and execute() bind nothing (no tensor key), validate nothing, encode no new TMA
 descriptor and make only the driver calls that enqueue work: the launches, and the memset
 of the wrapper's new dbias (dbias_ws is zeroed by dbias_finish, the kernel that reads it).
+A first call allocates its pooled workspace with cuMemAlloc, never cuMemAllocAsync.
 The capture query and the context query are made only where the stream's or the context's
 state is not known. Tensors at new addresses (the same shapes, strides and dtypes) have
 only their addresses checked and patched.
@@ -126,8 +127,14 @@ def test_the_dynamic_scheduler_adds_only_its_counter_memset(tmp_path: Path, monk
 
 
 def test_a_first_call_validates_and_encodes(counted) -> None:
+    """A first call validates, encodes its two descriptors and allocates its pooled
+    workspace synchronously (cuMemAlloc, in the relaxed capture mode): never cuMemAllocAsync, whose first use creates the device's default
+    memory pool (~11 ms on the H200)."""
     api.grouped_gemm_dglu(**inputs(), generate_dbias=True)
     assert counted["other"] == Counter({"describe_tensors": 1, "encode_tensor_map": 2})
+    allocations = {name: counted["driver"][name] for name in ("cuMemAlloc", "cuMemAllocAsync")}
+    assert allocations == {"cuMemAlloc": 1, "cuMemAllocAsync": 0}
+    assert counted["driver"]["cuThreadExchangeStreamCaptureMode"] == 2
 
 
 def test_inputs_at_new_addresses_check_only_their_addresses(counted, monkeypatch) -> None:

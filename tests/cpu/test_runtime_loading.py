@@ -117,12 +117,14 @@ STREAM = 0x5EED
 
 
 class FakePool:
-    """A stream's workspace pool without a driver: the lock and the stream objects."""
+    """A stream's workspace pool without a driver: the lock, the stream objects and a
+    generation that never changes (the fake acquire's workspaces stay)."""
 
     def __init__(self, device: int, stream: int) -> None:
         self.lock = contextlib.nullcontext()
         self.stream = self.cu_stream = stream
         self.workspaces: dict = {}  # the fake acquire pools nothing
+        self.generation = 0
 
     def capturing(self) -> bool:
         return False
@@ -339,33 +341,46 @@ def rules(tmp_path: Path) -> dict:
     return {name: variant.workspaces[name] for name in NAMES}
 
 
-def test_pooled_workspaces_are_driver_allocations_on_the_pools_stream(recorder, rules) -> None:
+RELAXED = workspaces.cuda_driver().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+def _relaxed(*calls: tuple, previous: object = None) -> list[tuple]:
+    """``calls`` inside the relaxed stream-capture mode, the ``previous`` mode (what the
+    stand-in answered) restored after."""
+    return [("cuThreadExchangeStreamCaptureMode", (RELAXED,)), *calls,
+            ("cuThreadExchangeStreamCaptureMode", (previous,))]
+
+
+def test_pooled_workspaces_are_synchronous_driver_allocations_kept_per_stream(recorder, rules) -> None:
     """b_desc_ws: L * 128 bytes; dbias_ws: L * 2N fp32; tile_counter: 16 bytes; allocated
-    with cuMemAllocAsync on the pool's stream once, then reused by the next call; a grown
-    workspace is allocated anew and the old one freed on the stream after it; release_all
-    frees every pooled one on its stream, in the device's context. dbias_ws (``zero:
-    by_consumer``) is cleared once, when allocated, on the pool's stream."""
+    with cuMemAlloc (never cuMemAllocAsync, whose first use creates the device's default
+    memory pool) in the relaxed capture mode once, then reused by the next call; a grown
+    workspace is allocated anew and the old one freed after the pool's stream is
+    synchronized; release_all frees every pooled one that way, in the device's context.
+    dbias_ws (``zero: by_consumer``) is cleared once, when allocated, on the pool's stream."""
     pool = workspaces.stream_pool(0, STREAM)
     made = workspaces.acquire(rules, SCALARS, 0, pool)
-    assert recorder.names("cuMemAllocAsync") == [
-        (L * 16 * 8, STREAM), (L * 2 * N * 4, STREAM), (16, STREAM)
+    assert recorder.calls == [
+        *_relaxed(("cuMemAlloc", (L * 16 * 8,))),
+        *_relaxed(("cuMemAlloc", (L * 2 * N * 4,))),
+        ("cuMemsetD32Async", (made["dbias_ws"].pointer, 0, L * 2 * N, pool.cu_stream)),
+        *_relaxed(("cuMemAlloc", (16,))),
     ]
-    assert recorder.names("cuMemsetD32Async") == [(made["dbias_ws"].pointer, 0, L * 2 * N, STREAM)]
     assert {n: w.elements for n, w in made.items()} == {
         "b_desc_ws": 16 * L, "dbias_ws": L * 2 * N, "tile_counter": 4
     }
     assert sorted(recorder.allocated) == sorted(w.pointer for w in made.values())
     assert all(w.pointer % w.rule.align == 0 for w in made.values())
-    assert workspaces.acquire(rules, SCALARS, 0, pool) == made
-    assert recorder.counts["cuMemAllocAsync"] == 3 and recorder.counts["cuMemsetD32Async"] == 1
-
     first = len(recorder.calls)
+    assert workspaces.acquire(rules, SCALARS, 0, pool) == made
+    assert recorder.calls[first:] == []
+
     bigger = workspaces.acquire({"dbias_ws": rules["dbias_ws"]}, {"l_n2": 4 * L * 2 * N}, 0, pool)
     grown = bigger["dbias_ws"]
     assert recorder.calls[first:] == [
-        ("cuMemAllocAsync", (4 * L * 2 * N * 4, STREAM)),
-        ("cuMemsetD32Async", (grown.pointer, 0, 4 * L * 2 * N, STREAM)),
-        ("cuMemFreeAsync", (made["dbias_ws"].pointer, STREAM)),
+        *_relaxed(("cuMemAlloc", (4 * L * 2 * N * 4,))),
+        ("cuMemsetD32Async", (grown.pointer, 0, 4 * L * 2 * N, pool.cu_stream)),
+        *_relaxed(("cuStreamSynchronize", (pool.cu_stream,)), ("cuMemFree", (made["dbias_ws"].pointer,))),
     ]
     assert grown.elements == 4 * L * 2 * N and grown.pointer != made["dbias_ws"].pointer
     assert workspaces.acquire(rules, SCALARS, 0, pool)["dbias_ws"] is grown  # big enough
@@ -373,13 +388,12 @@ def test_pooled_workspaces_are_driver_allocations_on_the_pools_stream(recorder, 
     first = len(recorder.calls)
     workspaces.release_all()
     released = recorder.calls[first:]
-    freed = [args for name, args in released if name == "cuMemFreeAsync"]
-    assert sorted(freed) == sorted(
-        (w.pointer, STREAM) for w in (made["b_desc_ws"], grown, made["tile_counter"])
-    )
-    names = [name for name, _ in released]
-    assert names.index("cuCtxPushCurrent") < names.index("cuMemFreeAsync")
-    assert names[-1] == "cuCtxPopCurrent" and recorder.pushed == []
+    pushed = released.index(("cuCtxPushCurrent", (stand_ins.PRIMARY_CONTEXT,)))
+    assert released[pushed + 1:-1] == [
+        call for w in (made["b_desc_ws"], grown, made["tile_counter"])
+        for call in _relaxed(("cuStreamSynchronize", (pool.cu_stream,)), ("cuMemFree", (w.pointer,)))
+    ]
+    assert released[-1][0] == "cuCtxPopCurrent" and recorder.pushed == []
     assert recorder.allocated == {} and pool.workspaces == {}
     assert workspaces.stream_pool(0, STREAM) is not pool
 
@@ -394,11 +408,11 @@ def test_no_room_for_a_pooled_workspace_is_a_device_memory_error_and_keeps_the_o
     with pytest.raises(
         DeviceMemoryError,
         match=rf"^workspace dbias_ws: no room for {8 * L * 2 * N} fp32 elements "
-        rf"\({8 * L * 2 * N * 4} bytes\) on cuda:0 \(cuMemAllocAsync failed: "
+        rf"\({8 * L * 2 * N * 4} bytes\) on cuda:0 \(cuMemAlloc failed: "
         r"CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued and no argument was written",
     ):
         workspaces.acquire(dbias_only, {"l_n2": 8 * L * 2 * N}, 0, pool)
-    assert recorder.names("cuMemFreeAsync") == [] and old.pointer in recorder.allocated
+    assert recorder.names("cuMemFree") == [] and old.pointer in recorder.allocated
     assert workspaces.acquire(dbias_only, SCALARS, 0, pool)["dbias_ws"] is old
 
 
@@ -411,7 +425,8 @@ def test_a_misaligned_allocation_is_freed_and_refused(monkeypatch: pytest.Monkey
     with pytest.raises(RuntimeError, match="workspace b_desc_ws: .*0xa840.* not 128-byte"):
         workspaces.acquire({"b_desc_ws": rules["b_desc_ws"]}, SCALARS, 0, pool)
     assert calls == [
-        ("cuMemAllocAsync", (L * 16 * 8, pool.cu_stream)), ("cuMemFreeAsync", (0xA840, pool.cu_stream))
+        *_relaxed(("cuMemAlloc", (L * 16 * 8,)), previous=0xA840),
+        *_relaxed(("cuStreamSynchronize", (pool.cu_stream,)), ("cuMemFree", (0xA840,)), previous=0xA840),
     ]
     assert pool.workspaces == {}
 

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest_runtime import DEFAULT_KEYS, write_artifacts, write_index, write_manifest
+from conftest_runtime import DEFAULT_KEYS, variant_key, write_artifacts, write_index, write_manifest
 from dglu.contract import index, reader
 from dglu.contract.reader import IDENTITY_FIELDS
 from dglu.errors import ManifestError
@@ -68,13 +68,26 @@ def test_an_index_that_is_not_json_is_stale(indexed) -> None:
         assert len(reader.read_manifest(indexed, lazy=True).variants) == len(DEFAULT_KEYS)
 
 
-def _tamper_record(directory: Path, position: int, **fields) -> None:
-    """Change a record of the index (it still matches the manifest's bytes)."""
+def _rewrite_index(directory: Path, change) -> None:
+    """Let ``change`` edit the index's data (its ``head`` and ``records``), then write it in
+    the index's layout again (the heads' character ranges made anew)."""
     path = directory / index.INDEX_FILE
     data = json.loads(path.read_text())
-    for field, value in fields.items():
-        data["variants"][position][index.RECORD_FIELDS.index(field)] = value
-    path.write_text(json.dumps(data))
+    change(data)
+    path.write_text(index.index_layout(data["head"], data["records"]))
+
+
+def _tamper_record(directory: Path, position: int, **fields) -> None:
+    """Change the index's record of the manifest's variants[position] (it still matches
+    the manifest's bytes)."""
+    place = index.RECORD_FIELDS.index("position")
+
+    def change(data: dict) -> None:
+        (record,) = [r for group in data["records"].values() for r in group if r[place] == position]
+        for field, value in fields.items():
+            record[index.RECORD_FIELDS.index(field)] = value
+
+    _rewrite_index(directory, change)
 
 
 def test_a_record_that_differs_from_its_entry_is_refused_when_the_variant_is_used(indexed) -> None:
@@ -97,25 +110,31 @@ def test_a_record_without_its_entrys_byte_range_is_refused_when_the_variant_is_u
 
 
 def test_a_record_of_another_layout_is_refused_naming_the_index(indexed) -> None:
+    _rewrite_index(indexed, lambda data: data["records"]["sm_90a"][1].pop())
+    with pytest.raises(ManifestError, match=r"manifest-index.json: records of sm_90a\[1\]: not a record of index_format 5"):
+        reader.read_manifest(indexed, lazy=True)
+
+
+def test_records_that_are_not_a_json_list_are_refused_naming_the_index(indexed) -> None:
     path = indexed / index.INDEX_FILE
-    data = json.loads(path.read_text())
-    data["variants"][1] = data["variants"][1][:-1]
-    path.write_text(json.dumps(data))
-    with pytest.raises(ManifestError, match=r"manifest-index.json: .*variants\[1\]: not a record of index_format 4"):
+    text = path.read_text()
+    start, end = index.read_index(indexed).architectures["sm_90a"]
+    path.write_text(text[:start] + "{" + " " * (end - start - 1) + text[end:])
+    with pytest.raises(ManifestError, match=r"manifest-index.json: the records of sm_90a \(characters \d+\.\.\d+\) "
+                       r"are not JSON: .*, not a list; rebuild the directory"):
         reader.read_manifest(indexed, lazy=True)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"index_format": 3}, "has index_format 3; this dglu reads index_format 4"),
+        ({"index_format": 4}, "has index_format 4; this dglu reads index_format 5"),
         ({"key_fields": ["arch"]}, "lists other record or key fields"),
         ({"manifest_bytes": 1}, "describes another manifest.json (of 1 bytes; the manifest has"),
     ],
 )
 def test_an_index_of_another_format_key_fields_or_manifest_is_stale(indexed, change, message) -> None:
-    path = indexed / index.INDEX_FILE
-    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    _rewrite_index(indexed, lambda data: data["head"].update(change))
     with pytest.warns(index.StaleIndexWarning, match=re.escape(message)):
         lazy = reader.read_manifest(indexed, lazy=True)
     assert _identities(lazy) == _identities(reader.read_manifest(indexed))
@@ -186,7 +205,7 @@ def test_the_artifact_store_writes_the_index_with_the_manifest_and_verify_checks
             records.append(store.put(described, os.urandom(600), None))
         store.write_manifest(records)
     found = index.read_index(tmp_path)
-    assert found is not None and [r[0] for r in found.records] == sorted(r.name for r in records)
+    assert found is not None and [r[0] for _, r in index.index_records(found)] == sorted(r.name for r in records)
     assert _index_problem(tmp_path) is None
     _tamper_record(tmp_path, 0, size=1)
     assert "manifest-index.json: does not match manifest.json" in _index_problem(tmp_path)
@@ -211,9 +230,9 @@ def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
     write_manifest(tmp_path, manifest)
     write_index(tmp_path)
     indexed = json.loads((tmp_path / index.INDEX_FILE).read_text())
-    assert sorted(indexed["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
+    assert sorted(indexed["head"]["fronts"]) == ["sm90_bf16/bf16", "sm90_bf16/fp16"]
     front = index.RECORD_FIELDS.index("front")
-    assert [r[front] for r in indexed["variants"]] == ["sm90_bf16/bf16", "sm90_bf16/fp16", "sm90_bf16/bf16"]
+    assert [r[front] for r in indexed["records"]["sm_90a"]] == ["sm90_bf16/bf16", "sm90_bf16/fp16", "sm90_bf16/bf16"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lazy = reader.read_manifest(tmp_path, lazy=True)
@@ -222,3 +241,46 @@ def test_a_family_may_hold_one_front_per_operand_types(tmp_path) -> None:
     entries[2]["front"] = {**bf16_front(), "outputs": other["outputs"]}
     with pytest.raises(ValueError, match="its front differs from sm90_bf16/bf16's"):
         manifest_data(entries)
+
+
+MIXED_KEYS = [variant_key(arch="sm_100a"), *DEFAULT_KEYS[:2], variant_key(arch="sm_100a", dbias=False), DEFAULT_KEYS[2]]
+
+
+def test_an_architectures_read_parses_only_its_records_and_keeps_the_manifests_order_and_places(
+    tmp_path, monkeypatch
+) -> None:
+    """The index groups its records by architecture: a read of one architecture parses the
+    index's head (not with json.loads) and that architecture's records, nothing of the
+    others'; its variants are the full read's of that architecture, in order, and an
+    entry's error names its place in the manifest's variants, as a full read's does."""
+    write_artifacts(tmp_path, MIXED_KEYS)
+    write_index(tmp_path)
+    full = reader.read_manifest(tmp_path)
+    parsed = []
+    loads = json.loads
+    monkeypatch.setattr(index.json, "loads", lambda text: parsed.append(text) or loads(text))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hopper = reader.read_manifest(tmp_path, lazy=True, arch="sm_90a")
+    (records,) = parsed
+    assert "sm_100a" not in records and records.count('"sm_90a"') == 3
+    assert [v.name for v in hopper.variants] == [v.name for v in full.variants if v.key.arch == "sm_90a"]
+    assert [reader.full_variant(v) for v in hopper.variants] == [v for v in full.variants if v.key.arch == "sm_90a"]
+    assert _identities(reader.read_manifest(tmp_path, lazy=True, arch="sm_100a")) == [
+        i for i in _identities(full) if i["key"].arch == "sm_100a"
+    ]
+    assert reader.read_manifest(tmp_path, lazy=True, arch="sm_120a").variants == ()
+    every = reader.read_manifest(tmp_path, lazy=True)
+    assert sorted(v.name for v in every.variants) == sorted(v.name for v in full.variants)
+    _tamper_record(tmp_path, 4, size=12345)  # the manifest's variants[4]: the third sm_90a record
+    entry = reader.read_manifest(tmp_path, lazy=True, arch="sm_90a").variants[2]
+    with pytest.raises(ManifestError, match=r"manifest.json: variants\[4\] \('sm_90a[^']+'\): fields \['size'\] differ"):
+        entry.variant()
+
+
+def test_a_read_of_one_architecture_without_an_index_gives_the_same_variants(tmp_path) -> None:
+    write_artifacts(tmp_path, MIXED_KEYS)
+    without = reader.read_manifest(tmp_path, lazy=True, arch="sm_100a")
+    write_index(tmp_path)
+    assert _identities(without) == _identities(reader.read_manifest(tmp_path, lazy=True, arch="sm_100a"))
+    assert [v.key.arch for v in without.variants] == ["sm_100a", "sm_100a"]

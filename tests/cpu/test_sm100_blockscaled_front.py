@@ -57,7 +57,7 @@ def _stand_ins(info: driver.DeviceInfo, tmp_path: Path, monkeypatch: pytest.Monk
     fake = stand_ins.install(monkeypatch, variants, tmp_path)
     for module in (driver, call, runner):
         monkeypatch.setattr(module, "device_info", lambda ordinal: info)
-    monkeypatch.setattr(manifest, "installed_variants", lambda: tuple(variants))
+    monkeypatch.setattr(manifest, "installed_variants", lambda arch=None: stand_ins.of_arch(variants, arch))
     runs: list[str] = []
     for module in (op, bound):
         monkeypatch.setattr(module, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
@@ -118,11 +118,11 @@ def test_an_nvfp4_call_runs_on_blackwell_and_returns_amax(b200):
 )
 def test_blackwell_refuses_what_nvfp4_does_not_take(b200, changes, argument, fragment):
     fake, runs = b200
-    allocations = fake.counts["cuMemAllocAsync"]
+    allocations = fake.allocations()
     with pytest.raises(ValueError) as raised:
         api.grouped_gemm_dglu(**_call(**changes))
     assert str(raised.value).startswith(f"{argument}:") and fragment in str(raised.value), str(raised.value)
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == allocations
+    assert runs == [] and fake.allocations() == allocations
 
 
 def _mxfp8_call(**changes) -> dict:
@@ -152,7 +152,7 @@ def test_blackwell_mxfp8_refusals_come_from_its_own_policy(b200, changes, argume
     with pytest.raises(ValueError) as raised:
         api.grouped_gemm_dglu(**_mxfp8_call(**changes))
     assert str(raised.value).startswith(f"{argument}:") and fragment in str(raised.value), str(raised.value)
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def test_an_mxfp8_call_runs_on_blackwell_with_its_quantized_outputs(b200):
@@ -168,7 +168,7 @@ def test_hopper_refuses_fp4_naming_the_argument_before_anything_else(h200):
     with pytest.raises(ValueError) as raised:
         api.grouped_gemm_dglu(**_call(sf_vec_size=32, sfa_tensor=None))
     assert str(raised.value).startswith("a_tensor:") and "no FP4 tensor cores on Hopper" in str(raised.value)
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def test_the_class_api_takes_fp4_samples_on_blackwell(b200):
@@ -184,7 +184,7 @@ def test_the_class_api_takes_fp4_samples_on_blackwell(b200):
     op_ = api.GroupedGemmDglu(**samples)
     assert op_.check_support()
     assert op_._variant.name == variant_entry(NVFP4_KEY, b"")["name"]
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 # discrete_col_sfd and use_single_group_runtime_offsets: cuDNN FE's kernel compiles them in,
@@ -240,7 +240,7 @@ def test_a_one_expert_call_without_the_option_finds_no_variant_and_is_told_how_t
         api.grouped_gemm_dglu(**_one_expert())
     assert "use_single_group_runtime_offsets=True" in str(raised.value)  # the nearest variant's difference
     assert "--experts 1" in str(raised.value) and "--use-single-group-runtime-offsets" not in str(raised.value)
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def test_discrete_col_sfd_without_its_variant_names_the_option_and_the_build_command(b200):
@@ -249,7 +249,7 @@ def test_discrete_col_sfd_without_its_variant_names_the_option_and_the_build_com
         api.grouped_gemm_dglu(**_mxfp8_call(discrete_col_sfd=True))
     message = str(raised.value)
     assert "discrete_col_sfd=True (from discrete_col_sfd)" in message and "--discrete-col-sfd" in message
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def test_nvfp4_refuses_discrete_col_sfd_naming_it(b200):
@@ -257,7 +257,7 @@ def test_nvfp4_refuses_discrete_col_sfd_naming_it(b200):
     with pytest.raises(ValueError) as raised:
         api.grouped_gemm_dglu(**_call(discrete_col_sfd=True))
     assert str(raised.value).startswith("discrete_col_sfd:") and "no SFD_col" in str(raised.value)
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def _e8m0(rows: int, kc: int, l: int = 1) -> torch.Tensor:
@@ -281,7 +281,7 @@ def test_the_class_api_selects_the_single_group_variant(b200_options):
     op_ = api.GroupedGemmDglu(**samples)
     assert op_.check_support()
     assert op_._variant.name == variant_entry(SGO_KEY, b"")["name"]
-    assert runs == [] and fake.counts["cuMemAllocAsync"] == 0
+    assert runs == [] and fake.allocations() == 0
 
 
 def test_the_front_policy_names_the_compiled_options_and_the_reader_checks_them():

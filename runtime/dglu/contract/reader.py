@@ -5,7 +5,8 @@ dglu.contract.schema, type-checking every field and refusing unknown ones; each 
 the file, the variant entry and the field. ``read_manifest(directory, lazy=True)`` (the
 runtime's) checks each variant's identity fields at once and the rest when the variant is
 used (VariantEntry); with a manifest index that matches the manifest (dglu.contract.index)
-it parses only the index and, when a variant is used, that variant's entry. Entries that
+it parses only the index (with ``arch``, only that architecture's records) and, when a
+variant is used, that variant's entry. Entries that
 repeat (a family's variants share their tensor rules and kernel params) are read once per
 context and shared (``_memoised``).
 """
@@ -28,7 +29,7 @@ POINTER_BYTES = 8
 from .errors import ManifestError
 from .front import FrontPolicy, read_front
 from .expressions import NAME as _NAME, Expr, cached_expr, parse_expr
-from .index import INDEX_FILE, REWRITE_HINT, Index, read_entry, read_index
+from .index import INDEX_FILE, INDEX_FORMAT, REWRITE_HINT, Index, index_records, read_entry, read_index
 from .keys import KEY_FIELD_DEFAULTS, KEY_FIELDS
 from .records import Record
 from .schema import (
@@ -630,31 +631,31 @@ class VariantEntry:
         cls,
         record: Any,
         where: str,
-        directory: Path,
-        manifest: Path,
+        path: Path,
         act_params: list[tuple[tuple[str, float], ...]],
         builds: list[Build],
         fronts: Mapping[str, FrontPolicy],
     ) -> VariantEntry:
         """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS;
-        ``where`` names it in the manifest), whose entry lies in ``manifest``; ``act_params``,
+        ``where`` names it in the index) of the manifest at ``path``; ``act_params``,
         ``builds`` and ``fronts``: the index's, read. Only the record's layout is checked now: its
         fields are checked by ``variant()``, the first time the variant is used, as the
         entry's own (which they must equal)."""
         self = cls.__new__(cls)
+        directory = path.parent
         try:
-            name, family, key, cubin, sha256, size, build, front, start, end, crc32 = record
-            if type(name) is not str:
-                raise TypeError(f"name {name!r} is no string")
+            name, family, key, cubin, sha256, size, build, front, start, end, crc32, position = record
+            if type(name) is not str or type(position) is not int:
+                raise TypeError(f"name {name!r} is no string or position {position!r} no integer")
             self.key, self.build, self.front = _indexed_key(key, act_params), builds[build], fronts[front]
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise ManifestError(
-                f"{directory / INDEX_FILE}: {where}: not a record of index_format 4 "
-                f"({type(exc).__name__}: {exc}); {REWRITE_HINT}"
+                f"{where}: not a record of index_format {INDEX_FORMAT} ({type(exc).__name__}: {exc}); "
+                f"{REWRITE_HINT}"
             ) from None
         self.name, self.family, self.cubin, self.sha256, self.size = name, family, cubin, sha256, size
-        self.directory, self._where, self._variant, self._entry = directory, where, None, None
-        self._source = (manifest, start, end, crc32, fronts)
+        self.directory, self._where, self._variant, self._entry = directory, f"{path}: variants[{position}]", None, None
+        self._source = (path, start, end, crc32, fronts)
         return self
 
     def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
@@ -744,37 +745,41 @@ def _names_once(variants: tuple[Any, ...], path: Path) -> None:
         raise ManifestError(f"{path}: variant names listed more than once: {duplicates}")
 
 
-def parse_indexed(index: Index, path: Path) -> Manifest:
-    """The manifest at ``path`` from its ``index``, each variant a VariantEntry whose
-    record is checked, and whose entry is read, when it is used."""
+def parse_indexed(index: Index, path: Path, arch: str | None = None) -> Manifest:
+    """The manifest at ``path`` from its ``index`` (only ``arch``'s variants when given: the
+    other architectures' records are not parsed), each variant a VariantEntry whose record
+    is checked, and whose entry is read, when it is used."""
     _check_schema_version(index.schema_version, True, path)
     where = f"{path.parent / INDEX_FILE}"
     fronts = _read_fronts(index.fronts, f"{where}: fronts")
     act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
-    named, directory = f"{path}: variants", path.parent
-    variants = tuple(
-        VariantEntry.indexed(record, f"{named}[{i}]", directory, index.manifest, act_params, builds, fronts)
-        for i, record in enumerate(index.records)
-    )
-    _names_once(variants, path)
-    return Manifest(path=path, variants=variants)
+    variants = []
+    for i, (group, record) in enumerate(index_records(index, arch)):
+        named = f"{where}: records of {group}[{i}]"
+        variants.append(VariantEntry.indexed(record, named, path, act_params, builds, fronts))
+    _names_once(tuple(variants), path)
+    return Manifest(path=path, variants=tuple(variants))
 
 
-def read_manifest(directory: Path | str, lazy: bool = False) -> Manifest:
+def read_manifest(directory: Path | str, lazy: bool = False, arch: str | None = None) -> Manifest:
     """Parse ``directory/manifest.json``; errors name the file, entry and field. With
     ``lazy`` (the runtime's way), a variant's fields past its identity are checked when
     it is used (VariantEntry), and a matching index (dglu.contract.index) is read instead
-    of the whole manifest."""
+    of the whole manifest. With ``arch``, only that architecture's variants (from an index,
+    only its records are parsed)."""
     path = Path(directory) / MANIFEST_FILE
     if lazy:
         index = read_index(Path(directory))
         if index is not None:
-            return parse_indexed(index, path)
+            return parse_indexed(index, path, arch)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ManifestError(f"{path}: cannot read: {exc.strerror}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{path}: not valid JSON: {exc}") from exc
-    return parse_manifest(data, path, lazy)
+    manifest = parse_manifest(data, path, lazy)
+    if arch is None:
+        return manifest
+    return Manifest(path=path, variants=tuple(v for v in manifest.variants if v.key.arch == arch))

@@ -77,7 +77,7 @@ def _act_out_installed(device: torch.device, dtype: torch.dtype, activation: Act
         act_params=tuple(sorted((name, float(constants[name])) for name in ACT_PARAM_DEFAULTS[act_func])),
         dbias=dbias, weight_mode="dense", b_major="k", scheduler="static", act_out=True,
     )
-    return has_variant(installed_variants(), request)
+    return has_variant(installed_variants(request.arch), request)
 
 
 def _check(x, prob, padded_offsets, w1, w2, b1, b2) -> None:

@@ -142,6 +142,7 @@ CUresult cuCtxGetApiVersion(CUcontext c, unsigned* v) { *v = 13000; return 0; }
 CUresult cuCtxSynchronize(void) { SIMPLE(cuCtxSynchronize); return 0; }
 CUresult cuStreamGetCtx(CUstream s, CUcontext* c) { *c = PRIMARY; return 0; }
 CUresult cuStreamIsCapturing(CUstream s, int* status) { *status = 0; return 0; }
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) { *mode = 0; return 0; }
 CUresult cuStreamSynchronize(CUstream s) { BEGIN("cuStreamSynchronize"); fprintf(f_, ",\"stream\":\"%p\"", s); END(); return 0; }
 
 /* ---------------- modules / libraries / kernels ---------------- */
@@ -299,7 +300,7 @@ static struct { const char* name; void* fn; } table[] = {
   E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), A(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2),
   E(cuDevicePrimaryCtxGetState), E(cuCtxGetCurrent), A(cuCtxPushCurrent, cuCtxPushCurrent_v2),
   A(cuCtxPopCurrent, cuCtxPopCurrent_v2), E(cuCtxSetCurrent), E(cuCtxGetDevice), E(cuCtxGetApiVersion), E(cuCtxSynchronize),
-  E(cuStreamGetCtx), E(cuStreamIsCapturing), E(cuStreamSynchronize), E(cuModuleLoadData), E(cuModuleGetFunction),
+  E(cuStreamGetCtx), E(cuStreamIsCapturing), E(cuStreamSynchronize), E(cuThreadExchangeStreamCaptureMode), E(cuModuleLoadData), E(cuModuleGetFunction),
   E(cuModuleUnload), E(cuLibraryLoadData), E(cuLibraryUnload), E(cuLibraryGetKernel), E(cuLibraryGetModule),
   E(cuKernelGetFunction), E(cuKernelGetName), E(cuFuncGetName), E(cuFuncSetAttribute), E(cuKernelSetAttribute),
   E(cuFuncGetAttribute), E(cuKernelGetAttribute), E(cuFuncGetParamInfo), E(cuKernelGetParamInfo),

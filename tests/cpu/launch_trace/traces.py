@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[2]
 B200_SMS = 148
-FIRST_ALLOCATION = 0x10000  # the stand-in's first cuMemAllocAsync address: dglu's workspace
+FIRST_ALLOCATION = 0x10000  # the stand-in's first allocation's address: dglu's workspace
 LAUNCHES = ("cuLaunchKernelEx", "_cudaLaunchKernelEx")
 CAPABILITY = {"sm_100a": "100", "sm_103a": "103"}
 
