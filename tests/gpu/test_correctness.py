@@ -135,11 +135,13 @@ def test_an_open_tile_selects_the_wider_one() -> None:
 
 def _inside(rule) -> Shape:
     """A problem within ``rule``'s bounds: N at its upper bound (else its lower one rounded
-    up to 64, else 256), 4 equal experts of at least its rows, K 64 (unbounded K and L)."""
+    up to 64, else 256), 4 equal experts of at least its rows, K at its lower bound rounded
+    up to 64, else 64 (unbounded L)."""
     bounds = dict(rule.when)
     n = bounds.get("max_n") or -(-bounds.get("min_n", 256) // 64) * 64
     rows = -(-max(bounds.get("min_m", 1024), 1024) // 1024) * 256
-    return Shape(n=n, k=64, expert_rows=(rows,) * 4)
+    k = -(-max(bounds.get("min_k", 64), 64) // 64) * 64
+    return Shape(n=n, k=k, expert_rows=(rows,) * 4)
 
 
 @pytest.mark.parametrize("config", [SHIPPED[0], replace(SHIPPED[0], deterministic=True)], ids=str)
