@@ -754,9 +754,10 @@ def parse_indexed(index: Index, path: Path, arch: str | None = None) -> Manifest
     fronts = _read_fronts(index.fronts, f"{where}: fronts")
     act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
-    variants = []
-    for i, (group, record) in enumerate(index_records(index, arch)):
-        named = f"{where}: records of {group}[{i}]"
+    variants, counts = [], Counter()
+    for group, record in index_records(index, arch):
+        named = f"{where}: records of {group}[{counts[group]}]"
+        counts[group] += 1
         variants.append(VariantEntry.indexed(record, named, path, act_params, builds, fronts))
     _names_once(tuple(variants), path)
     return Manifest(path=path, variants=tuple(variants))
