@@ -147,30 +147,55 @@ def torch_current_device() -> int:
 _seen = threading.local()  # .device: this thread saw that device's primary context current
 
 
-class device_context:  # noqa: N801 (used like a function: ``with device_context(0):``)
-    """The device's primary context, current inside the block; the previous one after it.
-    No driver call while torch's current device is one whose primary context this thread
-    has seen current (see the module docstring).
+def device_context(ordinal: int) -> ContextBlock | AlreadyCurrent:
+    """A block (``with device_context(0) as context:``) inside which the device's primary
+    context is current, the previous one after it. No driver call while torch's current
+    device is one whose primary context this thread has seen current (see the module
+    docstring): the fast path of every call, so a function returning a ready object."""
+    torch_device = torch_current_device()
+    if torch_device == ordinal == getattr(_seen, "device", NO_DEVICE):
+        block = _already_current.get(ordinal)
+        if block is None:
+            block = _already_current[ordinal] = AlreadyCurrent(primary_context(ordinal))
+        return block
+    return ContextBlock(primary_context(ordinal), ordinal, torch_device == ordinal)
 
-    A class rather than a generator: it runs on every call's fast path.
-    """
 
-    __slots__ = ("ordinal", "context", "pushed")
+class AlreadyCurrent:
+    """device_context's block when the primary context is known to be current: no driver call."""
 
-    def __init__(self, ordinal: int) -> None:
-        self.ordinal = ordinal
-        self.context = primary_context(ordinal)
-        self.pushed = False
+    __slots__ = ("context",)
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
 
     def __enter__(self) -> Any:
-        torch_device = torch_current_device()
-        if torch_device == self.ordinal == getattr(_seen, "device", NO_DEVICE):
-            return self.context
+        return self.context
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+_already_current: dict[int, AlreadyCurrent] = {}
+
+
+class ContextBlock:
+    """device_context's block when the current context must be asked for: pushes the
+    primary context if another one is current (popped after the block); when it is
+    current and torch's current device is its device (``torch_on_device``), marks the
+    device as seen current by this thread."""
+
+    __slots__ = ("context", "ordinal", "torch_on_device", "pushed")
+
+    def __init__(self, context: Any, ordinal: int, torch_on_device: bool) -> None:
+        self.context, self.ordinal, self.torch_on_device, self.pushed = context, ordinal, torch_on_device, False
+
+    def __enter__(self) -> Any:
         if int(checked("cuCtxGetCurrent")) != int(self.context):
             checked("cuCtxPushCurrent", self.context)
             self.pushed = True
-        elif torch_device == self.ordinal:
-            _seen.device = torch_device
+        elif self.torch_on_device:
+            _seen.device = self.ordinal
         return self.context
 
     def __exit__(self, *exc: object) -> None:
