@@ -1,6 +1,6 @@
-"""dglu.contract.records.Record: a class derived from it is the class typing.NamedTuple
-makes (fields, defaults, methods, docstring, refusals) but for its annotations, kept as
-written."""
+"""dglu.contract.records.Record: a class derived from it behaves as the class
+typing.NamedTuple makes (fields, defaults, keyword binding, methods, docstring, repr,
+refusals) but for its annotations, kept as written."""
 
 from __future__ import annotations
 
@@ -51,3 +51,27 @@ def test_a_record_refuses_what_typing_named_tuple_refuses() -> None:
                                         "__annotations__": {"a": "int"}, "_replace": None})
     with pytest.raises(TypeError, match="derives from Record alone"):
         type(Record)("Bad", (Record, int), {"__module__": __name__, "__qualname__": "Bad"})
+
+
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda cls: cls(), TypeError),  # x has no default
+        (lambda cls: cls(1, 2, "a", 4), TypeError),  # one positional value too many
+        (lambda cls: cls(1, z=2), TypeError),  # no such field
+        (lambda cls: cls(1, x=2), TypeError),  # x twice
+        (lambda cls: cls(1)._replace(z=2), ValueError),  # no such field to replace
+    ],
+)
+def test_a_record_is_made_and_refused_as_a_named_tuple_is(make, error) -> None:
+    with pytest.raises(error):
+        make(TypedPoint)
+    with pytest.raises(error):
+        make(Point)
+
+
+def test_a_record_binds_keywords_and_defaults_and_prints_as_a_named_tuple() -> None:
+    for args, kwargs in [((), {"x": 5}), ((5,), {"label": "q"}), ((5, 6), {}), ((), {"label": "q", "x": 5})]:
+        assert Point(*args, **kwargs) == TypedPoint(*args, **kwargs)
+    assert repr(Point(1, label="a")) == repr(TypedPoint(1, label="a")).replace("TypedPoint", "Point")
+    assert hash(Point(1, 2)) == hash((1, 2, None)) and Point.__match_args__ == TypedPoint.__match_args__
