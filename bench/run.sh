@@ -21,5 +21,8 @@ wheel=$(dglu_wheel "${1:-}") || exit 2
 [[ ${1:-} == *.whl ]] && shift
 
 install_on_pythonpath "$wheel" bench/run.sh
+# the results are written with the build side's atomic write (dglu_build.atomic_write,
+# standard library only): the clone's codegen/ goes on the path, after the wheel
+export PYTHONPATH="$PYTHONPATH:$PWD/codegen"
 export DGLU_WHEEL="$wheel"
 "$python" -m bench "$@"
