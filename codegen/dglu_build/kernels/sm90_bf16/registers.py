@@ -158,9 +158,10 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
         act_out_ptr, operand_inputs, output_inputs,
     ):
-        """The main kernel's body, as kernel.py's ``run``: ``operand_inputs`` is what another
-        family's mainloop operand path (operand_buffers, accumulate) takes; this consumer
-        has no replaceable output stage hook beyond ``output_stage`` (None expected)."""
+        """The main kernel's body, with kernel.py's ``run`` parameters (so that a family's
+        kernel entry calls either consumer alike): ``operand_inputs`` is what another
+        family's mainloop operand path (operand_buffers, accumulate) takes. The output stage
+        here is the ``output_stage`` object, so ``output_inputs`` must be None."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
