@@ -129,3 +129,40 @@ def test_each_decode_compiles_within_shared_memory_and_registers(decode: str, we
     assert main["dynamic_smem_bytes"] <= SMEM_CAPACITY[SMEM_ARCH] - 1024
     frame = read_cubin(cubin).kernels[main["symbol"]].frame_bytes
     assert frame <= 96
+
+
+def test_the_register_epilogue_consumer_takes_a_128x256_tile_and_names_the_variant() -> None:
+    config = _config(consumer="cooperative_rf", tile_n=256)
+    assert config.main.register_epilogue and config.main.staging_bytes == 0
+    assert config.geometry.stage_bytes == (128 + 256) * 64 and config.geometry.stages >= 2
+    (main,) = [kernel for kernel in interface.kernels(config) if kernel.role == "main"]
+    assert main.block == config.main.threads_per_cta  # the register-epilogue kernel's 384 threads
+    name = variant_name({**KEY, "decode": "mainloop", "consumer": "cooperative_rf", "tile_n": 256})
+    assert name.endswith("_128x256_1x1_static_crf_mld")
+    FAMILY.check_allowed({**KEY_FIELD_DEFAULTS, **KEY, "decode": "mainloop", "consumer": "cooperative_rf"})
+
+
+def test_the_register_epilogue_consumer_refuses_what_it_cannot_build() -> None:
+    with pytest.raises(ValueError, match="one_pass.*consumer must be 'cooperative'"):
+        Config.from_key({**KEY, "decode": "one_pass", "consumer": "cooperative_rf"})
+    with pytest.raises(ValueError, match="N-major B takes tile_n <= 128"):
+        _config(consumer="cooperative_rf", tile_n=256, b_major="n")
+    with pytest.raises(ValueError, match="consumer: family sm90_mxfp8 does not build 'pingpong'"):
+        FAMILY.check_allowed({**KEY_FIELD_DEFAULTS, **KEY, "consumer": "pingpong"})
+
+
+@pytest.mark.slow
+def test_the_register_epilogue_decode_compiles_without_local_memory() -> None:
+    """The 128x256 cooperative_rf kernel with the mainloop decode compiles (no GPU), fits
+    sm_90's shared memory and keeps no stack frame (its MMA warpgroups' 232 registers hold
+    the 64x256 accumulators and the decode)."""
+    pytest.importorskip("cutlass", reason="compiling needs CuTe DSL")
+    from dglu_build.cubin_info import read_cubin
+    from dglu_build.kernels.sm90_bf16.config import SMEM_ARCH, SMEM_CAPACITY
+
+    key = {**KEY, "decode": "mainloop", "consumer": "cooperative_rf", "tile_n": 256}
+    cubin, fields = FAMILY.compile(key, "dglu_test")
+    (main,) = [kernel for kernel in fields["kernels"] if kernel["role"] == "main"]
+    assert main["block"] == [384, 1, 1]
+    assert main["dynamic_smem_bytes"] <= SMEM_CAPACITY[SMEM_ARCH] - 1024
+    assert read_cubin(cubin).kernels[main["symbol"]].frame_bytes == 0

@@ -42,7 +42,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
-from ..blocks.mainloop import mma_tile
+from ..blocks.mainloop import start_tile
 from ..blocks.reductions import add_column_pair, atomic_add_f32, reduce_scatter, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, pop_tile, tile_coords
 from .config import (
@@ -115,21 +115,11 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             tiler_mn=(64, self.tile_n),
         )
 
-    def shared_storage(self):
-        a_layout, b_layout, c_layout, _ = self._smem_layouts()
-
-        @cute.struct
-        class SharedStorage:
-            mainloop_barriers: cute.struct.MemRange[cutlass.Int64, self.num_stages * 2]
-            tile_queue_barriers: cute.struct.MemRange[cutlass.Int64, TILE_QUEUE_DEPTH * 2]
-            c_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            d_full: cute.struct.MemRange[cutlass.Int64, EPILOGUE_SLOTS]
-            tile_ids: cute.struct.MemRange[cutlass.Int32, TILE_QUEUE_DEPTH]
-            sA: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024]
-
-        return SharedStorage
+    def storage_fields(self) -> dict:
+        """kernel.py's fields but for the staging buffer (and its barriers): no fp32 staging."""
+        fields = super().storage_fields()
+        del fields["staging_barriers"], fields["staging"]
+        return fields
 
     @cute.kernel
     def kernel(
@@ -156,6 +146,22 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         act_out_ptr: cute.Pointer = None,
     ):
         # the parameters are kernel.py's kernel's (interface.main_kernel declares both)
+        self.run(
+            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+            act_out_ptr, None, None,
+        )
+
+    @cute.jit
+    def run(
+        self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
+        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+        act_out_ptr, operand_inputs, output_inputs,
+    ):
+        """The main kernel's body, with kernel.py's ``run`` parameters (so that a family's
+        kernel entry calls either consumer alike): ``operand_inputs`` is what another
+        family's mainloop operand path (operand_buffers, accumulate) takes. The output stage
+        here is the ``output_stage`` object, so ``output_inputs`` must be None."""
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         warpgroup_idx = cute.arch.make_warp_uniform(tidx // THREADS_PER_WARPGROUP)
@@ -164,7 +170,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             for atom in (tma_atom_a, tma_atom_b, tma_atom_c, tma_atom_d):
                 cpasync.prefetch_descriptor(atom)
 
-        a_smem, b_smem, c_smem, d_smem = self._smem_layouts()
+        _, _, c_smem, d_smem = self._smem_layouts()
         storage = utils.SmemAllocator().allocate(self.shared_storage())
         c_full = storage.c_full.data_ptr()
         d_full = storage.d_full.data_ptr()
@@ -192,8 +198,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         pipeline.pipeline_init_arrive(cluster_shape_mn=(self.cluster_m, 1), is_relaxed=True)
         pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
 
-        sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
-        sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
+        loaded, operands = self.operand_buffers(storage, operand_inputs)
         sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
         if cutlass.const_expr(self.d_in_place):
             sD = sC
@@ -214,7 +219,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             set_registers(REGISTER_EPILOGUE_LOAD_REGISTERS)
             if warp_idx == PRODUCER_WARP:
                 self.produce(
-                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, sA, sB, offsets, l, k_tile_count, tiles,
+                    mainloop, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, *loaded, offsets, l, k_tile_count, tiles,
                     queue, b_desc_ws_ptr,
                 )
             if warp_idx == MOVER_WARP:
@@ -231,7 +236,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
                 cute.make_layout(ring_bytes * 8 // self.d_dtype.width),
             )
             self.consume_pingpong(
-                mainloop, sA, sB, ring_c, ring_d, c_full, d_full, warpgroup_idx - 1,
+                mainloop, operands, ring_c, ring_d, c_full, d_full, warpgroup_idx - 1,
                 tidx % self.tile_threads, k_tile_count, tiles, queue, offsets, alpha_ptr, beta_ptr, prob_ptr,
                 dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, round_dgrad, act_out_ptr,
             )
@@ -239,7 +244,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
     # ------------------------------------------------------------------ consumer
     @cute.jit
     def consume_pingpong(
-        self, mainloop, sA, sB, ring_c, ring_d, c_full, d_full, mine, mma_tidx, k_tile_count, tiles, queue,
+        self, mainloop, operands, ring_c, ring_d, c_full, d_full, mine, mma_tidx, k_tile_count, tiles, queue,
         offsets, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
     ):
         """MMA warpgroup ``mine`` (0 or 1; ``mma_tidx`` its thread among the tile's MMA
@@ -254,6 +259,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         num_m_tiles, num_n_tiles, num_tiles = tiles
         tiled_mma = self._tiled_mma()
         thr_mma = tiled_mma.get_slice(mma_tidx)
+        sA, sB = self.mma_operands(operands)
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
         tCcC = thr_mma.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
@@ -281,8 +287,10 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
                 if cutlass.const_expr(self.pingpong):
                     if ordinal > 0:
                         cute.arch.barrier(barrier_id=my_turn, number_of_threads=TURN_THREADS)
-                read_state, release_state = mma_tile(
-                    tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count
+                start_tile(tiled_mma, acc)
+                read_state, release_state = self.accumulate(
+                    mainloop, read_state, release_state, tiled_mma, acc, tCrA, tCrB, k_tile_count,
+                    operands, mma_tidx, tile, tiles, offsets, l,
                 )
                 next_tile = pop_tile(queue, queue_state)
                 if cutlass.const_expr(self.pingpong):

@@ -29,14 +29,14 @@ class Sm90Mxfp8Family(PackagedFamily):
     architectures = ("sm_90a",)
     # sm90_bf16's key fields, but for the operand and output dtypes and what the
     # block-scaled composition does not build (2x1 clusters, the ping-pong consumer,
-    # deterministic, act_out)
+    # deterministic, act_out; cooperative_rf with decode one_pass: Config.from_key)
     allowed = {
         **Sm90Bf16Family.allowed,
         "ab_dtype": FP8_DTYPES,
         "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
         "d_dtype": FP8_DTYPES,
         "cluster_mn": ((1, 1),),
-        "consumer": ("cooperative",),
+        "consumer": ("cooperative", "cooperative_rf"),
         "decode": DECODES,
         "deterministic": (False,),
         "act_out": (False,),

@@ -19,6 +19,7 @@ from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 
 from ..sm90_bf16.config import (
     FINISH_THREADS,
+    NUM_MMA_THREADS,
     SMEM_ARCH,
     SMEM_CAPACITY,
     SMEM_RESERVED,
@@ -41,6 +42,9 @@ DECODES = ("prepass", "mainloop", "one_pass")
 DECODED_STAGES = 2  # BF16 buffers the mainloop decode alternates between
 MIN_FP8_STAGES = 2
 BF16_BYTES = 2
+# the mainloop decode of N-major B gives each MMA thread 4 rows x 8 elements of a k-tile
+# (blocks/mxfp8_decode.py, StageDecoder), so its tile_n is at most this
+N_MAJOR_DECODE_TILE_N = NUM_MMA_THREADS * 4 * 8 // TILE_K
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class Config(OperandConfig):
 
     mainloop_decode: bool = False  # the key's decode: "mainloop" or "one_pass"
     epilogue_quantize: bool = False  # "one_pass"
+    # the BF16 kernel's consumer (sm90_bf16 Config.consumer): "cooperative" (staged) or
+    # "cooperative_rf" (the epilogue in the MMA warpgroups' registers: 128 x 256 tiles fit)
+    consumer: str = "cooperative"
 
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
@@ -80,8 +87,19 @@ class Config(OperandConfig):
         decode = key.get("decode", DECODES[0])
         if decode not in DECODES:
             raise ValueError(f"decode: got {decode!r}, need one of {list(DECODES)}")
-        config = cls(**operand_fields(key), mainloop_decode=decode != "prepass", epilogue_quantize=decode == "one_pass")
+        config = cls(**operand_fields(key), mainloop_decode=decode != "prepass", epilogue_quantize=decode == "one_pass",
+                     consumer=key.get("consumer", "cooperative"))
+        if config.epilogue_quantize and config.consumer != "cooperative":
+            raise ValueError(
+                f"decode 'one_pass' quantizes in the staged kernel's epilogue warpgroups: consumer must be "
+                f"'cooperative', got {config.consumer!r}"
+            )
         config.main.check()
+        if config.mainloop_decode and config.b_n_major and config.tile_n > N_MAJOR_DECODE_TILE_N:
+            raise ValueError(
+                f"the mainloop decode of N-major B takes tile_n <= {N_MAJOR_DECODE_TILE_N} (4 rows x 8 elements "
+                f"of a k-tile per MMA thread), got {config.tile_n}"
+            )
         if config.mainloop_decode and config.geometry.stages < MIN_FP8_STAGES:
             raise ValueError(
                 f"tile {config.tile_m}x{config.tile_n} leaves shared memory for {config.geometry.stages} FP8 "
@@ -128,4 +146,5 @@ class Config(OperandConfig):
             tile_n=self.tile_n,
             cluster_m=1,
             block_scaled_contract=True,
+            consumer=self.consumer,
         )

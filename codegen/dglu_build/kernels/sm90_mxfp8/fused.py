@@ -54,7 +54,9 @@ from ..sm90_bf16.config import (
 )
 from ..sm90_bf16.interface import b_tensor
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
-from .config import DECODED_STAGES, FusedGeometry
+from ..sm90_bf16.registers import Sm90Bf16RegisterEpilogueKernel
+from ..blocks.d_output import DPairStore
+from .config import ACC_DTYPE, DECODED_STAGES, FusedGeometry
 
 DECODE_BARRIER = 1  # named barrier of the two MMA warpgroups (0 is __syncthreads)
 EPILOGUE_BARRIER = 2  # named barrier of the two epilogue warpgroups (the one-pass quantizer)
@@ -64,8 +66,10 @@ SWIZZLE_ROWS = 8  # the 128-byte swizzle repeats every 8 rows
 class Sm90Mxfp8Fused(Sm90Bf16Kernel):
     """The fused kernel of one MXFP8 variant; see the module docstring."""
 
-    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str | None = None):
-        super().__init__(main)
+    def __init__(
+        self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str | None = None, **consumer
+    ):
+        super().__init__(main, **consumer)  # ``consumer``: the consumer kernel's own arguments
         # the FP8 D of the one-pass kernel's quantizer (its PTX name and 1/max)
         self.d_kind, self.d_rcp = FP8_FORMATS[DTYPES[d_dtype]] if d_dtype else (None, None)
         self.fp8_dtype = DTYPES[fp8_dtype]
@@ -241,6 +245,19 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             warpgroup.commit_group()
         warpgroup.wait_group(0)
         return read_state, release_state
+
+
+class Sm90Mxfp8FusedRegisters(Sm90Mxfp8Fused, Sm90Bf16RegisterEpilogueKernel):
+    """The mainloop decode in the register-epilogue kernel (the key's consumer
+    "cooperative_rf"): both MMA warpgroups decode and multiply every tile, 64 rows each, and
+    run its dGLU epilogue in their registers, writing the fp32 D (quantize_d after) through
+    the slot ring. With no fp32 staging buffer a 128 x 256 tile fits beside the FP8 stages
+    and the decoded buffers, and each k-tile's decode (tile_m + tile_n rows) feeds twice the
+    WGMMA work of a 128 x 128 tile's. The consumer, epilogue, producer and block mover are
+    registers.py's; the operand path (stages, decode, accumulate) is Sm90Mxfp8Fused's."""
+
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry):
+        super().__init__(main, fp8_dtype, geometry, output_stage=DPairStore(DTYPES[ACC_DTYPE]))
 
 
 class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):

@@ -31,10 +31,10 @@ import cutlass.cute as cute
 from ..blocks.mxfp8 import DequantizeA, DequantizeB, EffectiveOffsets, QuantizeD, WidenC
 from ..blocks.tma_helpers import DTYPES
 from ..declaration import launch_arguments
-from ..sm90_bf16.kernel import Sm90Bf16Kernel
+from ..sm90_bf16.compile import kernel_builder
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
-from .fused import Sm90Mxfp8Fused, Sm90Mxfp8OnePass
+from .fused import Sm90Mxfp8Fused, Sm90Mxfp8FusedRegisters, Sm90Mxfp8OnePass
 
 
 class Sm90Mxfp8Kernels:
@@ -46,6 +46,8 @@ class Sm90Mxfp8Kernels:
         if config.mainloop_decode:
             if config.epilogue_quantize:
                 self.main = Sm90Mxfp8OnePass(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
+            elif config.main.register_epilogue:
+                self.main = Sm90Mxfp8FusedRegisters(config.fused_main, config.ab_dtype, config.geometry)
             else:
                 self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry)
             self.operand_kernels = {
@@ -53,7 +55,7 @@ class Sm90Mxfp8Kernels:
                 "b_descriptors": self.main.prologue.kernel,
             }
         else:
-            self.main = Sm90Bf16Kernel(config.main)
+            self.main = kernel_builder(config.main)
             self.operand_kernels = {
                 "dequant_a": DequantizeA(ab, CONVERT_THREADS).kernel,
                 "dequant_b": DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS).kernel,
