@@ -143,8 +143,9 @@ def test_the_register_epilogue_consumer_takes_a_128x256_tile_and_names_the_varia
 
 
 def test_the_register_epilogue_consumer_refuses_what_it_cannot_build() -> None:
-    with pytest.raises(ValueError, match="one_pass.*consumer must be 'cooperative'"):
-        Config.from_key({**KEY, "decode": "one_pass", "consumer": "cooperative_rf"})
+    for decode in ("prepass", "one_pass"):
+        with pytest.raises(ValueError, match=f"runs the mainloop decode only .*got decode '{decode}'"):
+            Config.from_key({**KEY, "decode": decode, "consumer": "cooperative_rf"})
     with pytest.raises(ValueError, match="N-major B takes tile_n <= 128"):
         _config(consumer="cooperative_rf", tile_n=256, b_major="n")
     with pytest.raises(ValueError, match="consumer: family sm90_mxfp8 does not build 'pingpong'"):

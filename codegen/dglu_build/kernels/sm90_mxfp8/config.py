@@ -77,8 +77,9 @@ class Config(OperandConfig):
 
     mainloop_decode: bool = False  # the key's decode: "mainloop" or "one_pass"
     epilogue_quantize: bool = False  # "one_pass"
-    # the BF16 kernel's consumer (sm90_bf16 Config.consumer): "cooperative" (staged) or
-    # "cooperative_rf" (the epilogue in the MMA warpgroups' registers: 128 x 256 tiles fit)
+    # the BF16 kernel's consumer (sm90_bf16 Config.consumer): "cooperative" (staged) or, with
+    # decode "mainloop", "cooperative_rf" (the epilogue in the MMA warpgroups' registers:
+    # 128 x 256 tiles fit)
     consumer: str = "cooperative"
 
     @classmethod
@@ -89,10 +90,10 @@ class Config(OperandConfig):
             raise ValueError(f"decode: got {decode!r}, need one of {list(DECODES)}")
         config = cls(**operand_fields(key), mainloop_decode=decode != "prepass", epilogue_quantize=decode == "one_pass",
                      consumer=key.get("consumer", "cooperative"))
-        if config.epilogue_quantize and config.consumer != "cooperative":
+        if config.consumer != "cooperative" and decode != "mainloop":
             raise ValueError(
-                f"decode 'one_pass' quantizes in the staged kernel's epilogue warpgroups: consumer must be "
-                f"'cooperative', got {config.consumer!r}"
+                f"consumer {config.consumer!r} runs the mainloop decode only (decode 'mainloop'; 'one_pass' "
+                f"quantizes in the staged kernel's epilogue warpgroups), got decode {decode!r}"
             )
         config.main.check()
         if config.mainloop_decode and config.b_n_major and config.tile_n > N_MAJOR_DECODE_TILE_N:

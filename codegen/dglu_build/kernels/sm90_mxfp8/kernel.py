@@ -31,7 +31,7 @@ import cutlass.cute as cute
 from ..blocks.mxfp8 import DequantizeA, DequantizeB, EffectiveOffsets, QuantizeD, WidenC
 from ..blocks.tma_helpers import DTYPES
 from ..declaration import launch_arguments
-from ..sm90_bf16.compile import kernel_builder
+from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
 from .fused import Sm90Mxfp8Fused, Sm90Mxfp8FusedRegisters, Sm90Mxfp8OnePass
@@ -55,7 +55,7 @@ class Sm90Mxfp8Kernels:
                 "b_descriptors": self.main.prologue.kernel,
             }
         else:
-            self.main = kernel_builder(config.main)
+            self.main = Sm90Bf16Kernel(config.main)
             self.operand_kernels = {
                 "dequant_a": DequantizeA(ab, CONVERT_THREADS).kernel,
                 "dequant_b": DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS).kernel,
