@@ -157,6 +157,7 @@ def install(
         (workspaces.StreamWorkspaces, "__init__", _pool_init),
         (workspaces, "_pools", {}),  # this test's pools, allocated by this stand-in
         (driver, "_seen", threading.local()),  # no context seen current yet
+        (driver, "_already_current", {}),  # nor a block made for one
     ]:
         monkeypatch.setattr(module, name, value)
     api.clear_caches()
