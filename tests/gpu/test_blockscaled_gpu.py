@@ -26,7 +26,7 @@ import blockscaled_reference as bs  # noqa: E402
 import dglu  # noqa: E402
 import dglu.torch  # noqa: E402
 from blockscaled_checks import check_accumulated, check_quantized_d, zero_blocks  # noqa: E402
-from blockscaled_configs import DEFAULT, FAMILY, SHIPPED, MxConfig, installed_key_fields, key_fields  # noqa: E402
+from blockscaled_configs import DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, installed_key_fields, key_fields  # noqa: E402
 from blockscaled_inputs import MxInputs, MxOutputs, layout_revealing_inputs, make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import d_allowed  # noqa: E402
 from dglu.manifest import installed_variants  # noqa: E402
@@ -42,7 +42,7 @@ SINGLE = Shape(n=96, k=96, expert_rows=(768,))
 # 8192 rows, N = 1536: 64 x 12 = 768 tiles of 128x128, about 6 per CTA on 132 SMs
 MANY_TILES = Shape(n=1536, k=160, expert_rows=tuple(256 * blocks for blocks in (9, 0, 12, 1, 10)))
 NORM_CONSTS = (1.0, 0.01, 3.0)
-TILE_FIELD = 9  # the tile's place in key_fields
+TILE_FIELD = key_fields(DEFAULT).index(TILE)  # the tile's place in key_fields
 OPTION_CONFIGS = [
     DEFAULT,
     MxConfig("dsituglu", weight_mode="discrete", b_major="n", scheduler="dynamic"),

@@ -47,9 +47,3 @@ def mma_k_tiles(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state,
         release_state.advance()
     return read_state, release_state
 
-
-@cute.jit
-def mma_tile(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count):
-    """acc = the tile's A B^T: ``start_tile`` then ``mma_k_tiles`` (same arguments and result)."""
-    start_tile(tiled_mma, acc)
-    return mma_k_tiles(tiled_mma, acc, tCrA, tCrB, mainloop, read_state, release_state, k_tile_count)

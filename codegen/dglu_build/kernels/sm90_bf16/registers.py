@@ -123,45 +123,14 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         del fields["staging_barriers"], fields["staging"]
         return fields
 
-    @cute.kernel
-    def kernel(
-        self,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nkl: cute.Tensor,
-        tma_atom_c: cute.CopyAtom,
-        mC_mn: cute.Tensor,
-        tma_atom_d: cute.CopyAtom,
-        mD_mn: cute.Tensor,
-        offsets_ptr: cute.Pointer,
-        alpha_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        prob_ptr: cute.Pointer,
-        dprob_ptr: cute.Pointer,
-        dbias_ws_ptr: cute.Pointer,
-        b_desc_ws_ptr: cute.Pointer,
-        tile_counter_ptr: cute.Pointer,
-        n: cutlass.Int32,
-        l: cutlass.Int32,
-        round_dgrad: cutlass.Int32 | None = None,
-        act_out_ptr: cute.Pointer = None,
-    ):
-        # the parameters are kernel.py's kernel's (interface.main_kernel declares both)
-        self.run(
-            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
-            act_out_ptr, None, None,
-        )
-
     @cute.jit
     def run(
         self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
         beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
         act_out_ptr, operand_inputs, output_inputs,
     ):
-        """The main kernel's body, with kernel.py's ``run`` parameters (so that a family's
-        kernel entry calls either consumer alike): ``operand_inputs`` is what another
+        """The main kernel's body, called by kernel.py's ``kernel`` entry (so that a family's
+        entry calls either consumer alike): ``operand_inputs`` is what another
         family's mainloop operand path (operand_buffers, accumulate) takes. The output stage
         here is the ``output_stage`` object, so ``output_inputs`` must be None."""
         tidx, _, _ = cute.arch.thread_idx()

@@ -29,7 +29,7 @@ class Sm90Mxfp8Family(PackagedFamily):
     architectures = ("sm_90a",)
     # sm90_bf16's key fields, but for the operand and output dtypes and what the
     # block-scaled composition does not build (2x1 clusters, the ping-pong consumer,
-    # deterministic, act_out; cooperative_rf with decode one_pass: Config.from_key)
+    # deterministic, act_out; cooperative_rf with a decode but mainloop: Config.from_key)
     allowed = {
         **Sm90Bf16Family.allowed,
         "ab_dtype": FP8_DTYPES,
