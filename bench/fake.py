@@ -73,6 +73,9 @@ def fake_host(rng: random.Random) -> dict[str, Any]:
             "wrapper": per_call(rng.uniform(15, 60)),
             "execute_driver_calls": {"cuLaunchKernelEx": 2.0},
             "wrapper_driver_calls": {"cuLaunchKernelEx": 2.0, "cuMemsetD32Async": 1.0},
+            "execute_driver_us": rng.uniform(2, 8),
+            "wrapper_driver_us": rng.uniform(3, 12),
+            "torch_op_us": rng.uniform(3, 10),
         },
         "graph_replay": {"ok": True, "trials": []},
     }

@@ -98,12 +98,17 @@ def _per_call(call: Callable[[], Any], calls: int) -> dict[str, float]:
     }
 
 
-def driver_calls(call: Callable[[], Any], calls: int = DRIVER_COUNT_CALLS) -> dict[str, float]:
-    """Driver calls per call of ``call`` (warm), by name: every call dglu makes goes through
-    dglu.driver.checked, counted here in each module that binds it."""
+def driver_calls(call: Callable[[], Any], calls: int = DRIVER_COUNT_CALLS) -> dict[str, Any]:
+    """Driver calls per call of ``call`` (warm), by name, and the wall microseconds per call
+    spent in them (cuda-bindings and the driver, through dglu.driver.checked; less the
+    timer's own cost): every call dglu makes goes through dglu.driver.checked, counted and
+    timed here in each module that binds it. What is left of a call's host time is dglu's
+    own Python and torch's."""
     import torch
 
     counts: Counter[str] = Counter()
+    spent = [0]
+    clock = time.perf_counter_ns
     originals = {}
     for name in DRIVER_CALLERS:
         module = importlib.import_module(name)
@@ -111,7 +116,11 @@ def driver_calls(call: Callable[[], Any], calls: int = DRIVER_COUNT_CALLS) -> di
 
         def counting(function_name: str, *args: Any, _original: Callable = original) -> Any:
             counts[function_name] += 1
-            return _original(function_name, *args)
+            start = clock()
+            try:
+                return _original(function_name, *args)
+            finally:
+                spent[0] += clock() - start
 
         module.checked = counting
     try:
@@ -121,7 +130,22 @@ def driver_calls(call: Callable[[], Any], calls: int = DRIVER_COUNT_CALLS) -> di
         for module, original in originals.items():
             module.checked = original
     torch.cuda.synchronize()
-    return {name: count / calls for name, count in sorted(counts.items())}
+    timer = min(-clock() + clock() for _ in range(1000))  # one timed region's own cost, ns
+    made = sum(counts.values())
+    return {
+        "per_call": {name: count / calls for name, count in sorted(counts.items())},
+        "driver_us": max(spent[0] - made * timer, 0) / calls / 1e3,
+    }
+
+
+def torch_op_us(device: Any, calls: int) -> float:
+    """Host CPU microseconds of one small torch CUDA op (``torch.add`` into a given output):
+    the machine's yardstick for a launch from Python."""
+    import torch
+
+    x = torch.ones(256, device=device)
+    out = torch.empty_like(x)
+    return _per_call(partial(torch.add, x, x, out=out), calls)["cpu_us"]
 
 
 def _profile(call: Callable[[], Any]) -> str:
@@ -137,9 +161,9 @@ def _profile(call: Callable[[], Any]) -> str:
 
 
 def steady_state(device: Any, calls: int, budget_ms: float, profile_path: Path) -> dict[str, Any]:
-    """Per-call host cost of the wrapper and of the class API's execute on TINY (time and
-    driver calls), and the tiny call's device time; writes a cProfile of execute to
-    ``profile_path``."""
+    """Per-call host cost of the wrapper and of the class API's execute on TINY (time,
+    driver calls and the time spent in them), a small torch op's for comparison, and the
+    tiny call's device time; writes a cProfile of execute to ``profile_path``."""
     import dglu
     import torch
 
@@ -154,8 +178,13 @@ def steady_state(device: Any, calls: int, budget_ms: float, profile_path: Path) 
         "calls": calls,
         "wrapper": _per_call(wrapper, calls),
         "execute": _per_call(execute, calls),
-        "wrapper_driver_calls": driver_calls(wrapper),
-        "execute_driver_calls": driver_calls(execute),
+        "torch_op_us": torch_op_us(device, calls),
+    }
+    for name, call in (("wrapper", wrapper), ("execute", execute)):
+        counted = driver_calls(call)
+        figures[f"{name}_driver_calls"] = counted["per_call"]
+        figures[f"{name}_driver_us"] = counted["driver_us"]
+    figures |= {
         "device_us": 1e3 * time_calls([execute], budget_ms).median_ms,
         "profile": profile_path.name,
     }

@@ -132,6 +132,7 @@ def table(record: dict[str, Any]) -> str:
     host = record.get("host")
     if host is not None:
         lines += [f"host: {_host_target_text(t)}" for t in host["targets"]]
+        lines.append(f"host: {_driver_share_text(host.get('steady_state') or {})}")
         lines.append(f"host: {_jit_text(host.get('jit_compile_reference'))}")
     return "\n".join(lines)
 
@@ -142,6 +143,20 @@ def _host_target_text(target: dict[str, Any]) -> str:
         value = "yes" if target["value"] else "NO"
     mark = {True: "met", False: "MISSED", None: "?"}[target["met"]]
     return f"{target['name']} {value} ({target['bound']}, {mark})"
+
+
+def _driver_share_text(steady: dict[str, Any]) -> str:
+    """How much of execute's and the wrapper's host time the driver calls take, beside a
+    small torch op's."""
+    parts = []
+    for name in ("execute", "wrapper"):
+        total, driver = lookup(steady, name, "cpu_us"), steady.get(f"{name}_driver_us")
+        if total is not None and driver is not None:
+            parts.append(f"{name} {total:.1f} us, {driver:.1f} of it in driver calls")
+    torch_op = steady.get("torch_op_us")
+    if torch_op is not None:
+        parts.append(f"a small torch op {torch_op:.1f} us")
+    return "; ".join(parts) if parts else "driver share: not measured"
 
 
 def _jit_text(reference: dict[str, Any] | None) -> str:

@@ -222,3 +222,18 @@ def test_table_and_summary_line_show_the_figures():
     assert line.endswith("(Test GPU, commit abc1234)")
     dry = summary_line({**record, "dry_run": True})
     assert dry.startswith("BENCH (DRY RUN, fake timings):")
+
+
+def test_the_host_lines_say_how_much_of_a_call_the_driver_takes():
+    steady = {
+        "execute": {"cpu_us": 20.0}, "wrapper": {"cpu_us": 40.0}, "execute_driver_us": 12.5,
+        "wrapper_driver_us": 17.25, "torch_op_us": 6.0,
+    }
+    host = {"first_call": {"beyond_torch_ms": 20.0}, "steady_state": steady, "graph_replay": {"ok": True}}
+    lines = table(results_record(ENVIRONMENT, {}, [], host, False)).splitlines()
+    assert (
+        "host: execute 20.0 us, 12.5 of it in driver calls; wrapper 40.0 us, 17.2 of it in "
+        "driver calls; a small torch op 6.0 us"
+    ) in lines
+    without = {**host, "steady_state": {"execute": {"cpu_us": 20.0}}}
+    assert "host: driver share: not measured" in table(results_record(ENVIRONMENT, {}, [], without, False))
