@@ -17,7 +17,7 @@ from .driver import device_info
 from .dtypes import torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
 from .front import front_of_operands, tensor_dtype
-from .contract.dispatch import rule_for
+from .contract.dispatch import rules_for
 from .contract.front import FrontPolicy
 from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
@@ -155,8 +155,8 @@ def select_installed(
     weight mode (dglu.selection), read in full (ManifestError when its entry is bad); else
     VariantNotFoundError naming each field's ``sources`` (the arguments that chose it) and
     the command that builds the variant. With the tile left open the dispatch table's
-    rule for ``problem`` (problem_class's fields) is preferred, and with the cluster left
-    open too, then one CTA per cluster. The torch and JAX entry points both select
+    rules for ``problem`` (problem_class's fields) are preferred in turn, and with the
+    cluster left open too, then one CTA per cluster. The torch and JAX entry points both select
     through it."""
     tile = options.tile or (None, None)
     cluster = options.cluster or (None, None)
@@ -185,9 +185,7 @@ def select_installed(
     constants = ", ".join(name for name, _ in options.act_params) or "act_func"
     preferences = []
     if options.tile is None and problem is not None:
-        rule = rule_for(installed_dispatch(), arch, problem)
-        if rule is not None:
-            preferences.append(dict(rule.choose))
+        preferences += [dict(rule.choose) for rule in rules_for(installed_dispatch(), arch, problem)]
     if options.cluster is None:
         preferences.append(ONE_CTA)
     chosen = select_variant(

@@ -6,9 +6,9 @@ when the request gives them; discrete_col_sfd and use_single_group_runtime_offse
 variants whose family compiles them in (its front policy's ``compiled_options``: the others
 read them at run time, as kernel flags, or accept only False). Among the matches the largest tile wins, the first in selection order
 (dglu.manifest) among equals: the default does not depend on how a build orders variants. A
-call that leaves its launch shape open narrows the matches first by the dispatch table's rule
-for its problem (dglu.contract.dispatch), then to one CTA per cluster (each step only where
-it leaves a match).
+call that leaves its launch shape open narrows the matches first by the dispatch table's rules
+for its problem, in order (dglu.contract.dispatch), then to one CTA per cluster (each step
+only where it leaves a match).
 When nothing matches, the error names the request, the nearest variants (fewest
 differing fields) and how to build the missing one.
 """

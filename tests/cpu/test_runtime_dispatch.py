@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dglu.contract.dispatch import DISPATCH_FILE, dispatch_text, read_dispatch, read_rule, rule_for
+from dglu.contract.dispatch import DISPATCH_FILE, dispatch_text, read_dispatch, read_rule, rules_for
 from dglu.errors import ManifestError
 
 WIDE_N = {"arch": "sm_90a", "when": {"min_n": 2049, "min_m": 16384},
@@ -24,12 +24,12 @@ def test_bounds_are_inclusive_and_an_absent_bound_holds_for_any_value() -> None:
     assert rule.holds(problem(k=1, experts=1_000))
 
 
-def test_the_first_rule_of_the_architecture_whose_bounds_hold() -> None:
+def test_the_rules_of_the_architecture_whose_bounds_hold_in_order() -> None:
     rules = tuple(read_rule(r, "test") for r in (WIDE_N, SMALL_N, {**SMALL_N, "when": {}}))
-    assert rule_for(rules, "sm_90a", problem()) is rules[0]
-    assert rule_for(rules, "sm_90a", problem(n=768)) is rules[1]
-    assert rule_for(rules, "sm_90a", problem(n=2048)) is rules[2]
-    assert rule_for(rules, "sm_100a", problem()) is None
+    assert rules_for(rules, "sm_90a", problem()) == (rules[0], rules[2])
+    assert rules_for(rules, "sm_90a", problem(n=768)) == rules[1:]
+    assert rules_for(rules, "sm_90a", problem(n=2048)) == (rules[2],)
+    assert rules_for(rules, "sm_100a", problem()) == ()
 
 
 def test_the_file_round_trips_in_order(tmp_path: Path) -> None:

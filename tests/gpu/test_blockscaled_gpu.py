@@ -30,6 +30,7 @@ from blockscaled_configs import DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, instal
 from blockscaled_inputs import MxInputs, MxOutputs, layout_revealing_inputs, make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import d_allowed  # noqa: E402
 from dglu.manifest import installed_variants  # noqa: E402
+from dispatch_rules import rules_taken, shape_inside  # noqa: E402
 from inputs import Shape, initial_dbias, initial_dprob  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -117,8 +118,8 @@ def call_offsets(case: MxCase, x: MxInputs) -> torch.Tensor:
     return x.rest.padded_offsets
 
 
-def run_class(case: MxCase, x: MxInputs, out: MxOutputs, norm_const: torch.Tensor) -> None:
-    """check_support, compile and execute into ``out``."""
+def run_class(case: MxCase, x: MxInputs, out: MxOutputs, norm_const: torch.Tensor) -> str:
+    """check_support, compile and execute into ``out``; returns the variant's name."""
     r, offsets = x.rest, call_offsets(case, x)
     op = dglu.GroupedGemmDglu(
         x.a,
@@ -157,6 +158,7 @@ def run_class(case: MxCase, x: MxInputs, out: MxOutputs, norm_const: torch.Tenso
         norm_const_tensor=norm_const,
         **weight_arguments(x, "execute"),
     )
+    return op.variant_name
 
 
 def run_wrapper(case: MxCase, x: MxInputs, dprob: torch.Tensor, norm_const: torch.Tensor) -> MxOutputs:
@@ -201,19 +203,21 @@ def expected_for(case: MxCase, x: MxInputs):
     )
 
 
-def run_case(case: MxCase, x: MxInputs | None = None) -> None:
+def run_case(case: MxCase, x: MxInputs | None = None) -> str | None:
     """Run ``case`` (on ``x``, else fresh random inputs) and check every output element and
-    SFD byte (raises AssertionError naming the case)."""
+    SFD byte (raises AssertionError naming the case); returns the class API's variant name
+    (None through the wrapper)."""
     config, shape = case.config, case.shape
     require_installed(config)
     x = x or make_mx_inputs(config, shape, case.seed, DEVICE)
     norm_const = torch.tensor([case.norm_const], dtype=torch.float32, device=DEVICE)
     dprob_before = initial_dprob(shape.m, case.seed, DEVICE)
     dprob = dprob_before.clone()
+    variant_name = None
     if case.api == "class":
         dbias_before = initial_dbias(shape.l, shape.n, case.seed, DEVICE) if config.dbias else None
         out = poisoned_outputs(config, shape, dprob, None if dbias_before is None else dbias_before.clone(), DEVICE)
-        run_class(case, x, out, norm_const)
+        variant_name = run_class(case, x, out, norm_const)
     else:
         out = run_wrapper(case, x, dprob, norm_const)
         dbias_before = torch.zeros_like(out.dbias) if config.dbias else None
@@ -225,6 +229,7 @@ def run_case(case: MxCase, x: MxInputs | None = None) -> None:
         case.norm_const, case.discrete_col_sfd, context, check_padding=case.api == "class",
     )
     check_accumulated(out.dprob, dprob_before, out.dbias, dbias_before, expected, shape.ends, shape.n, context)
+    return variant_name
 
 
 def test_shipped_variants_are_the_tested_matrix() -> None:
@@ -286,3 +291,18 @@ def test_many_tiles_per_cta(scheduler: str, seed: int) -> None:
     assert tiles >= 4 * sms
     config = MxConfig("dswiglu", scheduler=scheduler)
     run_case(MxCase(config, MANY_TILES, seed, norm_const=3.0, discrete_col_sfd=scheduler == "dynamic"))
+
+
+@pytest.mark.parametrize("config", [DEFAULT, MxConfig("dsituglu", weight_mode="discrete", b_major="n")], ids=str)
+def test_the_dispatch_table_chooses_the_decode_of_each_problem_class(config: MxConfig, seed: int) -> None:
+    """A call that leaves its tile open runs the variant its problem's dispatch rule
+    chooses (dglu.contract.dispatch: the decode), and its every output element and SFD
+    byte is right."""
+    rules = rules_taken(lambda variant: variant.family == FAMILY)
+    if not rules:
+        pytest.skip(f"the installed variants ship no dispatch rules a {FAMILY} call takes on this device")
+    for rule in rules:
+        shape = shape_inside(rule)
+        name = run_case(MxCase(config, shape, seed, norm_const=3.0))
+        (variant,) = [v for v in installed_variants() if v.name == name]
+        assert {field: getattr(variant.key, field) for field, _ in rule.choose} == dict(rule.choose), shape

@@ -1,4 +1,5 @@
-"""The dispatch table: which launch shape (tile, cluster, consumer) serves a problem class.
+"""The dispatch table: which launch shape (tile, cluster, consumer) and, for Hopper MXFP8, which
+decode serves a problem class.
 
 A call that names neither ``mma_tiler_mn`` nor ``cluster_shape_mn`` leaves its launch
 shape to the selection (dglu.selection), which asks this table first. The table is data
@@ -13,10 +14,12 @@ directories' rules first. A rule is
 
 ``when`` bounds (inclusive) the problem's rows ``m`` (A's), ``n`` (R's columns, half of
 C's), ``k`` and ``experts`` (L); a bound left out holds for any value. ``choose`` gives
-variant key fields of the launch shape. The first rule of the call's architecture whose
-bounds hold is the problem's: the selection prefers the variants its fields match, among
-those that match everything else the call asks; with no such variant installed, or no
-rule, the selection's default serves the call. This module reads and checks the data only.
+variant key fields (CHOICES). The rules of the call's architecture whose bounds hold are
+its problem's, in order (rules_for): each narrows the variants that match everything else
+the call asks to those with its fields, where any has them, so the first rule that some
+matching variant takes decides (a rule of another family's fields, e.g. a decode, passes
+over a BF16 call); with no such variant, or no rule, the selection's default serves the
+call. This module reads and checks the data only.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ DISPATCH_FILE = "dispatch.json"
 DISPATCH_VERSION = 1
 PROBLEM_FIELDS = ("m", "n", "k", "experts")
 BOUNDS = tuple(f"{side}_{field}" for field in PROBLEM_FIELDS for side in ("min", "max"))
-# the launch-shape key fields a rule may choose, and their JSON types
+# the key fields a rule may choose (the launch shape; the block-scaled Hopper family's
+# decode), and their JSON types
 CHOICES: dict[str, type] = {
-    "tile_m": int, "tile_n": int, "cluster_m": int, "cluster_n": int, "consumer": str,
+    "tile_m": int, "tile_n": int, "cluster_m": int, "cluster_n": int, "consumer": str, "decode": str,
 }
 RULE_FIELDS = ("arch", "when", "choose")
 OPTIONAL_RULE_FIELDS = ("measured",)
@@ -121,9 +125,6 @@ def read_dispatch(directory: Path) -> tuple[DispatchRule, ...]:
     return tuple(read_rule(rule, f"{path}: rules[{i}]") for i, rule in enumerate(data["rules"]))
 
 
-def rule_for(rules: tuple[DispatchRule, ...], arch: str, problem: Mapping[str, int]) -> DispatchRule | None:
-    """The first rule of ``arch`` whose bounds hold for ``problem``, or None."""
-    for rule in rules:
-        if rule.arch == arch and rule.holds(problem):
-            return rule
-    return None
+def rules_for(rules: tuple[DispatchRule, ...], arch: str, problem: Mapping[str, int]) -> tuple[DispatchRule, ...]:
+    """The rules of ``arch`` whose bounds hold for ``problem``, in order."""
+    return tuple(rule for rule in rules if rule.arch == arch and rule.holds(problem))
