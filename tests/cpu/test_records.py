@@ -75,3 +75,20 @@ def test_a_record_binds_keywords_and_defaults_and_prints_as_a_named_tuple() -> N
         assert Point(*args, **kwargs) == TypedPoint(*args, **kwargs)
     assert repr(Point(1, label="a")) == repr(TypedPoint(1, label="a")).replace("TypedPoint", "Point")
     assert hash(Point(1, 2)) == hash((1, 2, None)) and Point.__match_args__ == TypedPoint.__match_args__
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((), {}, "Point() missing required arguments: 'x'"),
+        ((), {"y": 1}, "Point() missing required arguments: 'x'"),
+        ((1, 2, "a", 4), {}, "Point() takes 3 positional arguments but 4 were given"),
+        ((1,), {"z": 2}, "Point() got an unexpected keyword argument 'z'"),
+        ((1,), {"x": 2}, "Point() got multiple values for argument 'x'"),
+        ((), {"z": 2}, "Point() got an unexpected keyword argument 'z'"),  # before the missing x
+    ],
+)
+def test_a_record_names_what_does_not_bind(args, kwargs, message) -> None:
+    with pytest.raises(TypeError) as error:
+        Point(*args, **kwargs)
+    assert str(error.value) == message

@@ -624,38 +624,32 @@ class VariantEntry:
     def __init__(self, data: Any, where: str, directory: Path, fronts: Mapping[str, FrontPolicy]) -> None:
         self._entry, identity = _read_identity(data, where, directory, fronts)
         self._set(identity, where, directory)
-        self._source: tuple[Path, Any, Any, Any, Mapping[str, FrontPolicy]] | None = None
+        self._source: tuple[Path, Any, Any, Any, int, Mapping[str, FrontPolicy]] | None = None
 
     @classmethod
     def indexed(
         cls,
         record: Any,
-        where: str,
         path: Path,
+        directory: Path,
         act_params: list[tuple[tuple[str, float], ...]],
         builds: list[Build],
         fronts: Mapping[str, FrontPolicy],
     ) -> VariantEntry:
-        """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS;
-        ``where`` names it in the index) of the manifest at ``path``; ``act_params``,
-        ``builds`` and ``fronts``: the index's, read. Only the record's layout is checked now: its
-        fields are checked by ``variant()``, the first time the variant is used, as the
-        entry's own (which they must equal)."""
+        """The entry of ``record`` (an index record, dglu.contract.index.RECORD_FIELDS) of
+        the manifest at ``path`` (in ``directory``); ``act_params``, ``builds`` and
+        ``fronts``: the index's, read. Only the record's layout is checked now (a
+        ValueError, TypeError, KeyError, IndexError or AttributeError when it is not a
+        record: parse_indexed names it): its fields are checked by ``variant()``, the first
+        time the variant is used, as the entry's own (which they must equal)."""
         self = cls.__new__(cls)
-        directory = path.parent
-        try:
-            name, family, key, cubin, sha256, size, build, front, start, end, crc32, position = record
-            if type(name) is not str or type(position) is not int:
-                raise TypeError(f"name {name!r} is no string or position {position!r} no integer")
-            self.key, self.build, self.front = _indexed_key(key, act_params), builds[build], fronts[front]
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-            raise ManifestError(
-                f"{where}: not a record of index_format {INDEX_FORMAT} ({type(exc).__name__}: {exc}); "
-                f"{REWRITE_HINT}"
-            ) from None
+        name, family, key, cubin, sha256, size, build, front, start, end, crc32, position = record
+        if type(name) is not str or type(position) is not int:
+            raise TypeError(f"name {name!r} is no string or position {position!r} no integer")
+        self.key, self.build, self.front = _indexed_key(key, act_params), builds[build], fronts[front]
         self.name, self.family, self.cubin, self.sha256, self.size = name, family, cubin, sha256, size
-        self.directory, self._where, self._variant, self._entry = directory, f"{path}: variants[{position}]", None, None
-        self._source = (path, start, end, crc32, fronts)
+        self.directory, self._where, self._variant, self._entry = directory, None, None, None
+        self._source = (path, start, end, crc32, position, fronts)
         return self
 
     def _set(self, identity: Mapping[str, Any], where: str, directory: Path) -> None:
@@ -683,7 +677,8 @@ class VariantEntry:
     def _read_indexed_entry(self, identity: Mapping[str, Any]) -> _Entry:
         """The entry this index record points at (its bytes must have the record's CRC-32),
         checked as a full read checks it, and its identity against the record's."""
-        manifest, start, end, crc32, fronts = self._source
+        manifest, start, end, crc32, position, fronts = self._source
+        self._where = f"{manifest}: variants[{position}]"
         raw = read_entry(manifest, start, end, crc32)
         if raw is None:
             raise ManifestError(
@@ -754,11 +749,16 @@ def parse_indexed(index: Index, path: Path, arch: str | None = None) -> Manifest
     fronts = _read_fronts(index.fronts, f"{where}: fronts")
     act_params = [_read_act_params(data, f"{where}: act_params[{i}]") for i, data in enumerate(index.act_params)]
     builds = [_read_build(_Entry(data, f"{where}: builds[{i}]")) for i, data in enumerate(index.builds)]
-    variants, counts = [], Counter()
-    for group, record in index_records(index, arch):
-        named = f"{where}: records of {group}[{counts[group]}]"
-        counts[group] += 1
-        variants.append(VariantEntry.indexed(record, named, path, act_params, builds, fronts))
+    variants, directory, records = [], path.parent, index_records(index, arch)
+    for i, (group, record) in enumerate(records):
+        try:
+            variants.append(VariantEntry.indexed(record, path, directory, act_params, builds, fronts))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            place = sum(other == group for other, _ in records[:i])  # its place among its group's
+            raise ManifestError(
+                f"{where}: records of {group}[{place}]: not a record of index_format {INDEX_FORMAT} "
+                f"({type(exc).__name__}: {exc}); {REWRITE_HINT}"
+            ) from None
     _names_once(tuple(variants), path)
     return Manifest(path=path, variants=tuple(variants))
 

@@ -47,21 +47,37 @@ class _RecordTuple(tuple):
     @classmethod
     def _arguments(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """The field values of a call with ``args`` and ``kwargs``, bound as Python binds
-        a function's parameters (the same TypeErrors)."""
+        a function's parameters (the same TypeErrors, from _binding_error)."""
+        fields, defaults = cls._fields, cls._field_defaults
+        if len(args) > len(fields):
+            raise cls._binding_error(args, kwargs)
+        values, taken = list(args), 0
+        for name in fields[len(args):]:
+            if name in kwargs:
+                values.append(kwargs[name])
+                taken += 1
+            elif name in defaults:
+                values.append(defaults[name])
+            else:
+                raise cls._binding_error(args, kwargs)
+        if taken != len(kwargs):  # a keyword names no field, or one given by position
+            raise cls._binding_error(args, kwargs)
+        return tuple(values)
+
+    @classmethod
+    def _binding_error(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TypeError:
+        """The TypeError Python raises for a call with ``args`` and ``kwargs`` that does
+        not bind to the fields (checked in its order)."""
         fields = cls._fields
         if len(args) > len(fields):
-            raise TypeError(f"{cls.__name__}() takes {len(fields)} positional arguments but {len(args)} were given")
-        values = dict(zip(fields, args))
-        for name, value in kwargs.items():
+            return TypeError(f"{cls.__name__}() takes {len(fields)} positional arguments but {len(args)} were given")
+        for name in kwargs:
             if name not in fields:
-                raise TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}")
-            if name in values:
-                raise TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
-            values[name] = value
-        missing = [name for name in fields if name not in values and name not in cls._field_defaults]
-        if missing:
-            raise TypeError(f"{cls.__name__}() missing required arguments: {', '.join(map(repr, missing))}")
-        return tuple(values[name] if name in values else cls._field_defaults[name] for name in fields)
+                return TypeError(f"{cls.__name__}() got an unexpected keyword argument {name!r}")
+            if name in fields[:len(args)]:
+                return TypeError(f"{cls.__name__}() got multiple values for argument {name!r}")
+        missing = [name for name in fields[len(args):] if name not in kwargs and name not in cls._field_defaults]
+        return TypeError(f"{cls.__name__}() missing required arguments: {', '.join(map(repr, missing))}")
 
     @classmethod
     def _make(cls, iterable: Iterable[Any]) -> Any:
