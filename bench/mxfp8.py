@@ -138,7 +138,7 @@ def measure_shape(
     sets = make_mxfp8_sets(shape, device, seed)
     record: dict[str, Any] = {"buffer_sets": len(sets), "operand_bytes": operand_bytes(shape)}
     try:
-        record["workspace_bytes"] = workspace_bytes(shape)
+        record["workspace_bytes"] = workspace_bytes(sets[0], shape)
     except Exception as exc:  # recorded; the measurements still run
         record["workspace_bytes"] = error_record(exc)
     runs = candidates(_built_bf16_op(sets[0].bf16, record), unfused)

@@ -100,11 +100,6 @@ def make_mxfp8_sets(shape: Shape, device: Any, seed: int) -> list[Mxfp8Set]:
 
 # --- memory -----------------------------------------------------------------------------------
 
-FAMILY = "sm90_mxfp8"
-# the bench call's key fields (run_mxfp8): dswiglu, dbias, dense K-major B, static, e4m3/bf16/e4m3
-CALL_KEY = {"act_func": "dswiglu", "dbias": True, "weight_mode": "dense", "b_major": "k", "scheduler": "static",
-            "ab_dtype": "e4m3", "c_dtype": "bf16", "d_dtype": "e4m3"}
-
 
 def operand_bytes(shape: Shape) -> int:
     """Bytes of the op's own tensors in HBM: FP8 A and B with one E8M0 byte per 32 of K,
@@ -116,23 +111,22 @@ def operand_bytes(shape: Shape) -> int:
     return a + b + 2 * m * n2 + d + 2 * 4 * m + 2 * l * n2
 
 
-def workspace_bytes(shape: Shape) -> dict[str, Any]:
-    """Per workspace, the bytes the installed MXFP8 variant of the bench's call allocates for
-    ``shape`` (its manifest's rules), and their total; the variant's name."""
+def workspace_bytes(s: Mxfp8Set, shape: Shape) -> dict[str, Any]:
+    """Per workspace, the bytes the MXFP8 variant that run_mxfp8's call selects allocates
+    for ``shape`` (its manifest's rules), and their total; the variant's name."""
+    import dglu
     from dglu.contract.element_types import ELEMENT_TYPES
     from dglu.contract.reader import full_variant
     from dglu.manifest import installed_variants
 
-    entry = next(
-        v for v in installed_variants()
-        if v.family == FAMILY and all(getattr(v.key, f) == value for f, value in CALL_KEY.items())
-    )
-    variant = full_variant(entry)
+    name = dglu.wrapper_variant(**mxfp8_arguments(s))
+    variant = full_variant(next(v for v in installed_variants() if v.name == name))
     scalars = {"m": shape.m, "n": shape.n, "k": shape.k, "l": shape.l}
-    for name, expression in variant.scalars.items():
-        scalars[name] = expression.value(scalars)
+    for scalar, expression in variant.scalars.items():
+        scalars[scalar] = expression.value(scalars)
     each = {
-        name: rule.count.value(scalars) * ELEMENT_TYPES[rule.dtype].size for name, rule in variant.workspaces.items()
+        workspace: rule.count.value(scalars) * ELEMENT_TYPES[rule.dtype].size
+        for workspace, rule in variant.workspaces.items()
     }
     return {"variant": variant.name, "total": sum(each.values()), "each": each}
 
@@ -140,28 +134,23 @@ def workspace_bytes(shape: Shape) -> dict[str, Any]:
 # --- the candidates --------------------------------------------------------------------------
 
 
+def mxfp8_arguments(s: Mxfp8Set) -> dict[str, Any]:
+    """The wrapper's arguments of the bench's MXFP8 call on ``s``: dswiglu with dbias, dense
+    K-major B, e4m3 D_row and D_col."""
+    b = s.bf16
+    return {
+        "a_tensor": s.a, "c_tensor": b.c, "sfa_tensor": s.sfa, "padded_offsets": b.padded_offsets,
+        "alpha_tensor": b.alpha, "beta_tensor": b.beta, "prob_tensor": b.prob, "dprob_tensor": b.dprob,
+        "b_tensor": s.b, "sfb_tensor": s.sfb, "norm_const_tensor": s.norm_const, "d_dtype": D_DTYPE,
+        "sf_vec_size": SF_VEC, "act_func": "dswiglu", "generate_dbias": True,
+    }
+
+
 def run_mxfp8(s: Mxfp8Set) -> Any:
     """dglu's MXFP8 fused op (wrapper): (d_row, d_col, dprob, dbias, amax, sfd_row, sfd_col)."""
     import dglu
 
-    b = s.bf16
-    return dglu.grouped_gemm_dglu(
-        s.a,
-        b.c,
-        s.sfa,
-        padded_offsets=b.padded_offsets,
-        alpha_tensor=b.alpha,
-        beta_tensor=b.beta,
-        prob_tensor=b.prob,
-        dprob_tensor=b.dprob,
-        b_tensor=s.b,
-        sfb_tensor=s.sfb,
-        norm_const_tensor=s.norm_const,
-        d_dtype=D_DTYPE,
-        sf_vec_size=SF_VEC,
-        act_func="dswiglu",
-        generate_dbias=True,
-    )
+    return dglu.grouped_gemm_dglu(**mxfp8_arguments(s))
 
 
 class UnfusedResult(NamedTuple):

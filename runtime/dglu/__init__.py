@@ -23,6 +23,7 @@ _EXPORTS = {
             "grouped_gemm_dglu",
             "grouped_gemm_dglu_wrapper_sm90",
             "grouped_gemm_dglu_wrapper_sm100",
+            "wrapper_variant",
         ),
         ".api",
     ),

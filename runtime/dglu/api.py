@@ -66,6 +66,7 @@ __all__ = [
     "grouped_gemm_dglu",
     "grouped_gemm_dglu_wrapper_sm90",
     "grouped_gemm_dglu_wrapper_sm100",
+    "wrapper_variant",
 ]
 
 _CLASS_API = ("GroupedGemmDglu", "GroupedGemmDgluSm90", "GroupedGemmDgluSm100")
@@ -320,3 +321,14 @@ def grouped_gemm_dglu(
 
 grouped_gemm_dglu_wrapper_sm90 = grouped_gemm_dglu
 grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu
+
+
+def wrapper_variant(**arguments: Any) -> str:
+    """The name of the prebuilt variant ``grouped_gemm_dglu(**arguments)`` runs (its tile,
+    cluster, consumer and decode; the class API has ``variant_name``): the wrapper's checks
+    and selection, its cubin loaded, nothing allocated or launched."""
+    unknown = sorted(set(arguments) - set(WRAPPER))
+    if unknown:
+        raise TypeError(f"wrapper_variant() takes grouped_gemm_dglu's arguments by name; got {unknown}")
+    given = {name: arguments.get(name, ARGUMENTS[name].default) for name in WRAPPER}
+    return _bind(given, None).variant.name

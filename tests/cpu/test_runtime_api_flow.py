@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch", reason="torch is needed to build tensors fo
 
 import stand_ins  # noqa: E402
 from conftest_runtime import variant_key, variant_name, write_artifacts  # noqa: E402
+import dglu  # noqa: E402
 from dglu import api, bound, call, driver, op  # noqa: E402
 from dglu.manifest import read_manifest  # noqa: E402
 from dglu.errors import VariantNotFoundError  # noqa: E402
@@ -254,3 +255,16 @@ def test_the_wrapper_runs_one_cached_bound_op_per_configuration(runs, monkeypatc
         variant_name(KEYS[0]),
         variant_name(KEYS[1]),
     ]
+
+@pytest.mark.parametrize(
+    "options", [{}, {"use_dynamic_sched": True}, {"cluster_shape_mn": (2, 1)}], ids=["plain", "dynamic", "cluster"]
+)
+def test_wrapper_variant_names_what_the_wrapper_runs_and_runs_nothing(runs, options) -> None:
+    b = torch.zeros(L, N, K, dtype=torch.bfloat16).permute(1, 2, 0)
+    arguments = {**tensors(), "b_tensor": b, "generate_dbias": True, **options}
+    named = dglu.wrapper_variant(**arguments)
+    assert runs == []
+    api.grouped_gemm_dglu_wrapper_sm90(**arguments)
+    assert [name for name, _ in runs] == [named]
+    with pytest.raises(TypeError, match=r"takes grouped_gemm_dglu's arguments by name; got \['b'\]"):
+        dglu.wrapper_variant(**arguments, b=b)
