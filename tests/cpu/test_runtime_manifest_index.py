@@ -284,3 +284,14 @@ def test_a_read_of_one_architecture_without_an_index_gives_the_same_variants(tmp
     write_index(tmp_path)
     assert _identities(without) == _identities(reader.read_manifest(tmp_path, lazy=True, arch="sm_100a"))
     assert [v.key.arch for v in without.variants] == ["sm_100a", "sm_100a"]
+
+
+def test_fronts_that_differ_only_in_their_check_order_keep_their_own_order() -> None:
+    from conftest_runtime import bf16_front
+
+    front = bf16_front()
+    reordered = {**front, "arguments": dict(reversed(list(front["arguments"].items())))}
+    first = reader._read_front("first", front)
+    second = reader._read_front("second", reordered)
+    assert list(first.arguments) == list(front["arguments"])
+    assert list(second.arguments) == list(reordered["arguments"]) != list(first.arguments)

@@ -525,7 +525,7 @@ def _front_of(entry: _Entry, fronts: Mapping[str, FrontPolicy]) -> FrontPolicy:
     return fronts[front_id]
 
 
-_fronts: dict[str, FrontPolicy] = {}  # a front field's canonical text -> its policy
+_fronts: dict[str, FrontPolicy] = {}  # a front field's text (its order kept: check order) -> its policy
 
 
 def _read_fronts(data: Mapping[str, Any], where: str) -> dict[str, FrontPolicy]:
@@ -540,8 +540,9 @@ def _read_fronts(data: Mapping[str, Any], where: str) -> dict[str, FrontPolicy]:
 
 def _read_front(where: str, data: dict[str, Any]) -> FrontPolicy:
     """An entry's front policy (dglu.contract.front): a family's entries share one, read
-    and checked once per text (a bad one fails with the first entry's location)."""
-    text = json.dumps(data, sort_keys=True)
+    and checked once per text (a bad one fails with the first entry's location). The text
+    keeps the field's order: the order of its arguments is the order of their checks."""
+    text = json.dumps(data)
     front = _fronts.get(text)
     if front is None:
         front = _fronts[text] = read_front(data, where, ELEMENT_TYPES)
