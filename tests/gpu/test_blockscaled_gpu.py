@@ -7,8 +7,10 @@ and SFD_row/SFD_col poisoned with 0xFF, dprob and dbias accumulate onto non-zero
 the wrapper allocates. blockscaled_checks.py says what is compared and why the tolerances
 are what they are (SFD bytes exact but +-1 where the scale input lies within the D error of
 a power of two; FP8 codes within one step; dequantized D within half a step).
-K = 160 and 2N = 320 are not multiples of 128 (partial SF atoms). A variant that is not
-installed skips its cases; test_shipped_variants_are_the_tested_matrix catches drift.
+K = 160 and 2N = 320 are not multiples of 128 (partial SF atoms). test_every_shipped_variant
+runs each configuration in each decode; the other tests take the dispatch table's decode
+for their problem. A variant that is not installed skips its cases;
+test_shipped_variants_are_the_tested_matrix catches drift.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import blockscaled_reference as bs  # noqa: E402
 import dglu  # noqa: E402
 import dglu.torch  # noqa: E402
 from blockscaled_checks import check_accumulated, check_quantized_d, zero_blocks  # noqa: E402
-from blockscaled_configs import DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, installed_key_fields, key_fields  # noqa: E402
+from blockscaled_configs import (  # noqa: E402
+    DECODES, DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, installed_key_fields, key_fields, only_decode,
+)
 from blockscaled_inputs import MxInputs, MxOutputs, layout_revealing_inputs, make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import d_allowed  # noqa: E402
 from dglu.manifest import installed_variants  # noqa: E402
@@ -246,9 +250,20 @@ def test_inputs_have_all_zero_blocks_both_ways(seed: int) -> None:
     assert zero_blocks(d) > 0 and zero_blocks(d.T) > 0
 
 
+@pytest.fixture(params=DECODES)
+def decode(request) -> str:
+    """Each shipped decode in turn (blockscaled_configs.only_decode)."""
+    with only_decode(request.param) as chosen:
+        if not any(v.family == FAMILY for v in chosen):
+            pytest.skip(f"no {FAMILY} variant of decode {request.param} is installed")
+        yield request.param
+
+
 @pytest.mark.parametrize("config", SHIPPED, ids=str)
-def test_every_shipped_variant(config: MxConfig, seed: int) -> None:
-    run_case(MxCase(config, UNEVEN, seed))
+def test_every_shipped_variant(config: MxConfig, seed: int, decode: str) -> None:
+    name = run_case(MxCase(config, UNEVEN, seed))
+    (variant,) = [v for v in installed_variants() if v.name == name]
+    assert variant.key.decode == decode, name
 
 
 @pytest.mark.parametrize("config", OPTION_CONFIGS, ids=str)
