@@ -381,20 +381,17 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
     back, and a failure of a later kernel says so."""
     if plan.clears or plan.fills:
         _enqueue_writes(loaded, plan, cu_stream)
-    launched = 0
-    try:
-        for launch in plan.launches:
+    for index, launch in enumerate(plan.launches):
+        try:
             launch_kernel(launch)
-            launched += 1
-    except CudaDriverError as exc:
-        launch = plan.launches[launched]
-        raise KernelLaunchError(
-            f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
-            f"({launched + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
-            f"{loaded.device} failed ({exc}); {_written(plan.launches[:launched])} "
-            f"{_LAUNCH_REMEDY}",
-            exc.error_name,
-        ) from exc
+        except CudaDriverError as exc:
+            raise KernelLaunchError(
+                f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
+                f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
+                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
+                f"{_LAUNCH_REMEDY}",
+                exc.error_name,
+            ) from exc
 
 
 def _enqueue_writes(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
