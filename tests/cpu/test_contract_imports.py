@@ -8,33 +8,40 @@ import sys
 from pathlib import Path
 
 RUNTIME = Path(__file__).resolve().parents[2] / "runtime"
-CONTRACT_MODULES = ("keys", "element_types", "expressions", "schema", "reader", "writer", "errors")
+CONTRACT = RUNTIME / "dglu" / "contract"
 
-# Run in a fresh interpreter: list the modules that importing the contract added whose
-# top-level package is neither the standard library's nor dglu's own.
+# Run in a fresh interpreter: import every submodule of the contract (found by pkgutil, so
+# a new one is covered), then list the modules that importing them added whose top-level
+# package is neither the standard library's nor dglu's own.
 _PROBE = """
-import json, sys
+import importlib, json, pkgutil, sys
 before = set(sys.modules)
-import dglu.contract.{names}
+import dglu.contract
+walked = [m.name for m in pkgutil.iter_modules(dglu.contract.__path__, "dglu.contract.")]
+for name in walked:
+    importlib.import_module(name)
 added = set(sys.modules) - before
-top = {{name.split(".")[0] for name in added}}
-print(json.dumps({{
+top = {name.split(".")[0] for name in added}
+print(json.dumps({
+    "walked": walked,
     "foreign": sorted(t for t in top if t != "dglu" and t not in sys.stdlib_module_names),
     "dglu": sorted(n for n in added if n.startswith("dglu")),
-}}))
+}))
 """
 
 
 def test_contract_imports_only_the_standard_library() -> None:
-    probe = _PROBE.format(names=", dglu.contract.".join(CONTRACT_MODULES))
     result = subprocess.run(
-        [sys.executable, "-c", probe],
+        [sys.executable, "-c", _PROBE],
         env={"PYTHONPATH": str(RUNTIME)},
         capture_output=True,
         text=True,
         check=True,
     )
     imported = json.loads(result.stdout)
+    assert sorted(imported["walked"]) == sorted(
+        f"dglu.contract.{p.stem}" for p in CONTRACT.glob("*.py") if p.stem != "__init__"
+    )
     assert imported["foreign"] == []
     # dglu's own modules: the package (lazy) and the contract, nothing of the runtime.
     assert all(n == "dglu" or n.startswith("dglu.contract") for n in imported["dglu"]), imported["dglu"]
