@@ -1,9 +1,9 @@
 """The nearest Hopper peer beside dglu in the same run: Dao-AILab's quack ``gemm_dgated``.
 
 quack-kernels (JIT CuTe DSL) is no dependency of dglu: the candidate runs when
-``quack.gemm_interface`` imports (shared/notes/h200_baselines.md, "Running quack beside
-dglu", says how to bring it to the GPU machine), and is recorded as skipped, with the
-import's error, when it does not.
+``quack.gemm_interface`` imports (bench/README.md, the ``quack_dgated`` row, says how to
+bring it to the GPU machine), and is recorded as skipped, with the import's error, when it
+does not.
 
 The call is the same problem as the fused op's: the grouped GEMM of A's expert row ranges
 (``cu_seqlens_m``, the offsets with a leading 0) by each expert's B_g, then dSwiGLU on

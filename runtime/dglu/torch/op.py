@@ -34,7 +34,7 @@ from ..dtypes import FP8_TYPES, torch_dtype
 
 OP_NAME = "dglu::grouped_gemm_dglu"
 _STRIDE_TAG = getattr(torch.Tag, "needs_exact_strides", torch.Tag.needs_fixed_stride_order)
-# The seed's scale-factor layout (shared/notes/blockscaled_contract.md): 128-row atoms of
+# The seed's scale-factor layout (docs/blockscaled_contract.md): 128-row atoms of
 # 4 x 32-element blocks, 512 bytes each, permuted (32, 4, rows/128, 4, blocks/4, L).
 SF_ATOM_ROWS, SF_ATOM_BYTES, SF_BLOCK = 128, 512, 32
 FP8_DTYPES = tuple(torch_dtype(name) for name in FP8_TYPES)  # the block-scaled operands'
