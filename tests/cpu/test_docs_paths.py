@@ -1,8 +1,10 @@
-"""The README and docs are checked against the tree: every repository path they name exists."""
+"""The README and docs are checked against the tree: every repository path they name exists,
+and no tracked source or document cites the notes outside the repository."""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,4 +38,12 @@ def test_every_named_path_exists(document: str) -> None:
     base = (ROOT / document).parent
     missing = [p for p in named_paths(text) if not (ROOT / p).exists() and not (base / p).exists()]
     assert not missing, f"{document} names paths that do not exist: {missing}"
-    assert "shared/notes" not in text, f"{document} cites ../shared/notes, which is outside the repository"
+
+
+def test_no_tracked_file_cites_the_notes_outside_the_repository() -> None:
+    listed = subprocess.run(["git", "ls-files", "-z", "*.py", "*.md"], cwd=ROOT, capture_output=True, check=True)
+    this = Path(__file__).resolve().relative_to(ROOT).as_posix()  # it names the rule
+    files = [name for name in listed.stdout.decode().split("\0") if name and name != this]
+    assert "README.md" in files and "runtime/dglu/torch/op.py" in files
+    citing = [name for name in files if "shared/notes" in (ROOT / name).read_text(encoding="utf-8")]
+    assert not citing, f"these cite shared/notes, which is outside the repository: {citing}"
