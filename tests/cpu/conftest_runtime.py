@@ -1,7 +1,8 @@
 """Helpers for the runtime's CPU tests: hand-written artifact directories (docs/manifest.md).
 
 Imported by the tests/cpu/test_runtime_*.py modules (pytest puts tests/cpu on sys.path).
-The entries mirror what the build writes for the sm90_bf16 family (schema version 2).
+The entries mirror what the build writes for the sm90_bf16 family (the current schema:
+dglu.contract.writer.manifest_data).
 The cubins written here are random bytes: the runtime only hashes them on the CPU.
 """
 
