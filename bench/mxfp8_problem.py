@@ -163,7 +163,9 @@ def only_decode(decode: str) -> Iterator[None]:
     chosen = tuple(v for v in installed_variants() if v.family != FAMILY or v.key.decode == decode)
     seen = dglu.call.installed_variants
     dglu.api.clear_caches()
-    dglu.call.installed_variants = lambda arch=None: tuple(v for v in chosen if arch in (None, v.key.arch))
+    dglu.call.installed_variants = lambda arch=None: tuple(
+        v for v in chosen if arch in (None, v.key.arch)
+    )
     try:
         yield
     finally:
