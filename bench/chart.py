@@ -1,9 +1,11 @@
 """A PNG of the two ratios per shape, with the issue's targets drawn in, and of the fraction
-of its floor (bench.floors) the fused op and the grouped GEMM reach on each shape."""
+of its floor (bench.floors) the fused op and the grouped GEMM reach on each shape; and
+charts of bounded ratios alone (bench.mxfp8's)."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from typing import Any
 
 # (ratio, panel title, whether lower is better, the shape record's field holding its bound)
@@ -38,12 +40,11 @@ def _color(value: float, bound: float | None, lower_is_better: bool) -> str:
 
 
 def _ratio_panel(
-    axis: Any, shapes: list[dict[str, Any]], ratio: str, lower_is_better: bool, bound_field: str
+    axis: Any, values: list[float | None], bounds: list[float | None], lower_is_better: bool
 ) -> None:
-    """A bar per shape (green where its target is met, red where missed, gray where it has
-    none, "n/a" where not measured), each shape's target a dashed line."""
-    for x, shape in enumerate(shapes):
-        value, bound = shape["ratios"][ratio], shape["shape"].get(bound_field)
+    """A bar per shape (green where its bound is met, red where missed, gray where it has
+    none, "n/a" where not measured), each shape's bound a dashed line."""
+    for x, (value, bound) in enumerate(zip(values, bounds)):
         if value is None:
             axis.text(x, 0.02, "n/a", ha="center", transform=axis.get_xaxis_transform())
             continue
@@ -79,32 +80,70 @@ def _floor_panel(axis: Any, shapes: list[dict[str, Any]]) -> None:
     axis.legend(fontsize=7, loc="upper right")
 
 
-def ratios_png(record: dict[str, Any]) -> bytes:
-    """The chart as PNG bytes: one panel per ratio of PANELS, then the floor panel."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    shapes = record["shapes"]
+    return pyplot
+
+
+def _where(record: dict[str, Any]) -> str:
+    """The GPU and the commit of ``record``'s run, as the titles name them."""
+    environment = record["environment"]
+    gpu = (environment.get("gpu") or {}).get("name", "no GPU")
+    return f"{gpu}, commit {environment['commit']}"
+
+
+def _png(figure: Any, axes: Any, shapes: list[dict[str, Any]], title: str) -> bytes:
+    """``figure`` with the shapes' names under each of ``axes`` and ``title`` above, as PNG
+    bytes; the figure is closed."""
     names = [s["shape"]["name"] for s in shapes]
-    figure, axes = pyplot.subplots(1, len(PANELS) + 1, figsize=(19, 4.8), constrained_layout=True)
+    for axis in axes:
+        axis.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
+    figure.suptitle(title, fontsize=10)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=120)
+    _pyplot().close(figure)
+    return buffer.getvalue()
+
+
+def ratios_png(record: dict[str, Any]) -> bytes:
+    """The chart as PNG bytes: one panel per ratio of PANELS, then the floor panel."""
+    shapes = record["shapes"]
+    figure, axes = _pyplot().subplots(
+        1, len(PANELS) + 1, figsize=(19, 4.8), constrained_layout=True
+    )
     for axis, (ratio, title, lower_is_better, bound_field) in zip(axes, PANELS):
-        _ratio_panel(axis, shapes, ratio, lower_is_better, bound_field)
+        values = [s["ratios"][ratio] for s in shapes]
+        _ratio_panel(axis, values, [s["shape"].get(bound_field) for s in shapes], lower_is_better)
         axis.set_title(title, fontsize=10)
     _floor_panel(axes[-1], shapes)
     axes[-1].set_title(FLOOR_TITLE, fontsize=10)
-    for axis in axes:
-        axis.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
-    environment = record["environment"]
-    gpu = (environment.get("gpu") or {}).get("name", "no GPU")
     dry = " (DRY RUN: fake timings)" if record["dry_run"] else ""
-    figure.suptitle(
-        f"dglu fused dSwiGLU backward vs PyTorch, {gpu}, commit {environment['commit']}{dry}; "
+    return _png(
+        figure,
+        axes,
+        shapes,
+        f"dglu fused dSwiGLU backward vs PyTorch, {_where(record)}{dry}; "
         "dashed: target; floors: H200 baselines, bench/README.md (790 TFLOP/s, 4.3 TB/s)",
-        fontsize=10,
     )
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    pyplot.close(figure)
-    return buffer.getvalue()
+
+
+def bound_ratios_png(
+    record: dict[str, Any], panels: Sequence[tuple[str, str, float]], title: str
+) -> bytes:
+    """A chart as PNG bytes: one panel per (ratio, panel title, bound) of ``panels``, a bar
+    per shape of ``record`` (higher is better, the bound dashed), ``title`` above with the
+    run's GPU and commit."""
+    shapes = record["shapes"]
+    figure, axes = _pyplot().subplots(
+        1, len(panels), figsize=(6.5 * len(panels), 4.8), constrained_layout=True, squeeze=False
+    )
+    for axis, (ratio, panel_title, bound) in zip(axes[0], panels):
+        values = [s["ratios"][ratio] for s in shapes]
+        _ratio_panel(axis, values, [bound] * len(shapes), lower_is_better=False)
+        axis.set_title(f"{panel_title} (higher is better)", fontsize=10)
+    return _png(figure, axes[0], shapes, f"{title}, {_where(record)}; dashed: target")

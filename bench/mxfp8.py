@@ -3,11 +3,13 @@ unfused path a Hopper user writes today (bench.mxfp8_problem), on bench's shapes
 process.
 
 Per shape: median ms and TFLOP/s (2 * M * N * K) of each candidate, MXFP8 / BF16 TFLOP/s
-(target >= 0.9) and unfused / MXFP8 time (target >= 3). A candidate is timed (bench.timing:
-CUDA-graph replays over buffer sets rotated to defeat L2) only after its outputs matched the
-eager unfused path's (bench.mxfp8_problem.check). Writes mxfp8.json into --out (commit it as
-bench/results/<date>-<commit>-mxfp8.json) and prints the table and, last, one summary line
-starting with "MXFP8:".
+(target >= 0.9) and unfused / MXFP8 time (target >= 3), the variant the MXFP8 call selects
+and its decode. A candidate is timed (bench.timing: CUDA-graph replays over buffer sets
+rotated to defeat L2) only after its outputs matched the eager unfused path's
+(bench.mxfp8_problem.check). Writes mxfp8.json (commit it as
+bench/results/<date>-<commit>-mxfp8.json) and, where matplotlib imports, mxfp8.png (the two
+ratios per shape against their targets) into --out, and prints the table and, last, one
+summary line starting with "MXFP8:".
 
 Exit status: 0 when every candidate was measured and matched; 1 when a measurement failed
 or disagreed (missed targets are reported, not failures); 2 for bad arguments or no GPU.
@@ -24,10 +26,12 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from dglu_build.atomic_write import write_atomic
 
+from .chart import bound_ratios_png
 from .options import add_run_options, parse_run_options
 from .device import _first_call_s, error_record
 from .environment import describe
@@ -35,7 +39,8 @@ from .report import SHAPE_WIDTH, _ratio_cell, _span, _time_cell
 from .results import Target, error_paths, lookup, ratio, target_tally, with_tflops
 from .shapes import Shape
 
-JSON_NAME = "mxfp8.json"
+JSON_NAME, CHART_NAME = "mxfp8.json", "mxfp8.png"
+CHART_TITLE = "dglu MXFP8 fused dSwiGLU backward vs dglu BF16 and the unfused torch path"
 TIMING = (
     "bench.timing: each call captured once in a CUDA graph and replayed, CUDA events around "
     "each replay; warm-up passes first; median of as many samples as fit --budget-ms (20 to "
@@ -108,7 +113,7 @@ def _checks(runs: dict[str, Candidate | str], first: Any) -> dict[str, Any]:
     from . import mxfp8_problem as p
 
     try:
-        want = p.unfused_outputs(p.UnfusedPath(compiled=False), p.fresh(first))
+        want = p.eager_reference(first)
     except Exception as exc:  # nothing can be checked, so nothing is timed
         failed = error_record(exc)
         return {name: failed for name, run in runs.items() if not isinstance(run, str)}
@@ -126,21 +131,24 @@ def _checks(runs: dict[str, Candidate | str], first: Any) -> dict[str, Any]:
 def measure_shape(
     shape: Shape, device: Any, budget_ms: float, seed: int, unfused: Any
 ) -> dict[str, Any]:
-    """Buffer sets, the BF16 op's variant, the unfused path's first-call (compile) time, each
-    candidate's check, and the timings of the candidates that passed it."""
+    """Buffer sets, the MXFP8 call's variant (and its decode) and workspace, the BF16 op's
+    variant, the unfused path's first-call (compile) time, each candidate's check, and the
+    timings of the candidates that passed it."""
     import torch
 
-    from .mxfp8_problem import make_mxfp8_sets
+    from .mxfp8_problem import make_mxfp8_sets, operand_bytes, selected_variant, workspace_bytes
     from .timing import time_calls
-
-    from .mxfp8_problem import operand_bytes, workspace_bytes
 
     sets = make_mxfp8_sets(shape, device, seed)
     record: dict[str, Any] = {"buffer_sets": len(sets), "operand_bytes": operand_bytes(shape)}
-    try:
-        record["workspace_bytes"] = workspace_bytes(sets[0], shape)
-    except Exception as exc:  # recorded; the measurements still run
-        record["workspace_bytes"] = error_record(exc)
+    for field, find in (
+        ("mxfp8_variant", partial(selected_variant, sets[0])),
+        ("workspace_bytes", partial(workspace_bytes, sets[0], shape)),
+    ):
+        try:
+            record[field] = find()
+        except Exception as exc:  # recorded; the measurements still run
+            record[field] = error_record(exc)
     runs = candidates(_built_bf16_op(sets[0].bf16, record), unfused)
     try:
         record["compile_s"] = _first_call_s(unfused, sets[0])
@@ -211,14 +219,24 @@ def _check_mark(shape: dict[str, Any], name: str) -> str:
     return {True: "ok", False: "WRONG", None: "-"}[lookup(shape, "checks", name, "ok")]
 
 
+def _decode_cell(shape: dict[str, Any]) -> str:
+    """The decode of the variant the MXFP8 call selected ("error" where naming it failed,
+    "-" where the record has none)."""
+    variant = shape.get("mxfp8_variant")
+    return "-" if variant is None else variant.get("decode") or "error"
+
+
 def table(record: dict[str, Any]) -> str:
-    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, the checks."""
+    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, the MXFP8 call's
+    decode, the checks."""
     cells = [f"{name} ms (TF/s)" for name in CANDIDATES] + list(SUMMARY_TITLES.values())
+    cells.append("mxfp8 decode")
     cells.append("checks " + "/".join(name[0] for name in CANDIDATES))
     lines = ["shape".ljust(SHAPE_WIDTH) + "".join(cell.rjust(TABLE_CELL) for cell in cells)]
     for shape in record["shapes"]:
         cells = [_time_cell(shape["timings"], name) for name in CANDIDATES]
         cells += [_ratio_cell(shape["ratios"][name]) for name in RATIOS]
+        cells.append(_decode_cell(shape))
         cells.append("/".join(_check_mark(shape, name) for name in CANDIDATES))
         lines.append(
             shape["shape"]["name"].ljust(SHAPE_WIDTH)
@@ -243,6 +261,23 @@ def summary_line(record: dict[str, Any]) -> str:
     environment = record["environment"]
     gpu = (environment.get("gpu") or {}).get("name", "no GPU")
     return "MXFP8: " + "; ".join(parts) + f" ({gpu}, commit {environment['commit']})"
+
+
+def write_chart(record: dict[str, Any], out: Path) -> dict[str, Any]:
+    """mxfp8.png written into ``out`` (bench.chart: a panel per ratio, its target dashed);
+    what the JSON keeps of it: the file, why it was skipped (matplotlib not installed, said
+    on stderr too), or the error."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"bench.mxfp8: matplotlib is not installed; no {CHART_NAME}", file=sys.stderr)
+        return {"skipped": "matplotlib is not installed"}
+    panels = [(name, title, bound) for name, (_, _, title, bound) in RATIOS.items()]
+    try:
+        write_atomic(out / CHART_NAME, bound_ratios_png(record, panels, CHART_TITLE))
+    except Exception as exc:  # recorded; the JSON and the table are still written
+        return error_record(exc)
+    return {"file": CHART_NAME}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -282,11 +317,14 @@ def main(argv: list[str] | None = None) -> int:
     unfused = UnfusedPath(compiled=True)
     shapes: list[dict[str, Any]] = []
 
-    def write(complete: bool) -> dict[str, Any]:
+    def write(complete: bool, chart: dict[str, Any] | None = None) -> dict[str, Any]:
         record = results_record(environment, method, shapes)
         record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         record["duration_s"] = time.monotonic() - started
         record["complete"] = complete
+        if chart is not None:
+            record["chart"] = chart
+            record["errors"] += error_paths({"chart": chart})
         if complete:
             record["summary"] = summary_line(record)
         write_atomic(args.out / JSON_NAME, (json.dumps(record, indent=2) + "\n").encode())
@@ -304,11 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         times = ", ".join(
             f"{name} {lookup(measured, 'timings', name, 'median_ms')} ms" for name in CANDIDATES
         )
+        decode = lookup(measured, "mxfp8_variant", "decode")
         elapsed = time.monotonic() - start
-        print(f"{shape.name}: {times} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
-    record = write(complete=True)
+        print(f"{shape.name}: {times}, decode {decode} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+    chart = write_chart(results_record(environment, method, shapes), args.out)
+    record = write(complete=True, chart=chart)
     print(table(record))
-    print(f"results: {args.out / JSON_NAME}")
+    written = [JSON_NAME] + ([CHART_NAME] if "file" in chart else [])
+    print(f"results: {', '.join(str(args.out / name) for name in written)}")
     print(record["summary"])
     return 1 if record["errors"] or record["wrong"] else 0
 

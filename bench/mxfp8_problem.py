@@ -9,12 +9,15 @@ a wrong result from posting a time.
   D_row and D_col (bench.mxfp8_torch), with both torch pieces under torch.compile.
 
 ``check`` compares a candidate's outputs (FP8 D decoded with its SFD) with the eager unfused
-path's, which shares no compiled or dglu code with the candidates.
+path's, which shares no compiled or dglu code with the candidates. ``selected_variant``
+names the variant (and its decode) the MXFP8 call selects; inside ``only_decode`` the
+selection takes one decode's variants only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
@@ -28,6 +31,7 @@ from .mxfp8_torch import SF_VEC, dequantize, quantize_d, quantize_operand
 from .shapes import Shape
 
 AB_DTYPE = D_DTYPE = torch.float8_e4m3fn
+FAMILY = "sm90_mxfp8"  # the Hopper MXFP8 variants' family
 BLOCK_EXPONENTS = (-4, 4)  # A's and B's 32-blocks scaled by 2^U{-4..4}: every SF byte varies
 # Relative L2 bounds of the check. The unfused path rounds R to bf16 (torch._grouped_mm's
 # output), which moves about 1.6% of the FP8 codes by one step (~1e-2 relative L2); the BF16
@@ -114,13 +118,10 @@ def operand_bytes(shape: Shape) -> int:
 def workspace_bytes(s: Mxfp8Set, shape: Shape) -> dict[str, Any]:
     """Per workspace, the bytes the MXFP8 variant that run_mxfp8's call selects allocates
     for ``shape`` (its manifest's rules), and their total; the variant's name."""
-    import dglu
     from dglu.contract.element_types import ELEMENT_TYPES
     from dglu.contract.reader import full_variant
-    from dglu.manifest import installed_variants
 
-    name = dglu.wrapper_variant(**mxfp8_arguments(s))
-    variant = full_variant(next(v for v in installed_variants() if v.name == name))
+    variant = full_variant(_selected_entry(s))
     scalars = {"m": shape.m, "n": shape.n, "k": shape.k, "l": shape.l}
     for scalar, expression in variant.scalars.items():
         scalars[scalar] = expression.value(scalars)
@@ -129,6 +130,47 @@ def workspace_bytes(s: Mxfp8Set, shape: Shape) -> dict[str, Any]:
         for workspace, rule in variant.workspaces.items()
     }
     return {"variant": variant.name, "total": sum(each.values()), "each": each}
+
+
+# --- the selection ---------------------------------------------------------------------------
+
+
+def _selected_entry(s: Mxfp8Set) -> Any:
+    """The installed variant (dglu.manifest's entry) that run_mxfp8's call on ``s`` selects."""
+    import dglu
+    from dglu.manifest import installed_variants
+
+    name = dglu.wrapper_variant(**mxfp8_arguments(s))
+    return next(v for v in installed_variants() if v.name == name)
+
+
+def selected_variant(s: Mxfp8Set) -> dict[str, str]:
+    """The name and decode of the variant that run_mxfp8's call on ``s`` selects."""
+    entry = _selected_entry(s)
+    return {"name": entry.name, "decode": entry.key.decode}
+
+
+@contextlib.contextmanager
+def only_decode(decode: str) -> Iterator[None]:
+    """Inside the block dglu's selection sees, of the MXFP8 family, only ``decode``'s
+    variants (no call argument names the decode: the dispatch rules pick one by problem
+    class), as the GPU suite's only_decode does; dglu's caches are cleared on entry and
+    exit, so that no op bound outside the block runs inside it, or the other way round."""
+    import dglu.api
+    import dglu.call
+    from dglu.manifest import installed_variants
+
+    chosen = tuple(v for v in installed_variants() if v.family != FAMILY or v.key.decode == decode)
+    seen = dglu.call.installed_variants
+    dglu.api.clear_caches()
+    dglu.call.installed_variants = lambda arch=None: tuple(
+        v for v in chosen if arch in (None, v.key.arch)
+    )
+    try:
+        yield
+    finally:
+        dglu.call.installed_variants = seen
+        dglu.api.clear_caches()
 
 
 # --- the candidates --------------------------------------------------------------------------
@@ -242,6 +284,12 @@ def unfused_outputs(path: UnfusedPath, s: Mxfp8Set) -> dict[str, Any]:
     out = path(s)
     decoded = decoded_d(out.d_row, out.sfd_row, out.d_col, out.sfd_col, s.norm_const)
     return {**decoded, "dprob": s.bf16.dprob, "dbias": out.dbias}
+
+
+def eager_reference(s: Mxfp8Set) -> dict[str, Any]:
+    """The eager unfused path's results on a fresh copy of ``s``: what ``check`` compares
+    every candidate with."""
+    return unfused_outputs(UnfusedPath(compiled=False), fresh(s))
 
 
 def bf16_outputs(op: Any, s: Mxfp8Set) -> dict[str, Any]:
