@@ -151,11 +151,12 @@ def selected_variant(s: Mxfp8Set) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def only_decode(decode: str) -> Iterator[None]:
+def only_decode(decode: str) -> Iterator[tuple]:
     """Inside the block dglu's selection sees, of the MXFP8 family, only ``decode``'s
     variants (no call argument names the decode: the dispatch rules pick one by problem
-    class), as the GPU suite's only_decode does; dglu's caches are cleared on entry and
-    exit, so that no op bound outside the block runs inside it, or the other way round."""
+    class); yields the variants it sees. dglu's caches are cleared on entry and exit, so
+    that no op bound outside the block runs inside it, or the other way round. (The GPU
+    suite and ci/sanitize_cases.py use it too.)"""
     import dglu.api
     import dglu.call
     from dglu.manifest import installed_variants
@@ -167,7 +168,7 @@ def only_decode(decode: str) -> Iterator[None]:
         v for v in chosen if arch in (None, v.key.arch)
     )
     try:
-        yield
+        yield chosen
     finally:
         dglu.call.installed_variants = seen
         dglu.api.clear_caches()

@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # bench/ (bench.mxfp8_problem.only_decode)
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 
 import dglu  # noqa: E402
@@ -142,7 +143,7 @@ def run_block_scaled_case(variant: dict, api: str) -> None:
     import test_blockscaled_gpu as mx
     from blockscaled_configs import SHIPPED as MX_SHIPPED
     from blockscaled_configs import key_fields as mx_key_fields
-    from blockscaled_configs import only_decode
+    from bench.mxfp8_problem import only_decode
 
     key = variant["key"]
     fields = (

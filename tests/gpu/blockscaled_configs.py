@@ -3,14 +3,12 @@ the sm90_mxfp8 family (E4M3 A/B and D, BF16 C; the 3 activations x dbias on/off 
 discrete B, K- or N-major, x static or dynamic scheduler; plus four dSwiGLU extras).
 
 An MxConfig is one shipped configuration as a caller reaches it, in each decode (DECODES;
-only_decode makes the selection take one). SHIPPED lists them; test_blockscaled_gpu.py
+bench.mxfp8_problem.only_decode makes the selection take one). SHIPPED lists them; test_blockscaled_gpu.py
 checks it against the installed manifest.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import product
 
@@ -119,21 +117,3 @@ def installed_key_fields(key) -> tuple:
     )
 
 
-@contextlib.contextmanager
-def only_decode(decode: str) -> Iterator[tuple]:
-    """Inside the block the selection sees only the family's variants of ``decode`` (no call
-    argument names the decode: the dispatch table picks one by problem class); yields the
-    variants it sees. dglu's caches are cleared on entry and exit."""
-    import dglu.api
-    import dglu.call
-    from dglu.manifest import installed_variants
-
-    chosen = tuple(v for v in installed_variants() if v.family != FAMILY or v.key.decode == decode)
-    seen = dglu.call.installed_variants
-    dglu.api.clear_caches()
-    dglu.call.installed_variants = lambda arch=None: tuple(v for v in chosen if arch in (None, v.key.arch))
-    try:
-        yield chosen
-    finally:
-        dglu.call.installed_variants = seen
-        dglu.api.clear_caches()

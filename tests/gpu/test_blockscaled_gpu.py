@@ -29,8 +29,9 @@ import dglu  # noqa: E402
 import dglu.torch  # noqa: E402
 from blockscaled_checks import check_accumulated, check_quantized_d, zero_blocks  # noqa: E402
 from blockscaled_configs import (  # noqa: E402
-    DECODES, DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, installed_key_fields, key_fields, only_decode,
+    DECODES, DEFAULT, FAMILY, SHIPPED, TILE, MxConfig, installed_key_fields, key_fields,
 )
+from bench.mxfp8_problem import only_decode  # noqa: E402
 from blockscaled_inputs import MxInputs, MxOutputs, layout_revealing_inputs, make_mx_inputs, poisoned_outputs  # noqa: E402
 from checks import d_allowed  # noqa: E402
 from dglu.manifest import installed_variants  # noqa: E402
@@ -252,7 +253,7 @@ def test_inputs_have_all_zero_blocks_both_ways(seed: int) -> None:
 
 @pytest.fixture(params=DECODES)
 def decode(request) -> str:
-    """Each shipped decode in turn (blockscaled_configs.only_decode)."""
+    """Each shipped decode in turn (bench.mxfp8_problem.only_decode)."""
     with only_decode(request.param) as chosen:
         if not any(v.family == FAMILY for v in chosen):
             pytest.skip(f"no {FAMILY} variant of decode {request.param} is installed")
