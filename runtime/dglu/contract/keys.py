@@ -45,7 +45,9 @@ class KeyField(Record):
     mapping of its values to words. A name lists the parts of the fields without a default
     in the table's order, then the suffixes of the others off their default in that order,
     "params" (act_params) among them: ``p`` and a hash of the constants, unless they are
-    the activation's defaults."""
+    the activation's defaults. ``request_any``: a call may leave the field open (None in
+    dglu.selection.VariantRequest: any variant's value); a request gives each other field
+    or takes its key default."""
 
     name: str
     kind: type  # the JSON type
@@ -58,6 +60,7 @@ class KeyField(Record):
     default: Any = REQUIRED
     negated: str | None = None  # a switch's "off" option
     name_part: str | Mapping[Any, str] | None = "{}"
+    request_any: bool = False
 
     @property
     def has_default(self) -> bool:
@@ -80,15 +83,15 @@ KEY_TABLE: tuple[KeyField, ...] = (
              "sample_b or num_experts", "dense"),
     KeyField("b_major", str, "Major mode of B", "--b-major", "value", "b_major", "b_major", "k"),
     KeyField("tile_m", int, "Tile", "--tile", "joint", "mma_tiler_mn", "mma_tiler_mn", 128,
-             name_part="{}x{}"),
+             name_part="{}x{}", request_any=True),
     KeyField("tile_n", int, "Tile", "--tile", "joint", "mma_tiler_mn", "mma_tiler_mn", 128,
-             name_part=None),
+             name_part=None, request_any=True),
     KeyField("cluster_m", int, "Cluster", "--cluster", "joint", "cluster_shape_mn", "cluster_shape_mn", 1,
-             name_part="{}x{}"),
+             name_part="{}x{}", request_any=True),
     KeyField("cluster_n", int, "Cluster", "--cluster", "joint", "cluster_shape_mn", "cluster_shape_mn", 1,
-             name_part=None),
+             name_part=None, request_any=True),
     KeyField("scheduler", str, "Tile scheduler", "--scheduler", "value", "use_dynamic_sched", "use_dynamic_sched",
-             "static"),
+             "static", request_any=True),
     # how the MMA warpgroups share tiles: "cooperative" (both on each tile, accumulators
     # staged for epilogue warpgroups), "pingpong" (alternate tiles, the epilogue in their
     # registers; names end in _pp) or "cooperative_rf" (both on each tile, the epilogue in
@@ -96,7 +99,7 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("consumer", str,
              "Consumer schedule of the MMA warpgroups (Hopper): cooperative, pingpong or cooperative_rf",
              "--consumer", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
-             "cooperative", "cooperative", name_part={"pingpong": "pp", "cooperative_rf": "crf"}),
+             "cooperative", "cooperative", name_part={"pingpong": "pp", "cooperative_rf": "crf"}, request_any=True),
     # where a block-scaled Hopper variant decodes its FP8 operands and quantizes D:
     # "prepass" (decode kernels write BF16 copies, the fused kernel an fp32 D, a quantizer
     # reads it: every family's default), "mainloop" (decoded in the fused kernel's shared
@@ -104,7 +107,7 @@ KEY_TABLE: tuple[KeyField, ...] = (
     KeyField("decode", str,
              "Where block-scaled operands are decoded (Hopper MXFP8): prepass, mainloop or one_pass",
              "--decode", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
-             "prepass", "prepass", name_part={"mainloop": "mld", "one_pass": "1p"}),
+             "prepass", "prepass", name_part={"mainloop": "mld", "one_pass": "1p"}, request_any=True),
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast",
              name_part="det"),
@@ -125,7 +128,7 @@ KEY_TABLE: tuple[KeyField, ...] = (
     # 0: the kernels take any expert count L at run time (Hopper); n > 0: compiled for L = n
     # (Blackwell, cuDNN FE's kernel), the variant's name ending in _e<n>
     KeyField("experts", int, "Expert count compiled in: the Blackwell kernels take one L each; 0: any (Hopper)",
-             "--experts", "value", "padded_offsets", "sample_padded_offsets", 0, 0, name_part="e{}"),
+             "--experts", "value", "padded_offsets", "sample_padded_offsets", 0, 0, name_part="e{}", request_any=True),
 )
 KEY_FIELD_TABLE: dict[str, KeyField] = {field.name: field for field in KEY_TABLE}
 
@@ -134,6 +137,20 @@ KEY_FIELDS: dict[str, type] = {field.name: field.kind for field in KEY_TABLE}
 
 # Fields a spec entry or a manifest key may leave out, and the value they then take.
 KEY_FIELD_DEFAULTS: dict[str, Any] = {field.name: field.default for field in KEY_TABLE if field.has_default}
+
+
+def key_record(name: str, module: str, doc: str, defaults: Mapping[str, Any], **namespace: Any) -> Any:
+    """A Record class of the table's fields in its order (VariantKey, dglu.selection's
+    VariantRequest): ``defaults`` the fields' defaults (those with one last; a default of
+    None: the field may be None), ``namespace`` its methods. Record's metaclass makes it
+    as a class statement listing the fields would (collections.namedtuple compiles its
+    class from source: ~0.2 ms of import)."""
+    annotations = {field.name: field.kind.__name__ for field in KEY_TABLE}
+    annotations.update({field: f"{annotations[field]} | None" for field, value in defaults.items() if value is None})
+    return type(Record)(name, (Record,), {
+        "__module__": module, "__qualname__": name, "__doc__": doc, "__annotations__": annotations,
+        **defaults, **namespace,
+    })
 
 
 def build_command(entry: Mapping[str, Any]) -> str:
