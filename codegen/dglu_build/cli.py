@@ -197,13 +197,27 @@ class _ActParam(click.ParamType):
 
 def _add_field_options(command):
     """Decorate ``command`` with one option per variant key field (dglu.contract.keys
-    .KEY_TABLE: names, defaults and descriptions): repeatable values, switches and flags;
-    act_params, tile and cluster have their own options (below)."""
+    .KEY_TABLE: names, defaults and descriptions), in the table's order: repeatable values
+    (required where the field has no build default: --act), act_params' NAME=VALUE
+    constants, the MxN pairs of tile and cluster (as ``tiles`` and ``clusters``), switches
+    and flags."""
     for field in reversed(KEY_TABLE):
-        if field.style == "value" and field.build_default is not None:
+        repeatable = f"{field.description} (repeatable)."
+        if field.style == "value":
+            if field.build_default is None:
+                default = {"required": True}
+            else:
+                default = {"default": [field.build_default], "show_default": True}
+            command = click.option(field.option, field.name, type=field.kind, multiple=True, help=repeatable,
+                                   **default)(command)
+        elif field.style == "params":
+            command = click.option(field.option, field.name, type=_ActParam(), multiple=True, help=repeatable)(command)
+        elif field.style == "joint" and field.name.endswith("_m"):
+            pair = field.name.removesuffix("_m")
+            second = KEY_FIELD_TABLE[f"{pair}_n"]
             command = click.option(
-                field.option, field.name, type=field.kind, multiple=True, default=[field.build_default],
-                show_default=True, help=f"{field.description} (repeatable).",
+                field.option, f"{pair}s", type=_MxN(), multiple=True,
+                default=[f"{field.build_default}x{second.build_default}"], show_default=True, help=repeatable,
             )(command)
         elif field.style in ("switch", "flag"):
             command = click.option(
@@ -213,21 +227,8 @@ def _add_field_options(command):
     return command
 
 
-def _pair_option(pair: str, name: str):
-    """The repeatable MxN option of the key fields ``pair``_m and ``pair``_n."""
-    m, n = KEY_FIELD_TABLE[f"{pair}_m"], KEY_FIELD_TABLE[f"{pair}_n"]
-    return click.option(
-        m.option, name, type=_MxN(), multiple=True, default=[f"{m.build_default}x{n.build_default}"],
-        show_default=True, help=f"{m.description} (repeatable).",
-    )
-
-
 @main.command()
-@click.option("--act", "act_func", multiple=True, required=True, help="Activation, e.g. dswiglu or dgeglu (repeatable).")
-@click.option("--act-param", "act_params", type=_ActParam(), multiple=True, help="An activation constant (repeatable).")
 @_add_field_options
-@_pair_option("tile", "tiles")
-@_pair_option("cluster", "clusters")
 @_out_option("Artifact directory to add to.")
 @_jobs_option
 def add(

@@ -21,9 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, variant_name
+from .contract.keys import ARCH_OF_CAPABILITY, KEY_FIELDS, KEY_TABLE, build_command, key_record, variant_name
 from .contract.reader import VariantEntry
-from .contract.records import Record
 from .contract.schema import Variant, VariantKey
 from .errors import VariantNotFoundError
 
@@ -43,34 +42,22 @@ def arch_for_capability(capability: tuple[int, int]) -> str | None:
     return ARCH_OF_CAPABILITY.get(tuple(capability))
 
 
-class VariantRequest(Record):
-    """What a call needs; None in a launch-shape field means "any"."""
+def _wanted(self: Any) -> dict[str, Any]:
+    """The fields a variant must match."""
+    return {name: value for name, value in zip(self._fields, self) if value is not None}
 
-    arch: str
-    ab_dtype: str
-    c_dtype: str
-    d_dtype: str
-    act_func: str
-    act_params: tuple[tuple[str, float], ...]
-    dbias: bool
-    weight_mode: str
-    b_major: str
-    tile_m: int | None = None
-    tile_n: int | None = None
-    cluster_m: int | None = None
-    cluster_n: int | None = None
-    scheduler: str | None = None
-    consumer: str | None = None  # the MMA warpgroups' schedule; no call argument sets it
-    decode: str | None = None  # where block-scaled operands are decoded; no call argument sets it
-    deterministic: bool = False
-    act_out: bool = False
-    discrete_col_sfd: bool = False  # matched where the family compiles it in
-    use_single_group_runtime_offsets: bool = False  # likewise
-    experts: int | None = None  # the call's L; a variant of experts 0 takes any
 
-    def wanted(self) -> dict[str, Any]:
-        """The fields a variant must match."""
-        return {name: value for name, value in zip(self._fields, self) if value is not None}
+# What a call needs: a Record of the KeyField table's fields in its order. A field a call may
+# leave open (KeyField.request_any: the launch shape; the consumer and the decode, which no
+# call argument sets; the expert count, the call's L, which a variant of experts 0 takes
+# whatever it is) is None for "any"; the others take the key's default, if any.
+# act_params as sorted (name, value) pairs.
+VariantRequest = key_record(
+    "VariantRequest", __name__, 'What a call needs; None in a launch-shape field means "any".',
+    {field.name: None if field.request_any else field.default for field in KEY_TABLE
+     if field.request_any or field.has_default},
+    wanted=_wanted,
+)
 
 
 # request fields that select a variant only in a family that compiles them in

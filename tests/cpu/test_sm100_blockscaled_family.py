@@ -92,6 +92,8 @@ def test_sources_hash_the_pinned_distribution_and_the_family_package():
     assert sources[f"{upstream.DISTRIBUTION}:version"] == upstream.VERSION
     assert f"{upstream.DISTRIBUTION}:cudnn/gemm/cutedsl/grouped/dglu/moe_blockscaled_grouped_gemm_dglu_dbias.py" in sources
     assert "sm100_blockscaled/compile.py" in sources and "scale_factors.py" in sources
+    # the BF16 family's compile, config and interface it imports: a change there rebuilds it
+    assert "sm100_bf16/compile.py" in sources and "sm100_bf16/interface.py" in sources
     assert FAMILY.sources_hash() != families()["sm100_bf16"].sources_hash()
     assert set(FAMILY.notices()) == {f"{upstream.DISTRIBUTION}/LICENSE.txt", f"{upstream.DISTRIBUTION}/NOTICE"}
 

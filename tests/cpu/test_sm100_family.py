@@ -77,6 +77,7 @@ def test_sources_name_the_pinned_distribution_and_hash_its_kernel_files():
     expected = hashlib.sha256(found.locate_file(kernel).read_bytes()).hexdigest()
     assert sources[f"{upstream.DISTRIBUTION}:{kernel}"] == expected
     assert "sm100_bf16/compile.py" in sources and "family.py" in sources
+    assert "dglu/contract/element_types.py" in sources  # the element sizes and CuTe DSL types
     assert FAMILY.sources_hash() != families()["sm90_bf16"].sources_hash()
 
 

@@ -22,9 +22,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from dglu.contract import element_types
 from dglu.contract.keys import ACT_PARAM_DEFAULTS, JOINT_FIELDS
 
 KERNELS_DIR = Path(__file__).resolve().parent
+# the contract's element-type table: every family's kernels take their element sizes and
+# CuTe DSL types from it (dglu_build.kernels.dtypes), so it is one of their sources
+ELEMENT_TABLE = Path(element_types.__file__).resolve()
 
 
 def file_hashes(paths: Iterable[Path], root: Path) -> dict[str, str]:
@@ -33,12 +37,13 @@ def file_hashes(paths: Iterable[Path], root: Path) -> dict[str, str]:
 
 
 def package_sources(*directories: Path) -> dict[str, str]:
-    """The Python files under ``directories`` (recursively) and the shared modules directly
-    under kernels/ (aot.py, declaration.py, family.py, ...), by path and sha256."""
+    """The Python files under ``directories`` (recursively), the shared modules directly
+    under kernels/ (aot.py, declaration.py, family.py, ...) and the contract's element-type
+    table (as dglu/contract/element_types.py), by path and sha256."""
     files = {*KERNELS_DIR.glob("*.py")}
     for directory in directories:
         files.update(directory.rglob("*.py"))
-    return file_hashes(files, KERNELS_DIR)
+    return {**file_hashes(files, KERNELS_DIR), **file_hashes([ELEMENT_TABLE], ELEMENT_TABLE.parents[2])}
 
 
 class KernelFamily(ABC):

@@ -9,7 +9,7 @@ from .front import FrontPolicy
 from typing import TYPE_CHECKING, Any
 
 from .expressions import Expr
-from .keys import KEY_TABLE
+from .keys import KEY_FIELD_DEFAULTS, key_record
 from .records import Record
 
 if TYPE_CHECKING:
@@ -62,17 +62,9 @@ def _key_as_dict(self: Any) -> dict[str, Any]:
 
 
 # The fields that identify a variant: a Record of the KeyField table's fields in its order
-# (those with a default last), made by Record's metaclass as a class statement listing them
-# would make it (collections.namedtuple compiles its class from source: ~0.2 ms of import);
-# act_params as sorted (name, value) pairs.
-VariantKey = type(Record)("VariantKey", (Record,), {
-    "__module__": __name__,
-    "__qualname__": "VariantKey",
-    "__doc__": "The fields that identify a variant (dglu.contract.keys.KEY_TABLE).",
-    "__annotations__": {field.name: field.kind.__name__ for field in KEY_TABLE},
-    **{field.name: field.default for field in KEY_TABLE if field.has_default},
-    "as_dict": _key_as_dict,
-})
+# (those with a default last); act_params as sorted (name, value) pairs.
+VariantKey = key_record("VariantKey", __name__, "The fields that identify a variant (dglu.contract.keys.KEY_TABLE).",
+                        KEY_FIELD_DEFAULTS, as_dict=_key_as_dict)
 
 
 class Build(Record):

@@ -1,4 +1,4 @@
-"""TMA and tensor-map helpers: dtypes by name, swizzled box layouts, per-expert descriptors."""
+"""TMA and tensor-map helpers: swizzled box layouts, per-expert descriptors."""
 
 import cutlass
 import cutlass.cute as cute
@@ -8,13 +8,6 @@ from cutlass.cute.nvgpu import cpasync
 
 from ..declaration import TENSORMAP_BYTES
 
-DTYPES = {
-    "bf16": cutlass.BFloat16,
-    "fp16": cutlass.Float16,
-    "fp32": cutlass.Float32,
-    "e4m3": cutlass.Float8E4M3FN,
-    "e5m2": cutlass.Float8E5M2,
-}
 # L2 cache policy of a TMA copy whose data is used once (C read, D written): evict it
 # first, so that streaming C and D does not push out the A and B tiles that later tiles
 # read again (the createpolicy encoding of L2::evict_first; CUTLASS's CacheHintSm90)

@@ -21,11 +21,11 @@ from cutlass.cute.nvgpu import OperandMajorMode
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor, make_ptr
 
 from ..declaration import manifest_kernel, symbol_of
+from ..dtypes import DTYPES
 from .. import cudnn_fe as upstream
 from . import NAME, interface
 from .config import M_ALIGNED, Config
 
-DTYPES = {"bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32}
 N_DIVISIBILITY = 32  # cuDNN FE's N % 32
 K_DIVISIBILITY = 8  # 16-byte rows of bf16
 PLACEHOLDER_CLUSTERS = 1  # the host code's grid z; the cubin does not depend on it

@@ -25,7 +25,6 @@ TILE_K = 64  # K of one TMA box of A or B: 128 bytes of bf16 (128-byte swizzle)
 DESCRIPTOR_BYTES = 128  # one CUtensorMap per expert (discrete weights)
 COUNTER_BYTES = 4  # the dynamic scheduler's tile counter
 WORKSPACE_ALIGN = 128
-DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ launch skeleton) are the public helpers here, which sm100_blockscaled's interfac
 
 from __future__ import annotations
 
-from dglu.contract.element_types import FLOAT_TYPES
+from dglu.contract.element_types import ELEMENT_TYPES, FLOAT_TYPES
 
 from ..front import float_front
 from ..declaration import (
@@ -35,7 +35,6 @@ from .config import (
     M_ALIGNED,
     THREADS_PER_CTA,
     TILE_K,
-    DTYPE_BITS,
     Config,
 )
 
@@ -94,7 +93,7 @@ def arguments(config: Config) -> dict[str, dict]:
 
 def limits(config: Config) -> dict[str, dict]:
     """cuDNN FE's shape checks, and the expert count compiled in."""
-    k_multiple = ALIGN_BYTES * 8 // DTYPE_BITS["bf16"]
+    k_multiple = ALIGN_BYTES * 8 // ELEMENT_TYPES["bf16"].bits
     return {
         "m": {"multiple_of": M_ALIGNED, "why": f"the kernel's expert row ranges are padded to {M_ALIGNED}"},
         "n": {"min": 32, "multiple_of": 32, "why": "gate/input columns come in blocks of 32"},
@@ -197,8 +196,8 @@ def tma_rules(config: Config) -> dict[str, dict]:
     return {
         "a": {**ab, "dims": [1, 0], "box": [TILE_K, config.cta_tile_m]},
         b_tensor(config): b_rule,
-        "c": epilogue_tma(config.c_dtype, DTYPE_BITS[config.c_dtype]),
-        "d_row": epilogue_tma(config.d_dtype, DTYPE_BITS[config.d_dtype]),
+        "c": epilogue_tma(config.c_dtype, ELEMENT_TYPES[config.c_dtype].bits),
+        "d_row": epilogue_tma(config.d_dtype, ELEMENT_TYPES[config.d_dtype].bits),
     }
 
 

@@ -19,7 +19,7 @@ from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
 from dglu.contract.keys import ACT_PARAM_DEFAULTS
 
 from .. import cudnn_fe as upstream
-from ..family import PackagedFamily, package_sources
+from ..family import KERNELS_DIR, PackagedFamily, package_sources
 from ..sm100_bf16 import Sm100Bf16Family
 from . import interface
 from .config import FP4, SFD_FRAME_BYTES, Config
@@ -48,7 +48,10 @@ class Sm100BlockScaledFamily(PackagedFamily):
     }
 
     def sources(self) -> dict[str, str]:
-        return {**package_sources(Path(__file__).parent), **upstream.sources()}
+        """Its own files, sm100_bf16's (whose compile, config and interface it builds on)
+        and cuDNN FE's."""
+        own = package_sources(Path(__file__).parent, KERNELS_DIR / "sm100_bf16")
+        return {**own, **upstream.sources()}
 
     def local_frame_bytes(self, key: Mapping[str, Any], role: str) -> int:
         """The SFD quantizer's per-thread 32-byte array (PTX: ``.local .align 32 .b8

@@ -22,16 +22,12 @@ from cutlass.cute.nvgpu import OperandMajorMode
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor, make_ptr
 
 from .. import cudnn_fe as upstream
+from ..dtypes import DTYPES
 from ..sm100_bf16.compile import cubin_and_smem, name_kernels, variant_fields
 from . import NAME, interface
 from .config import Config
 from ..sm100_bf16.config import M_ALIGNED
 
-DTYPES = {
-    "bf16": cutlass.BFloat16, "fp16": cutlass.Float16, "fp32": cutlass.Float32,
-    "e4m3": cutlass.Float8E4M3FN, "e5m2": cutlass.Float8E5M2, "e2m1x2": cutlass.Float4E2M1FN,
-    "e8m0": cutlass.Float8E8M0FNU,
-}
 SF_STRIDE_DIVISIBILITY = 512  # one 128-row x 4-block atom of scale factors
 PLACEHOLDER_CLUSTERS = 1  # the host code's grid z; the cubin does not depend on it
 PROB_SAMPLE_M = 4096  # cuDNN FE takes prob's unit-mode strides from its sample tensor

@@ -22,17 +22,16 @@ pairs) and ``k_values`` = 2k is the GEMM's K, which the kernel's parameters carr
 
 from __future__ import annotations
 
-from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
+from dglu.contract.element_types import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES
 
 from ..declaration import Int32, KernelDeclaration, Pointer, PointerExtents, TmaTensor, Zeros
 from ..front import NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, spelled
 from ..sm100_bf16 import interface as bf16
-from ..sm100_bf16.config import DTYPE_BITS as BF16_DTYPE_BITS, THREADS_PER_CTA
+from ..sm100_bf16.config import THREADS_PER_CTA
 from ..scale_factors import SF_ATOM_BYTES, scale_factor_argument
 from .config import AB_BITS, FP4, MXFP8, NVFP4, Config, Recipe
 
 ALIGN_BYTES = bf16.ALIGN_BYTES
-DTYPE_BITS = {**BF16_DTYPE_BITS, "e4m3": 8, "e5m2": 8, "e2m1x2": 8}
 TILE_K_BYTES = 128  # K of one TMA box of A or B: 128 bytes (128-byte swizzle)
 SF_ATOM_ROWS = 128
 SFA_ITEM = ("u16", 256)  # SFA's TMA element (the kernel's internal type) and items per atom
@@ -183,10 +182,10 @@ def tma_rules(config: Config) -> dict[str, dict]:
     a box the atoms of a CTA's rows of A or B; C, D_row and D_col (2N, M) in epilogue tiles
     of 32 columns by 128 rows, swizzled by the bytes of one row."""
     ab = {**bf16.TMA_COMMON, "dtype": config.ab_dtype, "swizzle": "128B"}
-    tile_k = TILE_K_BYTES * 8 // DTYPE_BITS[config.ab_dtype]
+    tile_k = TILE_K_BYTES * 8 // ELEMENT_TYPES[config.ab_dtype].bits
 
     def epilogue(dtype: str) -> dict:
-        return bf16.epilogue_tma(dtype, DTYPE_BITS[dtype])
+        return bf16.epilogue_tma(dtype, ELEMENT_TYPES[dtype].bits)
 
     if config.b_n_major:  # N innermost (discrete FP8 B): a 128-byte swizzle row holds tile_k of N
         b_rule = {**ab, "dims": [0, 1, 2], "box": [tile_k, tile_k, 1]}

@@ -15,7 +15,7 @@ import cutlass
 import cutlass.memory
 
 from ..aot import PLACEHOLDER_EXTENTS, compile_family_variant
-from ..blocks.tma_helpers import DTYPES
+from ..dtypes import DTYPES
 from . import NAME, interface
 from .config import SMEM_ARCH, SMEM_CAPACITY, Config
 from ..blocks.d_output import DPairStore

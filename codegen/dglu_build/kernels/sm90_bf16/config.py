@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dglu.contract.element_types import ELEMENT_TYPES
+
 THREADS_PER_WARPGROUP = 128
 NUM_MMA_WARPGROUPS = 2
 NUM_MMA_THREADS = NUM_MMA_WARPGROUPS * THREADS_PER_WARPGROUP
@@ -78,8 +80,6 @@ MIN_STAGES = 3  # operand pipeline stages a tile must leave room for
 CLUSTER_SIZES = (1, 2)
 ACC_BITS = 32  # fp32 accumulators
 
-DTYPE_BITS = {"bf16": 16, "fp16": 16, "fp32": 32}
-
 
 @dataclass(frozen=True)
 class BlockShape:
@@ -92,7 +92,7 @@ class BlockShape:
 
     @property
     def box_cols(self) -> int:
-        return SWIZZLE_BITS // DTYPE_BITS[self.dtype]
+        return SWIZZLE_BITS // ELEMENT_TYPES[self.dtype].bits
 
     @property
     def boxes(self) -> int:
@@ -104,7 +104,7 @@ class BlockShape:
 
     @property
     def bytes(self) -> int:
-        return self.rows * self.cols * DTYPE_BITS[self.dtype] // 8
+        return self.rows * self.cols * ELEMENT_TYPES[self.dtype].bits // 8
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,7 @@ class Config(OperandConfig):
     @property
     def ab_bytes(self) -> int:
         """Bytes of A and B one pipeline stage holds (one k-tile)."""
-        return (self.tile_m + self.tile_n) * TILE_K * DTYPE_BITS[self.ab_dtype] // 8
+        return (self.tile_m + self.tile_n) * TILE_K * ELEMENT_TYPES[self.ab_dtype].bits // 8
 
     @property
     def num_stages(self) -> int:

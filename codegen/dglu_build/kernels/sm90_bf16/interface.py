@@ -7,7 +7,7 @@ workspaces, the kernels (parameters, launch shape) and the TMA rules of a varian
 
 from __future__ import annotations
 
-from dglu.contract.element_types import FLOAT_TYPES
+from dglu.contract.element_types import ELEMENT_TYPES, FLOAT_TYPES
 
 from ..front import HOPPER_REFUSED_OPERANDS, float_front
 from ..declaration import KernelDeclaration, Int32, Pointer, TmaAtom, TmaTensor, TENSORMAP_BYTES
@@ -15,7 +15,6 @@ from .config import (
     BLOCK_COLUMNS,
     DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
-    DTYPE_BITS,
     FINISH_THREADS,
     PARTS_FINISH_WARPS,
     SWIZZLE_BITS,
@@ -26,7 +25,6 @@ from .config import (
 M_ALIGNED = 256  # expert row ranges start at multiples of 256: a 128-row tile never straddles two
 MAX_EXPERTS = 1024  # the warp-parallel expert search covers 32 * 32 experts in two rounds
 TMA_ALIGN_BYTES = 16  # TMA needs 16-byte aligned addresses and row pitches
-_ELEMENT_BYTES = {"i32": 4, "i64": 8, "fp32": 4}
 
 SCALARS = {"n2": "2*n", "l_n2": "l*n2"}
 # round_dgrad_to_input_dtype (cuDNN FE's option): R = alpha^2 A B^T rounded to A's dtype
@@ -57,7 +55,7 @@ def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None
               rank_drop: bool = False) -> dict:
     """An ARGUMENT; ``align`` None: one element."""
     rule = {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io,
-            "align": align or _ELEMENT_BYTES[dtype]}
+            "align": align or ELEMENT_TYPES[dtype].size}
     return {**rule, "rank_drop": True} if rank_drop else rule
 
 
@@ -94,7 +92,7 @@ def arguments(config: Config) -> dict[str, dict]:
 
 def limits(config: Config) -> dict[str, dict]:
     """Limits on the problem's scalars."""
-    k_multiple = TMA_ALIGN_BYTES * 8 // DTYPE_BITS[config.ab_dtype]
+    k_multiple = TMA_ALIGN_BYTES * 8 // ELEMENT_TYPES[config.ab_dtype].bits
     return {
         "n": {"min": BLOCK_COLUMNS, "multiple_of": BLOCK_COLUMNS,
               "why": f"gate/input columns come in blocks of {BLOCK_COLUMNS}"},
@@ -219,7 +217,7 @@ def tma_rules(config: Config) -> dict[str, dict]:
     ab = {**common, "dtype": config.ab_dtype}
     if config.b_n_major:
         # N innermost: a 128-byte swizzle row holds 64 of N, so a tile takes tile_n/64 boxes
-        b = {"b_expert": {**ab, "dims": [0, 1], "box": [SWIZZLE_BITS // DTYPE_BITS[config.ab_dtype], TILE_K]}}
+        b = {"b_expert": {**ab, "dims": [0, 1], "box": [SWIZZLE_BITS // ELEMENT_TYPES[config.ab_dtype].bits, TILE_K]}}
     elif config.discrete_weights:
         b = {"b_expert": {**ab, "dims": [1, 0], "box": [TILE_K, config.tile_n]}}
     else:

@@ -78,6 +78,8 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from dglu.contract.element_types import ELEMENT_TYPES
+
 from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
@@ -85,14 +87,14 @@ from ..blocks.helper_kernels import DbiasFinish, DescriptorPrologue, DprobFinish
 from ..blocks.mainloop import mma_k_tiles, start_tile
 from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
-from ..blocks.tma_helpers import DTYPES, L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
+from ..blocks.tma_helpers import L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
+from ..dtypes import DTYPES
 from . import interface
 from .config import (
     BLOCK_COLUMNS,
     DBIAS_SLAB_ROWS,
     DESCRIPTOR_THREADS,
-    DTYPE_BITS,
     EPILOGUE_REGISTERS,
     EPILOGUE_SLOTS,
     EPILOGUE_THREADS,
@@ -789,7 +791,7 @@ class Sm90Bf16Kernel:
         keeping the constant parts (k, col0, rows_8) apart lets the compiler fold them
         into the shared-memory instructions' offsets.
         """
-        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[block.dtype]  # elements per 16-byte chunk
+        chunk = SWIZZLE_CHUNK_BITS // ELEMENT_TYPES[block.dtype].bits  # elements per 16-byte chunk
         box = col0 // block.box_cols
         within = col0 % block.box_cols  # + lane: still inside the box (box_cols >= 32)
         box_base = (slot * self.slots.slot_boxes + box) * self.tile_m * block.box_cols

@@ -42,6 +42,8 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from dglu.contract.element_types import ELEMENT_TYPES
+
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
 from ..blocks.mainloop import start_tile
@@ -50,7 +52,6 @@ from ..blocks.tile_scheduler import create_tile_queue, pop_tile, tile_coords
 from .config import (
     BLOCK_COLUMNS,
     DBIAS_SLAB_ROWS,
-    DTYPE_BITS,
     EPILOGUE_SLOTS,
     MOVER_WARP,
     PRODUCER_WARP,
@@ -451,7 +452,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         """Element offset, in a flat view of the slot ring in ``block``'s dtype, of group
         column col0 + c (col0 0 or 32, c < 32) on tile row ``row`` of ``slot``: TMA's
         128-byte swizzle XORs a row's 16-byte chunk index with row % 8."""
-        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[block.dtype]  # elements per 16-byte chunk
+        chunk = SWIZZLE_CHUNK_BITS // ELEMENT_TYPES[block.dtype].bits  # elements per 16-byte chunk
         box = col0 // block.box_cols
         within = col0 % block.box_cols + c  # still inside the box (box_cols >= 32)
         box_base = (slot * self.slots.slot_boxes + box) * self.tile_m * block.box_cols

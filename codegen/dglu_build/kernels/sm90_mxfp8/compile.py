@@ -13,7 +13,7 @@ from typing import Any
 import cutlass
 
 from ..aot import PLACEHOLDER_EXTENTS, compile_family_variant
-from ..blocks.tma_helpers import DTYPES
+from ..dtypes import DTYPES
 from ..sm90_bf16.compile import ARCH, check_smem_capacity
 from . import NAME, interface
 from .config import Config

@@ -22,6 +22,8 @@ import cutlass.tensor_utils as tensor_utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from dglu.contract.element_types import ELEMENT_TYPES
+
 from ..blocks.expert_search import expert_of_row
 from ..blocks.helper_kernels import DescriptorPrologue
 from ..blocks.mxfp8 import (
@@ -40,10 +42,10 @@ from ..blocks.mxfp8 import (
 )
 from ..blocks.mxfp8_decode import CHUNK_WORDS, PIECE, StageDecoder
 from ..blocks.tile_scheduler import tile_coords
-from ..blocks.tma_helpers import DTYPES, box_smem_layout, tma_atom
+from ..blocks.tma_helpers import box_smem_layout, tma_atom
+from ..dtypes import DTYPES
 from ..sm90_bf16.config import (
     DESCRIPTOR_THREADS,
-    DTYPE_BITS,
     EPILOGUE_THREADS,
     GROUP_COLUMNS,
     NUM_MMA_THREADS,
@@ -315,7 +317,7 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
         """Element offset, in the flat fp32 view of the ring, of D (``row``, ``col``) of a
         group in ``slot`` (ring_offset's swizzle, for any row and column)."""
         block = self.slots.d
-        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[block.dtype]
+        chunk = SWIZZLE_CHUNK_BITS // ELEMENT_TYPES[block.dtype].bits
         box, within = col // block.box_cols, col % block.box_cols
         box_base = (slot * self.slots.slot_boxes + box) * self.tile_m * block.box_cols
         return box_base + row * block.box_cols + ((within // chunk) ^ (row % SWIZZLE_ROWS)) * chunk + within % chunk
@@ -339,7 +341,7 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
     @cute.jit
     def quantize_row(self, ring_d, slot, tile_row, group_column, row, block, d_row_ptr, sfd_row_ptr, norm_const, n2):
         """32-block ``block`` (0: gates, 1: inputs) of the group's ``row``: D_row and SFD_row."""
-        chunk = SWIZZLE_CHUNK_BITS // DTYPE_BITS[self.slots.d.dtype]
+        chunk = SWIZZLE_CHUNK_BITS // ELEMENT_TYPES[self.slots.d.dtype].bits
         chunks = cute.make_tensor(ring_d.iterator, cute.make_layout((chunk, cute.size(ring_d) // chunk)))
         values = cute.make_rmem_tensor((chunk, SF_VEC // chunk), cutlass.Float32)
         for q in cutlass.range_constexpr(SF_VEC // chunk):

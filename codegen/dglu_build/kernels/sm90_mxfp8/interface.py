@@ -9,7 +9,7 @@ decoded A and B, C (widened to BF16 when it is FP8), the fp32 D and the effectiv
 
 from __future__ import annotations
 
-from dglu.contract.element_types import FLOAT_TYPES, FP8_TYPES
+from dglu.contract.element_types import ELEMENT_TYPES, FLOAT_TYPES, FP8_TYPES
 
 from ..declaration import Int32, KernelDeclaration, Pointer, TmaTensor
 from ..front import AMAX_REFUSED, HOPPER_REFUSED_OPERANDS, NO_E5M3_SCALES, SEED_OUTPUTS, accepted, dtypes, required, spelled
@@ -47,13 +47,11 @@ SCALARS = {
 # the expressions above spell them out
 assert SF_VEC == 32 and SF_ATOM_BYTES == 512 and CONVERT_THREADS == 256
 
-_BYTES = {"i32": 4, "i64": 8, "fp32": 4, "e8m0": 1}
-
 
 def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None = None, **extra) -> dict:
     """An ARGUMENT; ``align`` None: one element."""
     return {"shape": shape, "strides": strides, "dtypes": [dtype], "io": io,
-            "align": align or _BYTES[dtype], **extra}
+            "align": align or ELEMENT_TYPES[dtype].size, **extra}
 
 
 def _scale_factors(row_atoms: str, k_atoms: str, l: str | int, pitch: str, size: str, io: str) -> dict:

@@ -29,8 +29,8 @@ import cutlass
 import cutlass.cute as cute
 
 from ..blocks.mxfp8 import DequantizeA, DequantizeB, EffectiveOffsets, QuantizeD, WidenC
-from ..blocks.tma_helpers import DTYPES
 from ..declaration import launch_arguments
+from ..dtypes import DTYPES
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
