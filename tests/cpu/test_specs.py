@@ -356,11 +356,11 @@ def test_the_default_specs_dispatch_rules_choose_shipped_variants():
     path = REPO_ROOT / "kernel_specs" / "default.yaml"
     variants = load_spec_files([path])
     rules = load_dispatch_files([path], variants)
-    assert {rule.arch for rule in rules} == {"sm_90a"} and len(rules) == 6
+    assert {rule.arch for rule in rules} == {"sm_90a"} and len(rules) == 7
     # the MXFP8 decode rules choose only block-scaled variants: the BF16 calls pass over them
     decode_rules = [rule for rule in rules if "decode" in dict(rule.choose)]
     chosen = {v.key["ab_dtype"] for v in variants if v.key["arch"] == "sm_90a" and v.key["decode"] == "one_pass"}
-    assert [dict(rule.choose) for rule in decode_rules] == [{"decode": "one_pass"}] * 2
+    assert [dict(rule.choose) for rule in decode_rules] == [{"decode": "one_pass"}] * 3
     assert chosen == {"e4m3", "e5m2"}
 
 
