@@ -35,6 +35,7 @@ given mma_tiler_mn, or else the largest tile (dglu.selection).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import is_, itemgetter
 from typing import Any
 
@@ -43,17 +44,18 @@ from .arguments import ARGUMENTS, WRAPPER
 from .arrays import as_torch
 from .bound import WRAPPER_TENSORS, BoundOp
 from .cache import BoundedCache
-from .call import CALL_CACHE_CAPACITY, WRAPPER_SOURCES, OpConfig, family_front, named_tensors
-from .front import (
-    check_operands,
-    check_single_group,
-    check_required,
-    check_values,
-    dtype_name,
-    outputs,
-    require,
-    vector_f32_needs_wide_c,
+from .call import (
+    CALL_CACHE_CAPACITY,
+    CHECKED_OPTIONS,
+    WRAPPER_SOURCES,
+    OpConfig,
+    check_request,
+    family_front,
+    given_operands,
+    named_tensors,
+    required,
 )
+from .front import check_single_group, dtype_name, outputs, require
 from .options import check_flags, check_options
 from .tuple_dict import TupleDict
 from .weights import DENSE, DISCRETE, dense_b_major, variant_b_major, weight_mode, wrapper_discrete
@@ -85,10 +87,8 @@ def __getattr__(name: str) -> Any:
 _TENSOR_ARGS = WRAPPER_TENSORS
 _SETTINGS = tuple(name for name in WRAPPER if ARGUMENTS[name].role == "option")
 _PAIRS = ("mma_tiler_mn", "cluster_shape_mn")
-# The options check_options takes (the weight and output arguments are checked beside it).
-_OPTIONS = tuple(n for n in _SETTINGS if n not in ("generate_dbias", "n", "b_dtype", "d_dtype", "sf_fp8_dtype_override"))
-_REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor", "dprob_tensor")
-_OPERANDS = {"a": "a_tensor", "b": "b_tensor", "sfa": "sfa_tensor", "sfb": "sfb_tensor"}
+_OPTIONS = tuple(name for name in _SETTINGS if name in CHECKED_OPTIONS)
+_REQUIRED = required(WRAPPER)
 
 # request (settings by value and type, each tensor argument's dtype or None, A's device,
 # the expert count, dense B's order) -> bound op
@@ -152,20 +152,11 @@ def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
         require({"a_tensor": a}, "every call (the op's operands)")
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"a_tensor: expected a torch.Tensor, got {type(a).__name__}")
-    # 1. the family that runs A's dtype on the device, and its operand checks
+    # 1. the family that runs A's dtype on the device; 2.-3. its checks before the selection
     policy = family_front("a_tensor", a)
-    operands = {role: given[name] for role, name in _OPERANDS.items() if given[name] is not None}
-    check_operands(policy, named_tensors(False, **operands), given["b_dtype"])
-    # 2. option values (the family's rules, then every family's options)
-    check_values(policy, given)
     c = given["c_tensor"]
-    if c is None:
-        require({"c_tensor": c}, "every call (the op's operands)")
-    vector_f32_needs_wide_c(policy, given["vector_f32"], "c_tensor", getattr(as_torch(c), "dtype", None))
-    config = _wrapper_config(policy, given)
-    # 3. missing tensors
-    check_required(policy, given)
-    require({name: given[name] for name in _REQUIRED}, "every call (the op's inputs)")
+    config = check_request(policy, given, given_operands(False, given), given["b_dtype"],
+                           getattr(as_torch(c), "dtype", None), _wrapper_config, _REQUIRED, "call")
     # 4. the installed variant (shapes and strides are checked once the tensors are bound)
     tensors = named_tensors(False, a=a, c=c, padded_offsets=given["padded_offsets"])
     check_single_group(policy, config.options.single_group, "padded_offsets", tensors["padded_offsets"][1],
@@ -175,7 +166,7 @@ def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
     return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)
 
 
-def _wrapper_config(policy: Any, given: dict[str, Any]) -> OpConfig:
+def _wrapper_config(policy: Any, given: Mapping[str, Any]) -> OpConfig:
     """The wrapper's checked configuration: weights, options, D_row's dtype, dbias."""
     b_tensor, b_ptrs, n, b_dtype = given["b_tensor"], given["b_ptrs"], given["n"], given["b_dtype"]
     discrete_args = {"b_ptrs": True if b_ptrs is not None else None, "n": n, "b_dtype": b_dtype}

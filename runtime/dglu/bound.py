@@ -25,6 +25,7 @@ from .cache import BoundedCache, tensors_key
 from .call import (
     ARGUMENT_NAMES,
     CALL_CACHE_CAPACITY,
+    WRAPPER_NAMES,
     WRAPPER_OUTPUTS,
     OpConfig,
     PreparedCall,
@@ -54,8 +55,6 @@ def _getter(names: Any) -> Callable[[Any], tuple[Any, ...]]:
 EXECUTE_TENSORS = tuple(name for name in EXECUTE if ARGUMENTS[name].role in ("tensor", "output"))
 # The wrapper's tensor arguments, in its order: the tuple it hands to a bound op.
 WRAPPER_TENSORS = tuple(name for name in WRAPPER if ARGUMENTS[name].role in ("tensor", "output"))
-# Tensor role -> the wrapper's argument name (cuDNN FE's activation_tensor for act_out).
-_WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 
 
 _TENSOR_ATTRIBUTES: list[tuple[Callable[[Any], Any], ...]] = []  # torch.Tensor's, once imported
@@ -135,7 +134,7 @@ class BoundOp:
         for given_act_out in (False, True):
             roles = (*bound, "act_out") if given_act_out else bound
             outputs = tuple(r for r in WRAPPER_OUTPUTS if r in arguments and not (given_act_out and r == "act_out"))
-            positions = tuple(WRAPPER_TENSORS.index(_WRAPPER_NAMES[r]) for r in roles)
+            positions = tuple(WRAPPER_TENSORS.index(WRAPPER_NAMES[r]) for r in roles)
             self.wrapper_sites[given_act_out] = Site(roles, positions, len(WRAPPER_TENSORS), outputs)
         # the variant's tensors from execute()'s (a tuple in EXECUTE_TENSORS' order)
         positions = tuple(EXECUTE_TENSORS.index(ARGUMENT_NAMES[role]) for role in arguments)

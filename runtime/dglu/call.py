@@ -1,6 +1,7 @@
 """What the wrapper and the class API share: argument names, an op's checked configuration,
-the variant selection, the padded_offsets check, the outputs the wrapper allocates and a
-call's prepared problem (dglu.api has the wrapper, dglu.op the class API)."""
+the checks before the selection (dglu.jax's too), the variant selection, the padded_offsets
+check, the outputs the wrapper allocates and a call's prepared problem (dglu.api has the
+wrapper, dglu.op the class API)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ import copy
 import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from .arguments import ARGUMENTS
 from .arrays import as_torch, torch_module
 from .cache import BoundedCache
 from .driver import device_info
 from .dtypes import torch_dtype
 from .errors import DeviceMemoryError, VariantNotFoundError
-from .front import front_of_operands, tensor_dtype
+from .front import (
+    check_operands,
+    check_required,
+    check_values,
+    front_of_operands,
+    require,
+    tensor_dtype,
+    vector_f32_needs_wide_c,
+)
 from .contract.dispatch import rules_for
 from .contract.front import FrontPolicy
 from .contract.keys import KEY_TABLE
@@ -54,6 +64,9 @@ ARGUMENT_NAMES = {
     "norm_const": "norm_const_tensor",
     "amax": "amax_tensor",
 }
+OPERAND_ROLES = ("a", "b", "sfa", "sfb")  # what the family's operand checks read
+# Tensor role -> the wrapper's argument name (cuDNN FE's activation_tensor for act_out).
+WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
 # Output addresses kept per wrapper call: torch's allocator hands a repeated call's outputs
@@ -64,9 +77,28 @@ WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
 CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
 
 
+# The options check_options takes, by their seed names: the weight, dbias and D_row
+# arguments are checked beside it, sf_fp8_dtype_override by the family's value rules.
+_BESIDE_OPTIONS = ("generate_dbias", "n", "b_dtype", "num_experts", "b_shape", "d_dtype", "sf_fp8_dtype_override")
+CHECKED_OPTIONS = tuple(
+    name for name, arg in ARGUMENTS.items() if arg.role == "option" and name not in _BESIDE_OPTIONS
+)
+
+
+def required(names: Sequence[str]) -> tuple[str, ...]:
+    """Those of ``names`` (in their order) the op cannot run without (dglu.arguments)."""
+    return tuple(name for name in names if ARGUMENTS[name].required)
+
+
 # Variant key field -> the arguments that choose it (for the no-variant error).
 WRAPPER_SOURCES = {field.name: field.wrapper_source for field in KEY_TABLE}
 CLASS_SOURCES = {field.name: field.class_source for field in KEY_TABLE}
+
+
+def given_operands(samples: bool, given: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """named_tensors of the operands (OPERAND_ROLES) that ``given`` (seed names) has."""
+    tensors = {role: given[ARGUMENT_NAMES[role]] for role in OPERAND_ROLES}
+    return named_tensors(samples, **{role: tensor for role, tensor in tensors.items() if tensor is not None})
 
 
 def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
@@ -77,6 +109,41 @@ def named_tensors(samples: bool, **tensors: Any) -> dict[str, tuple[str, Any]]:
         role: (f"sample_{role}" if samples else ARGUMENT_NAMES[role], as_torch(tensor))
         for role, tensor in tensors.items()
     }
+
+
+Config = TypeVar("Config")
+
+
+def check_request(
+    policy: FrontPolicy,
+    given: Mapping[str, Any],
+    operands: Mapping[str, tuple[str, Any]],
+    b_dtype: Any,
+    c_dtype: Any,
+    configure: Callable[[FrontPolicy, Mapping[str, Any]], Config],
+    needed: Sequence[str],
+    subject: str,
+    names: Mapping[str, str] | None = None,
+) -> Config:
+    """Every frontend's checks between the family and the selection, in the documented
+    order (docs/frontends.md): the family's operand checks (``operands``: role -> (name,
+    tensor) of those given; ``b_dtype`` as the policy reads it), option values (the
+    family's, C's presence, vector_f32 against ``c_dtype``, then ``configure``'s: weights,
+    options, D_row), then missing tensors (the family's, then ``needed``). ``given``: seed
+    name -> value; ``names``: seed name -> the frontend's name in messages (the class
+    API's samples); ``subject``: what needs the tensors ("call", "op"). Returns the
+    configuration ``configure`` makes."""
+    shown = names or {}
+    check_operands(policy, operands, b_dtype)
+    check_values(policy, given, names)
+    c_name = shown.get("c_tensor", "c_tensor")
+    if given["c_tensor"] is None:
+        require({c_name: None}, f"every {subject} (the op's operands)")
+    vector_f32_needs_wide_c(policy, given["vector_f32"], c_name, c_dtype)
+    config = configure(policy, given)
+    check_required(policy, given, names)
+    require({shown.get(name, name): given[name] for name in needed}, f"every {subject} (the op's inputs)")
+    return config
 
 
 class OpConfig:

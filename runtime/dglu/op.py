@@ -8,22 +8,28 @@ the wrapper's."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
-from .arguments import ARGUMENTS, CONSTRUCTOR, refused_value
+from .arguments import ARGUMENTS, CONSTRUCTOR, EXECUTE, refused_value
 from .arrays import as_torch
 from .bound import EXECUTE_TENSORS, BoundOp
-from .call import CLASS_DISCRETE, CLASS_SOURCES, OpConfig, family_front, named_tensors, select
+from .call import (
+    CHECKED_OPTIONS,
+    CLASS_DISCRETE,
+    CLASS_SOURCES,
+    WRAPPER_NAMES,
+    OpConfig,
+    check_request,
+    family_front,
+    given_operands,
+    named_tensors,
+    required,
+    select,
+)
 from .contract.front import FrontPolicy
 from .contract.schema import Variant
-from .front import (
-    check_operands,
-    check_required,
-    check_single_group,
-    check_values,
-    require,
-    vector_f32_needs_wide_c,
-)
+from .front import check_required, check_single_group, check_values, require
 from .options import check_flags, check_options
 from .runner import load_variant
 from .validation import describe_tensors, element_types
@@ -37,13 +43,9 @@ SAMPLES = {
     if ARGUMENTS[sample].role == "sample"
 }
 _SEED_NAMES = {sample: name for name, sample in SAMPLES.items()}
-_OPTIONS = tuple(
-    name for name in CONSTRUCTOR
-    if ARGUMENTS[name].role == "option" and name not in ("num_experts", "b_shape", "b_dtype", "sf_fp8_dtype_override")
-)
-_COMMON = ("a_tensor", "c_tensor", "d_row_tensor", "padded_offsets", "alpha_tensor", "beta_tensor",
-           "prob_tensor", "dprob_tensor")  # fmt: skip
-_OPERANDS = {"a": "a_tensor", "sfa": "sfa_tensor", "b": "b_tensor", "sfb": "sfb_tensor"}
+_OPTIONS = tuple(name for name in CONSTRUCTOR if name in CHECKED_OPTIONS)
+_REQUIRED = tuple(_SEED_NAMES.get(name, name) for name in required(CONSTRUCTOR))  # by their seed names
+_COMMON = required(EXECUTE)
 _EXECUTE_TENSORS = EXECUTE_TENSORS  # the tuple execute() builds, in this order
 
 
@@ -54,14 +56,18 @@ def _given_weight_mode(b_tensor: Any, b_ptrs: Any) -> str | None:
     return DENSE if b_ptrs is None else DISCRETE
 
 
-# Role -> the seed name of its tensor (the class API's samples are sample_<role>).
-_ROLES_BY_NAME = {
-    "a": "a_tensor", "c": "c_tensor", "d_row": "d_row_tensor", "d_col": "d_col_tensor", "sfa": "sfa_tensor",
-    "padded_offsets": "padded_offsets", "alpha": "alpha_tensor", "beta": "beta_tensor", "prob": "prob_tensor",
-    "dprob": "dprob_tensor", "b": "b_tensor", "sfb": "sfb_tensor", "dbias": "dbias_tensor",
-    "sfd_row": "sfd_row_tensor", "sfd_col": "sfd_col_tensor", "norm_const": "norm_const_tensor", "amax": "amax_tensor",
-    "act_out": "activation_tensor",
-}  # fmt: skip
+def _class_config(policy: FrontPolicy, given: Mapping[str, Any]) -> OpConfig:
+    """The class API's checked configuration: weights, options, dbias (D_row's dtype is
+    sample_d_row's)."""
+    import torch
+
+    mode = weight_mode("sample_b", given["b_tensor"], {name: given[name] for name in CLASS_DISCRETE})
+    discrete = class_discrete(*(given[name] for name in CLASS_DISCRETE), policy) if mode == DISCRETE else None
+    options = check_options(**{name: given[name] for name in _OPTIONS}, policy=policy)
+    b = as_torch(given["b_tensor"])
+    strides_major = dense_b_major(b) if mode == DENSE and isinstance(b, torch.Tensor) else "k"
+    options = options._replace(b_major=variant_b_major(policy, mode, options.b_major, strides_major))
+    return OpConfig(mode, discrete, options, None, given["dbias_tensor"] is not None, policy)
 
 
 class GroupedGemmDglu:
@@ -154,7 +160,7 @@ class GroupedGemmDglu:
     @functools.cached_property
     def _samples(self) -> dict[str, tuple[str, Any]]:
         """Role -> (sample name, tensor) of every sample given."""
-        roles = {name: role for role, name in _ROLES_BY_NAME.items()}
+        roles = {name: role for role, name in WRAPPER_NAMES.items()}
         return named_tensors(True, **{roles[name]: self._given[name] for name in SAMPLES
                                       if name in roles and self._given[name] is not None})
 
@@ -163,35 +169,20 @@ class GroupedGemmDglu:
         A and the family that runs its dtype on the device, the family's operand checks,
         then option values, missing samples, and the samples' shapes and strides (the
         variant's rules)."""
-        import torch
-
         given = self._given
-        # 1. the family that runs A's dtype on the device, and its operand checks
+        # 1. the family that runs A's dtype on the device; 2.-3. its checks before the selection
         policy = self._policy
-        operands = {role: given[name] for role, name in _OPERANDS.items() if given[name] is not None}
-        check_operands(policy, named_tensors(True, **operands), given["b_dtype"])
-        # 2. option values (the family's rules, then every family's options)
-        check_values(policy, given, SAMPLES)
-        if given["c_tensor"] is None:
-            require({"sample_c": None}, "every op (the op's operands)")
-        mode = weight_mode("sample_b", given["b_tensor"], {name: given[name] for name in CLASS_DISCRETE})
-        discrete = class_discrete(*(given[name] for name in CLASS_DISCRETE), policy) if mode == DISCRETE else None
-        options = check_options(**{name: given[name] for name in _OPTIONS}, policy=policy)
-        b = as_torch(given["b_tensor"])
-        strides_major = dense_b_major(b) if mode == DENSE and isinstance(b, torch.Tensor) else "k"
-        options = options._replace(b_major=variant_b_major(policy, mode, options.b_major, strides_major))
+        c_dtype = getattr(as_torch(given["c_tensor"]), "dtype", None)
+        config = check_request(policy, given, given_operands(True, given), given["b_dtype"], c_dtype,
+                               _class_config, _REQUIRED, "op", SAMPLES)
+        discrete, options = config.discrete, config.options
         samples = dict(self._samples)
-        vector_f32_needs_wide_c(policy, options.vector_f32, "sample_c", getattr(samples.get("c", (0, None))[1], "dtype", None))
-        # 3. missing samples
-        require({SAMPLES[name]: given[name] for name in _COMMON}, "every op (the op's inputs)")
-        check_required(policy, {name: value for name, value in given.items() if name in SAMPLES}, SAMPLES)
         # 4. the variant, and the samples' shapes and strides against it
         if discrete:  # discrete weights have no sample: execute() checks them
             samples.pop("b", None), samples.pop("sfb", None)
         element_types(samples)
         check_single_group(policy, options.single_group, "sample_padded_offsets", samples["padded_offsets"][1],
                            samples["a"][1].shape[0], options.m_aligned)
-        config = OpConfig(mode, discrete, options, None, "dbias" in samples, policy)
         variant = select(config, samples, CLASS_SOURCES)
         check_flags(options, variant)
         # neither the act_out output (nor discrete weights) have a sample to check now

@@ -13,24 +13,26 @@ launch with those addresses.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from ..call import WRAPPER_SOURCES, expert_count, installed_fronts, problem_class, select_installed
+from ..arguments import WRAPPER
+from ..call import (
+    CHECKED_OPTIONS,
+    OPERAND_ROLES,
+    WRAPPER_SOURCES,
+    check_request,
+    expert_count,
+    installed_fronts,
+    problem_class,
+    required,
+    select_installed,
+)
 from ..contract.front import FrontPolicy
 from ..contract.records import Record
 from ..contract.schema import Variant
-from ..front import (
-    check_operands,
-    check_required,
-    check_single_group,
-    check_values,
-    dtype_name,
-    front_of_operands,
-    require,
-    tensor_dtype,
-    vector_f32_needs_wide_c,
-)
+from ..front import check_single_group, dtype_name, front_of_operands, require, tensor_dtype
 from ..options import check_flags, check_m_aligned, check_options
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
@@ -38,17 +40,8 @@ from ..weights import DISCRETE, variant_b_major, weight_mode, wrapper_discrete
 from .arrays import ArraySpec, operand_spelling, torch_spelling
 from .config import CallConfig
 
-# Options of check_options, by their seed names (acc_dtype is spelled as torch's first).
-OPTION_NAMES = (
-    "mma_tiler_mn", "cluster_shape_mn", "sf_vec_size", "vector_f32", "m_aligned",
-    "discrete_col_sfd", "act_func", "geglu_alpha", "glu_clamp_max", "glu_clamp_min",
-    "linear_offset", "situ_beta1", "situ_beta2", "b_major", "epilogue_op",
-    "use_dynamic_sched", "cd_major", "deterministic", "act_out",
-    "use_single_group_runtime_offsets", "round_dgrad_to_input_dtype",
-)  # fmt: skip
-# The tensors every call needs, after the family's own (dglu.api's order).
-REQUIRED = ("padded_offsets", "alpha_tensor", "beta_tensor", "prob_tensor")
-OPERAND_ROLES = ("a", "b", "sfa", "sfb")  # what the family's operand checks read
+# The tensors every call needs (the wrapper's, in its order) but dprob: zeros when not given.
+REQUIRED = tuple(name for name in required(WRAPPER) if name != "dprob_tensor")
 
 Arrays = Mapping[str, tuple[str, ArraySpec]]  # role -> (argument name, spec)
 
@@ -67,23 +60,18 @@ def family_policy(a_name: str, a_dtype: Any, arch: str | None) -> FrontPolicy:
 
 
 def check_config(given: Mapping[str, Any], arrays: Arrays, arch: str | None) -> tuple[CallConfig, FrontPolicy]:
-    """The torch wrapper's checks before its selection (dglu.api._bind's order and
-    messages) of the seed-named ``given`` arguments (the arrays as their specs, the
+    """The torch wrapper's checks before its selection (dglu.call.check_request: its order
+    and messages) of the seed-named ``given`` arguments (the arrays as their specs, the
     options as given) and ``arrays`` (role -> (name, spec) of the given ones); returns the
     configuration and the front policy of the family that runs A on ``arch``."""
     if given["a_tensor"] is None:
         require({"a_tensor": None}, "every call (the op's operands)")
     policy = family_policy("a_tensor", arrays["a"][1].dtype, arch)
     b_dtype = operand_spelling("b_dtype", given["b_dtype"])
-    check_operands(policy, {role: arrays[role] for role in OPERAND_ROLES if role in arrays}, b_dtype)
-    check_values(policy, given)
-    if given["c_tensor"] is None:
-        require({"c_tensor": None}, "every call (the op's operands)")
-    vector_f32_needs_wide_c(policy, given["vector_f32"], "c_tensor", arrays["c"][1].dtype)
-    config = _config(policy, given, b_dtype)
-    check_required(policy, given)
-    require({name: given[name] for name in REQUIRED}, "every call (the op's inputs)")
-    return config, policy
+    operands = {role: arrays[role] for role in OPERAND_ROLES if role in arrays}
+    c_dtype = arrays["c"][1].dtype if "c" in arrays else None
+    configure = functools.partial(_config, b_dtype=b_dtype)
+    return check_request(policy, given, operands, b_dtype, c_dtype, configure, REQUIRED, "call"), policy
 
 
 def _config(policy: FrontPolicy, given: Mapping[str, Any], b_dtype: Any) -> CallConfig:
@@ -94,7 +82,7 @@ def _config(policy: FrontPolicy, given: Mapping[str, Any], b_dtype: Any) -> Call
     discrete = wrapper_discrete(n, b_dtype, policy) if mode == DISCRETE else None
     checked = check_options(
         acc_dtype=torch_spelling(given["acc_dtype"]),
-        **{name: given[name] for name in OPTION_NAMES},
+        **{name: given[name] for name in CHECKED_OPTIONS if name != "acc_dtype"},
         policy=policy,
     )
     # a JAX array has no strides: dense B's row-major shape follows b_major (dglu.jax.arrays)
