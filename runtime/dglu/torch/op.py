@@ -70,6 +70,11 @@ class DgluActOutputs(Record):
     act_out_tensor: torch.Tensor
 
 
+# The Python entry's results: every family's front policy ``outputs`` (the seed's roles, in
+# its order), as names; tests/cpu/test_torch_op_policy.py checks them against the policies.
+_RESULTS = DgluOutputs._fields
+
+
 def _pair(values: Optional[list[int]]) -> Optional[tuple[int, ...]]:
     return None if values is None else tuple(values)
 
@@ -271,16 +276,14 @@ def grouped_gemm_dglu(
         deterministic,
         act_out,
     )
-    made = dict(zip(OUTPUTS, results))
-    # an output the call did not produce is a (0,) placeholder: None in the results
-    outputs = (
-        made["d_row_tensor"], made["d_col_tensor"] if made["d_col_tensor"].dim() > 1 else None, dprob_tensor,
-        made["dbias_tensor"] if made["dbias_tensor"].dim() > 1 else None,
-        made["amax_tensor"] if made["amax_tensor"].dim() > 1 else None,
-        made["sfd_row_tensor"] if made["sfd_row_tensor"].dim() > 1 else None,
-        made["sfd_col_tensor"] if made["sfd_col_tensor"].dim() > 1 else None,
-    )  # fmt: skip
+    made = {**dict(zip(OUTPUTS, results)), "dprob_tensor": dprob_tensor}
+    outputs = [_produced(made[name]) for name in _RESULTS]  # the families' policy order
     return DgluActOutputs(*outputs, made["act_out_tensor"]) if act_out else DgluOutputs(*outputs)
+
+
+def _produced(tensor: torch.Tensor) -> Optional[torch.Tensor]:
+    """``tensor``, or None for the (0,) placeholder of an output the call did not produce."""
+    return tensor if tensor.dim() > 1 else None
 
 
 # The op's parameters, in its schema order: grouped_gemm_dglu's (a test checks the schema).
