@@ -90,22 +90,29 @@ _PAIRS = ("mma_tiler_mn", "cluster_shape_mn")
 _OPTIONS = tuple(name for name in _SETTINGS if name in CHECKED_OPTIONS)
 _REQUIRED = required(WRAPPER)
 
-# request (settings by value and type, each tensor argument's dtype or None, A's device,
-# the expert count, dense B's order) -> bound op
-_bound_ops: BoundedCache[BoundOp] = BoundedCache(CALL_CACHE_CAPACITY)
+class RequestCache:
+    """The wrapper's requests: request key (_request_key) -> bound op, at most
+    CALL_CACHE_CAPACITY of them, with the last request's settings (compared by identity)
+    and its bound op remembered first: a call with those settings whose tensors have the
+    signature of the bound op's last call (dglu.bound) runs from it, as the request key it
+    would make is that call's (the key's tensor facts are the signature's)."""
+
+    def __init__(self) -> None:
+        self.ops: BoundedCache[BoundOp] = BoundedCache(CALL_CACHE_CAPACITY)
+        self.last: tuple[tuple[Any, ...], BoundOp] | None = None
+
+    def clear(self) -> None:
+        """Forget every request."""
+        self.ops.clear()
+        self.last = None
 
 
-# The last request's settings (compared by identity) and its bound op: a call with those
-# settings whose tensors have the signature of the bound op's last call (dglu.bound) runs
-# from it, as the request key it would make is that call's (the key's tensor facts are the
-# signature's).
-_last_request: list[tuple[tuple[Any, ...], BoundOp] | None] = [None]
+_requests = RequestCache()
 
 
 def clear_caches() -> None:
     """Forget every bound op, launch plan, loaded variant and pooled workspace."""
-    _bound_ops.clear()
-    _last_request[0] = None
+    _requests.clear()
     runner.clear_caches()
 
 
@@ -163,7 +170,7 @@ def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
                        a.shape[0], config.options.m_aligned)  # before the selection: L is in the key
     bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
     check_flags(config.options, bound.variant)
-    return bound if key is None else _bound_ops.get_or_make(key, lambda: bound)
+    return bound if key is None else _requests.ops.get_or_make(key, lambda: bound)
 
 
 def _wrapper_config(policy: Any, given: Mapping[str, Any]) -> OpConfig:
@@ -286,7 +293,7 @@ def grouped_gemm_dglu(
         a_tensor, c_tensor, sfa_tensor, padded_offsets, alpha_tensor, beta_tensor, prob_tensor, dprob_tensor,
         b_tensor, sfb_tensor, b_ptrs, sfb_ptrs, norm_const_tensor, activation_tensor,
     )  # fmt: skip
-    last = _last_request[0]
+    last = _requests.last
     made = None
     if last is not None and all(map(is_, settings, last[0])):  # the last request's very settings
         bound = last[1]
@@ -294,7 +301,7 @@ def grouped_gemm_dglu(
     if not isinstance(made, dict):  # None, or what the last request's op read (a Missed)
         key = _request_key(settings, tensors)
         try:
-            bound = _bound_ops.get(key) if key is not None else None
+            bound = _requests.ops.get(key) if key is not None else None
         except TypeError:  # an unhashable setting: uncached, the checks say what is wrong
             key = bound = None
         if bound is None:
@@ -302,7 +309,7 @@ def grouped_gemm_dglu(
             bound = _bind(given, key)
         made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream, made)
         if key is not None:
-            _last_request[0] = (settings, bound)
+            _requests.last = (settings, bound)
     # the results in the family's order; dprob is the caller's, accumulated in place
     results = TupleDict(outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor}))
     if act_out:

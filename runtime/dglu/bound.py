@@ -12,7 +12,7 @@ looked up); any difference takes the full path, whose checks and caches it skips
 because they passed for that signature. On the full path, tensors of the last call's
 shapes, strides and dtypes at other addresses (a training step's new activations) have
 only their addresses checked (alignment, device) and their launch parameters patched
-from the last call's (dglu.runner.derive_ready)."""
+from the last call's (dglu.runner.derive)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from .call import (
 )
 from .front import check_operands, check_single_group
 from .contract.schema import Variant
-from .runner import LoadedVariant, derive_ready, load_variant, run_variant
+from .runner import LoadedVariant, derive, load_variant, run_variant
 from .streams import on_stream, resolve_stream
 from .problem import Problem
 from .validation import describe_tensors, element_types, moved_views
@@ -78,10 +78,11 @@ def signature(tensors: tuple[Any, ...]) -> tuple[tuple[Any, ...], ...] | None:
 class Site:
     """One way of calling a bound op: the variant's tensor roles it binds, the function
     that takes them from the frontend's tuple of tensor arguments (the function that takes
-    the others, which must be None), the outputs it allocates and its last call (a
-    Prebound, or None)."""
+    the others, which must be None), the outputs it allocates, and its calls: call
+    signature -> PreparedCall (bounded), with the last call (a Prebound, or None)
+    compared first."""
 
-    __slots__ = ("roles", "tensors", "others", "nones", "outputs", "last")
+    __slots__ = ("roles", "tensors", "others", "nones", "outputs", "calls", "last")
 
     def __init__(self, roles: tuple[str, ...], positions: tuple[int, ...], width: int, outputs: tuple[str, ...]) -> None:
         self.roles, self.outputs = roles, outputs
@@ -89,6 +90,7 @@ class Site:
         others = tuple(i for i in range(width) if i not in positions)
         self.others = _getter(others) if others else lambda given: ()
         self.nones = (None,) * len(others)
+        self.calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
         self.last: Prebound | None = None
 
     def only_its_tensors(self, given: tuple[Any, ...]) -> bool:
@@ -125,7 +127,6 @@ class BoundOp:
         self.config = config
         self.variant = variant
         self.loaded = loaded
-        self._calls: BoundedCache[PreparedCall] = BoundedCache(CALL_CACHE_CAPACITY)
         # the variant's tensor roles, in its order: bound by the wrapper (all but the
         # outputs it allocates; act_out's when the caller gives it), by execute() (all)
         arguments = tuple(variant.arguments)
@@ -193,15 +194,15 @@ class BoundOp:
         else:
             tensors = site.tensors(given)
             found = signature(tensors)
-        key = (site.roles, site.outputs, found if found is not None else tensors_key(tensors))
-        call = self._calls.get(key) if key[2] is not None else None
+        key = found if found is not None else tensors_key(tensors)
+        call = site.calls.get(key) if key is not None else None
         if call is None:
             last = site.last
             if found is not None and last is not None and found[1:] == last.signature[1:]:
                 make = lambda: self._moved(site.roles, tensors, found[0], last)  # noqa: E731
             else:
                 make = lambda: self._prepare(dict(zip(site.roles, tensors)), site.outputs)  # noqa: E731
-            call = make() if key[2] is None else self._calls.get_or_make(key, make)
+            call = make() if key is None else site.calls.get_or_make(key, make)
         if found is not None and site.only_its_tensors(given):
             site.last = Prebound(found, current_stream, call)
         return self._launch(call, tensors, site.roles, current_stream)
@@ -223,29 +224,32 @@ class BoundOp:
     def _launch(
         self, call: PreparedCall, tensors: tuple[Any, ...], roles: tuple[str, ...], current_stream: Any
     ) -> dict[str, Any]:
-        """Allocate the call's outputs and launch it on the resolved stream."""
+        """Allocate the call's outputs and launch it on the resolved stream: from its plan
+        for these output addresses and stream, else from its last launch's (dglu.runner.derive:
+        the outputs, and the inputs that moved, patched), else planned."""
         device = self.loaded.device
         stream = resolve_stream(current_stream, device)
         if offsets_check_enabled() and not self.config.options.single_group:
             check_offsets(tensors[roles.index("padded_offsets")], call.problem, stream,
                           self.variant.m_aligned)
-        start = call.start
         if not call.outputs:
-            if start is not None:  # inputs at new addresses: from the last call's launches
-                derive_ready(self.loaded, start[0], call.problem, stream, (), start[1])
-                call.start = None
-            run_variant(self.loaded, call.problem, stream)
-            return {}
-        if current_stream is None:  # resolved to torch's current stream: torch allocates on it
-            made = allocate_outputs(call.outputs, device)
+            made, key = {}, ((), stream)
         else:
-            with on_stream(stream, device):
+            if current_stream is None:  # resolved to torch's current stream: torch allocates on it
                 made = allocate_outputs(call.outputs, device)
-        problem, fresh = call.with_outputs(made)
-        if fresh and start is not None:  # from the last call's launches: the outputs (and inputs) moved
-            derive_ready(self.loaded, start[0], problem, stream, call.cleared, (*start[1], *call.output_roles))
-        call.start = (problem, ())
-        run_variant(self.loaded, problem, stream, call.cleared)
+            else:
+                with on_stream(stream, device):
+                    made = allocate_outputs(call.outputs, device)
+            key = (tuple([tensor.data_ptr() for tensor in made.values()]), stream)
+        last = call.last
+        planned = last[1] if last is not None and last[0] == key else call.planned(key)
+        ready, start = planned.ready, call.start
+        if ready is None and start is not None and start[0] == stream:
+            ready = derive(self.loaded, start[1], planned.problem, call.cleared, (*start[2], *call.output_roles))
+        ready = run_variant(self.loaded, planned.problem, stream, call.cleared, ready)
+        if ready is not None:  # None: captured into a graph, nothing to keep
+            planned.ready = ready
+            call.start = (stream, ready, ())
         return made
 
     def _prepare(self, tensors: dict[str, Any], outputs: tuple[str, ...]) -> PreparedCall:

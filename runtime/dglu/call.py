@@ -399,49 +399,57 @@ def _torch_device(device: int | None) -> Any:
     return torch.device("cuda", device) if device is not None else None
 
 
+class Planned:
+    """A call's problem with one set of output addresses and, once planned, its ReadyCall
+    on one stream (dglu.runner)."""
+
+    __slots__ = ("problem", "ready")
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem, self.ready = problem, None
+
+
 class PreparedCall:
-    """What a call's tensors resolve to, cached by their keys: the problem and, for the
-    wrapper, the outputs to allocate and the problem with each set of output addresses
-    (the last one made: where the next one's launches start from)."""
+    """What a call's tensors resolve to, kept per call signature (dglu.bound): the problem,
+    the outputs the wrapper allocates, its plans (per output addresses and stream: the
+    problem with those outputs and its ReadyCall) and where a new plan starts from."""
 
     def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
         self.problem = problem
         self.outputs = tuple(_output_rule(role, variant.arguments[role], problem) for role in outputs)
         self.output_roles = tuple(rule.role for rule in self.outputs)
         self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
-        self._with_outputs: BoundedCache[Problem] = BoundedCache(OUTPUT_CACHE_CAPACITY)
-        # where the next launch starts from: a problem launched before and the views of this
-        # call's problem that differ from it (besides the outputs); one attribute, so that
-        # threads read the two together
-        self.start: tuple[Problem, tuple[str, ...]] | None = None
+        self.plans: BoundedCache[Planned] = BoundedCache(OUTPUT_CACHE_CAPACITY)
+        self.last: tuple[tuple[tuple[int, ...], int], Planned] | None = None  # the last plan's key and plan
+        # where the next plan starts from: the stream and ReadyCall of the last launch and
+        # the views of this call's problem that differ from that launch's (besides the
+        # outputs); one attribute, so that threads read the three together
+        self.start: tuple[int, Any, tuple[str, ...]] | None = None
 
     def moved(self, problem: Problem, views: tuple[str, ...]) -> PreparedCall:
         """This call for ``problem``, whose ``views`` (of inputs, and the views derived from
-        them) differ from this call's problem's: the same outputs, its launches to start
-        from the last problem this call launched."""
+        them) differ from this call's problem's: the same outputs, no plans, its first
+        plan to start from this call's last launch."""
         call = copy.copy(self)
-        call.problem, call._with_outputs = problem, BoundedCache(OUTPUT_CACHE_CAPACITY)
+        call.problem, call.plans, call.last = problem, BoundedCache(OUTPUT_CACHE_CAPACITY), None
         start = self.start
-        if not self.outputs:
-            call.start = (self.problem, views)
-        elif start is not None and not start[1]:
-            call.start = (start[0], views)
-        else:
-            call.start = None
+        call.start = (start[0], start[1], views) if start is not None and not start[2] else None
         return call
 
-    def with_outputs(self, made: dict[str, Any]) -> tuple[Problem, bool]:
-        """The problem with the freshly allocated outputs' views added, and whether it was
-        made now (no earlier call had these output addresses)."""
-        pointers = tuple([tensor.data_ptr() for tensor in made.values()])  # in self.outputs' order
-        problem = self._with_outputs.get(pointers)
-        if problem is not None:
-            return problem, False
-        return self._with_outputs.get_or_make(pointers, lambda: self._add_outputs(pointers)), True
+    def planned(self, key: tuple[tuple[int, ...], int]) -> Planned:
+        """The plan of ``key``: the outputs' addresses (in self.outputs' order) and the
+        stream; kept as the last plan (compared first by the caller)."""
+        found = self.plans.get(key)
+        if found is None:
+            found = self.plans.get_or_make(key, lambda: Planned(self._with_outputs(key[0])))
+        self.last = (key, found)
+        return found
 
-    def _add_outputs(self, pointers: tuple[int, ...]) -> Problem:
-        """This call's problem with the outputs' views at ``pointers`` (in self.outputs' order)."""
+    def _with_outputs(self, pointers: tuple[int, ...]) -> Problem:
+        """This call's problem with the outputs' views at ``pointers`` (itself without outputs)."""
         problem = self.problem
+        if not self.outputs:
+            return problem
         views = dict(problem.tensors)
         for rule, pointer in zip(self.outputs, pointers, strict=True):
             view = rule.view

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from .contract.records import Record
 from .dtypes import ELEMENT_TYPES
@@ -30,7 +29,7 @@ class Problem:
     argument each base scalar came from, and the views of its tensors. (A plain class: a
     dataclass costs ~0.5 ms to create at import.)"""
 
-    __slots__ = ("scalars", "origins", "tensors", "launch_cache")
+    __slots__ = ("scalars", "origins", "tensors")
 
     def __init__(
         self, scalars: Mapping[str, int], origins: Mapping[str, str], tensors: Mapping[str, TensorView]
@@ -38,8 +37,6 @@ class Problem:
         self.scalars = scalars
         self.origins = origins
         self.tensors = tensors
-        # launch facts the runner derived for this problem (grids, plans), kept with it
-        self.launch_cache: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"Problem(scalars={self.scalars!r}, origins={self.origins!r}, tensors={self.tensors!r})"

@@ -1,13 +1,14 @@
 """Load a variant's kernels into the device's context and run them for one problem.
 
-Loaded variants are cached per (variant, device). A call's launches (grids, launch
-configurations, packed parameters with their TMA descriptors) are kept with its Problem,
-which the API caches per call signature (dglu.cache), per loaded variant, stream and
-workspace addresses; so a repeated call only clears its workspaces and enqueues its kernels.
-A call whose plan is not kept (new tensor addresses: the wrapper's fresh outputs) starts from
-the last plan made for the loaded variant, stream and cleared tensors when its scalars, grids
-and workspaces are the same: only the parameters of the tensors that moved are packed (and
-their TMA descriptors encoded) anew.
+Loaded variants are cached per (variant, device). run_variant returns the call's
+ReadyCall (grids, launch configurations, packed parameters with their TMA descriptors,
+and the pooled workspaces they were made for); the caller keeps it with its call
+(dglu.bound) and hands it back, so a repeated call only clears its workspaces and enqueues
+its kernels. A call with no ReadyCall yet (new tensor addresses: the wrapper's fresh
+outputs) starts from the last plan made for the loaded variant, stream and cleared tensors
+when its scalars, grids and workspaces are the same (or from a ReadyCall the caller has,
+with derive): only the parameters of the tensors that moved are packed (and their TMA
+descriptors encoded) anew.
 """
 
 from __future__ import annotations
@@ -271,26 +272,21 @@ def _replanned(
     return CallPlan(clears, tuple(launches), {**start.views, **views}, fills)
 
 
-def derive_ready(
-    loaded: LoadedVariant, source: Problem, problem: Problem, stream: int, clear: tuple[str, ...],
-    moved: tuple[str, ...],
-) -> None:
-    """Give ``problem``, which is ``source`` but for the views of the tensors ``moved`` (the
-    wrapper's new outputs), the ready call ``source`` has for ``stream`` and ``clear``, with
-    only the parameters and clears of those tensors made anew; nothing when ``source`` has
-    none (run_variant then plans ``problem``). Its workspaces are ``source``'s: run_variant
-    checks that they are still pooled before it enqueues."""
-    memo = source.launch_cache
-    key = (loaded.identity, stream, clear)
-    ready = memo.get(key)
-    grids = memo.get(loaded.identity)
-    if ready is None or not grids:
-        return
+def derive(
+    loaded: LoadedVariant, source: ReadyCall, problem: Problem, clear: tuple[str, ...], moved: tuple[str, ...]
+) -> ReadyCall | None:
+    """The ReadyCall of ``problem``, which is ``source``'s problem but for the views of the
+    tensors ``moved`` (inputs at new addresses, the wrapper's new outputs), for the same
+    stream and ``clear``: ``source``'s launches with only the parameters and clears of those
+    tensors made anew; None when ``source`` launches nothing (run_variant then plans
+    ``problem``). Its workspaces are ``source``'s: run_variant checks that they are still
+    pooled before it enqueues."""
+    if not source.grids:
+        return None
     clears, fills = _output_writes(loaded, problem, clear)
-    clears += ready.plan.clears[len(clears):]  # then the workspaces' (the same ones)
-    plan = _replanned(loaded, problem, ready.plan, tuple(clears), fills, moved)
-    problem.launch_cache[loaded.identity] = grids
-    problem.launch_cache[key] = ReadyCall(plan, ready.generation)
+    clears += source.plan.clears[len(clears):]  # then the workspaces' (the same ones)
+    plan = _replanned(loaded, problem, source.plan, tuple(clears), fills, moved)
+    return ReadyCall(plan, source.grids, source.generation, source.workspaces)
 
 
 def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorView]) -> dict[str, bytes]:
@@ -303,19 +299,25 @@ def _tensor_maps(loaded: LoadedVariant, params: Any, views: Mapping[str, TensorV
 
 
 class ReadyCall:
-    """A call's plan and the generation of the stream's pool whose workspaces its addresses
-    come from (None: it uses none): valid while the pool is of that generation
-    (dglu.workspaces.still_pooled)."""
+    """A call's plan, the grids it was made for, and the generation of the stream's pool
+    and the addresses of the workspaces the plan's come from (generation None: it uses
+    none): valid while the pool is of that generation (dglu.workspaces.still_pooled)."""
 
-    __slots__ = ("plan", "generation")
+    __slots__ = ("plan", "grids", "generation", "workspaces")
 
-    def __init__(self, plan: CallPlan, generation: int | None) -> None:
-        self.plan, self.generation = plan, generation
+    def __init__(
+        self, plan: CallPlan, grids: tuple[Grid, ...], generation: int | None, workspaces: tuple[int, ...]
+    ) -> None:
+        self.plan, self.grids, self.generation, self.workspaces = plan, grids, generation, workspaces
 
 
 def run_variant(
-    loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...] = ()
-) -> None:
+    loaded: LoadedVariant,
+    problem: Problem,
+    stream: int,
+    clear: tuple[str, ...] = (),
+    ready: ReadyCall | None = None,
+) -> ReadyCall | None:
     """Launch every kernel of the variant, in manifest order, on the stream handle ``stream``.
 
     ``clear`` names tensors of the problem (the wrapper's new dbias) to zero on ``stream``
@@ -328,32 +330,29 @@ def run_variant(
     new dbias), so a failure before the first kernel launch leaves the caller's tensors
     untouched (see _enqueue for one after it).
 
-    The call's plan is kept with the problem (Problem.launch_cache) per loaded variant,
-    stream and cleared tensors, with the pooled workspaces it was made for: a repeated call
-    checks that its stream's pool still holds them (and is not capturing a graph: asked
-    only of a stream that can capture), then only enqueues its memsets and launches. A
-    capturing stream with workspaces to provide gets graph-owned ones, and its plan is not
-    kept (a replay never calls back). A call that fails while enqueuing makes the pool
-    forget its ``zero: by_consumer`` workspaces, which a kernel may have left dirty.
+    ``ready``: a ReadyCall an earlier run_variant returned (or derive made) for this
+    problem, stream and ``clear``: enqueued as it is while its stream's pool still holds
+    its workspaces (and is not capturing a graph: asked only of a stream that can
+    capture), else its grids and, for the same workspace addresses, its plan serve again.
+    Returns the ReadyCall enqueued, for the caller to keep; None when the call was
+    captured: a capturing stream with workspaces to provide gets graph-owned ones, and its
+    plan is not kept (a replay never calls back). A call that fails while enqueuing makes
+    the pool forget its ``zero: by_consumer`` workspaces, which a kernel may have left dirty.
     """
-    memo = problem.launch_cache
-    key = (loaded.identity, stream, clear)
     pool = workspace_pool.stream_pool(loaded.device, stream)
     with pool.lock, device_context(loaded.device):
-        ready = memo.get(key)
         if ready is None or not workspace_pool.still_pooled(pool, ready.generation):
-            grids = memo.get(loaded.identity)
-            if grids is None:
-                grids = memo[loaded.identity] = _grids(loaded, problem, stream, clear)
+            grids = ready.grids if ready is not None else _grids(loaded, problem, stream, clear)
             if grids and loaded.variant.workspaces and pool.capturing():
                 _run_captured(loaded, problem, stream, grids, clear, pool.cu_stream)
-                return
-            ready = memo[key] = _ready_call(loaded, problem, stream, grids, clear, pool)
+                return None
+            ready = _ready_call(loaded, problem, stream, grids, clear, pool, ready)
         try:
             _enqueue(loaded, ready.plan, pool.cu_stream)
         except KernelLaunchError:
             workspace_pool.forget_consumed(pool)
             raise
+    return ready
 
 
 def _run_captured(
@@ -436,22 +435,23 @@ def _ready_call(
     grids: tuple[Grid, ...],
     clear: tuple[str, ...],
     pool: workspace_pool.StreamWorkspaces,
+    previous: ReadyCall | None,
 ) -> ReadyCall:
-    """Acquire the call's pooled workspaces and find or make its plan (kept per workspace
-    addresses). Hold ``pool.lock``."""
-    memo = problem.launch_cache
+    """Acquire the call's pooled workspaces and make its plan (``previous``'s when made for
+    these workspace addresses). Hold ``pool.lock``."""
     rules = loaded.variant.workspaces
     workspaces = (
         workspace_pool.acquire(rules, problem.scalars, loaded.device, pool) if grids else {}
     )
-    key = ("plan", loaded.identity, stream, clear, *[w.pointer for w in workspaces.values()])
-    plan = memo.get(key)
-    if plan is None:
+    pointers = tuple([w.pointer for w in workspaces.values()])
+    if previous is not None and previous.workspaces == pointers:
+        plan = previous.plan
+    else:
         last = loaded.last_plans.get((stream, clear))
         start = last.plan if last is not None and last.serves(problem, grids) else None
-        plan = memo[key] = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
+        plan = _plan(loaded, problem, stream, grids, workspaces, clear, start=start)
         loaded.last_plans[(stream, clear)] = LastPlan(problem.scalars, grids, frozenset(problem.tensors), plan)
-    return ReadyCall(plan, pool.generation if workspaces else None)
+    return ReadyCall(plan, grids, pool.generation if workspaces else None, pointers)
 
 
 def _grids(loaded: LoadedVariant, problem: Problem, stream: int, clear: tuple[str, ...]) -> tuple[Grid, ...]:

@@ -94,7 +94,7 @@ def flags_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     values: list[int] = []
     monkeypatch.setattr(bound, "load_variant", lambda v, device: LoadedVariant(v, device, ()))
     monkeypatch.setattr(
-        bound, "run_variant", lambda loaded, problem, stream, clear=(): values.append(problem.scalars[FLAG])
+        bound, "run_variant", lambda loaded, problem, *args: values.append(problem.scalars[FLAG])
     )
     return values
 

@@ -318,8 +318,8 @@ def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
     dbias_ws is zeroed by dbias_finish); it launches the same prepared arguments."""
     loaded = runner.load_variant(variants[0], 0)
     problem = problem_of(m=1380, with_dbias=True)
-    runner.run_variant(loaded, problem, STREAM)
-    runner.run_variant(loaded, problem, STREAM)
+    ready = runner.run_variant(loaded, problem, STREAM)
+    assert runner.run_variant(loaded, problem, STREAM, ready=ready) is ready
     first_main, first_finish, main, finish = launches
     assert main["encoded"] == [] and finish["encoded"] == []
     assert main["params"] == first_main["params"] and finish["params"] == first_finish["params"]

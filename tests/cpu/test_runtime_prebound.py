@@ -32,13 +32,14 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     seen: dict[str, list] = {"launched": [], "bound": [], "derived": []}
     original_run, original_prepare, original_moved = runner.run_variant, bound.BoundOp._prepare, bound.moved_views
 
-    def run_variant(loaded, problem, stream, clear=()):
+    def run_variant(loaded, problem, stream, clear=(), ready=None):
         seen["launched"].append(problem)
-        return original_run(loaded, problem, stream, clear)
+        seen.setdefault("ready", []).append(original_run(loaded, problem, stream, clear, ready))
+        return seen["ready"][-1]
 
     monkeypatch.setattr(bound, "run_variant", run_variant)
-    original_derive = runner.derive_ready
-    monkeypatch.setattr(bound, "derive_ready", lambda *a: seen["derived"].append(a[-1]) or original_derive(*a))
+    original_derive = runner.derive
+    monkeypatch.setattr(bound, "derive", lambda *a: seen["derived"].append(a[-1]) or original_derive(*a))
     monkeypatch.setattr(bound.BoundOp, "_prepare", lambda *a: seen["bound"].append("full") or original_prepare(*a))
     monkeypatch.setattr(bound, "moved_views", lambda *a: seen["bound"].append("moved") or original_moved(*a))
     return seen
@@ -101,18 +102,15 @@ def test_outputs_at_new_addresses_patch_only_their_parameters_of_the_last_plan(r
     problems = runs["launched"]
     assert len({p.tensors["d_row"].pointer for p in problems}) == 3 and kept
     assert runs["derived"] == [("d_row", "dbias")] * 2
-    loaded = api._last_request[0][1].loaded
-    key = (loaded.identity, stand_ins.STREAM, ("dbias",))
-    derived = problems[2].launch_cache[key].plan
+    loaded = api._requests.last[1].loaded
+    derived = runs["ready"][2].plan
     loaded.last_plans.clear()  # so that the plan below starts from nothing
-    fresh_problem = type(problems[2])(problems[2].scalars, problems[2].origins, dict(problems[2].tensors))
-    runner.run_variant(loaded, fresh_problem, stand_ins.STREAM, ("dbias",))
-    fresh = fresh_problem.launch_cache[key].plan
+    fresh = runner.run_variant(loaded, problems[2], stand_ins.STREAM, ("dbias",)).plan
     assert derived.clears == fresh.clears
     assert [launch.arguments.blob for launch in derived.launches] == [
         launch.arguments.blob for launch in fresh.launches
     ]
-    assert derived.launches[0].arguments.blob != problems[0].launch_cache[key].plan.launches[0].arguments.blob
+    assert derived.launches[0].arguments.blob != runs["ready"][0].plan.launches[0].arguments.blob
 
 
 def test_inputs_at_new_addresses_are_checked_and_launch_what_a_fresh_plan_launches(runs) -> None:
@@ -130,12 +128,9 @@ def test_inputs_at_new_addresses_are_checked_and_launch_what_a_fresh_plan_launch
     first, problem = runs["launched"][0], runs["launched"][-1]
     assert {name for name in problem.tensors if problem.tensors[name] != first.tensors[name]} == {"a", "prob"}
     loaded = op._bound.loaded
-    key = (loaded.identity, stand_ins.STREAM, ())
-    derived = problem.launch_cache[key].plan
+    derived = runs["ready"][-1].plan
     loaded.last_plans.clear()
-    fresh_problem = type(problem)(problem.scalars, problem.origins, dict(problem.tensors))
-    runner.run_variant(loaded, fresh_problem, stand_ins.STREAM)
-    fresh = fresh_problem.launch_cache[key].plan
+    fresh = runner.run_variant(loaded, problem, stand_ins.STREAM).plan
     assert [launch.arguments.blob for launch in derived.launches] == [
         launch.arguments.blob for launch in fresh.launches
     ]
