@@ -310,8 +310,8 @@ def grouped_gemm_dglu(
         made = bound.run_wrapper(tensors, activation_tensor is not None, current_stream, made)
         if key is not None:
             _requests.last = (settings, bound)
-    # the results in the family's order; dprob is the caller's, accumulated in place
-    results = TupleDict(outputs(bound.config.policy, made, {"dprob_tensor": dprob_tensor}))
+    made["dprob"] = dprob_tensor  # the caller's, accumulated in place
+    results = outputs(bound.config.policy, made)  # in the family's order
     if act_out:
         results["act_out_tensor"] = made.get("act_out", activation_tensor)
     return results

@@ -19,6 +19,7 @@ from typing import Any
 from .contract.front import ArgumentRule, DtypeRule, FrontPolicy
 from .dtypes import ELEMENT_TYPES, FP8_TYPES, element_type_of
 from .errors import VariantNotFoundError
+from .tuple_dict import TupleDict
 from .validation import element_type_name
 
 Given = Mapping[str, Any]  # seed argument name -> value
@@ -205,12 +206,14 @@ def check_single_group(
         )
 
 
-def outputs(policy: FrontPolicy, made: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The wrapper's results in the policy's order: each role's allocated output, else the
-    caller's tensor of that role (the accumulated dprob), else None."""
-    return {name: made.get(role, given.get(name)) for role, name in _output_names(policy.outputs)}
+def outputs(policy: FrontPolicy, made: Mapping[str, Any]) -> TupleDict:
+    """The wrapper's results in the policy's order, by argument name: each role's tensor in
+    ``made`` (the outputs allocated and the caller's accumulated ones), else None."""
+    names, roles = _output_names(policy.outputs)
+    return TupleDict(zip(names, map(made.get, roles)))
 
 
 @functools.cache
-def _output_names(roles: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((role, f"{role}_tensor") for role in roles)
+def _output_names(roles: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The results' argument names and their roles."""
+    return tuple(f"{role}_tensor" for role in roles), roles

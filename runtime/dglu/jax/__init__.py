@@ -255,7 +255,7 @@ def grouped_gemm_dglu_jax(
     _register_gpu_target()
     operands = tuple(values[ARGUMENT_NAMES[role]] for role in roles if role in arrays)
     made = _custom_call(*operands, config=config, layout=layout)
-    results = DgluResults(**outputs(policy, made, {}))
+    results = DgluResults(**outputs(policy, made))
     return DgluActResults(*results, made["act_out"]) if act_out else results
 
 
