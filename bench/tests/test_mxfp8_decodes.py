@@ -222,10 +222,8 @@ def test_no_gpu_exits_2_saying_so(capsys, tmp_path):
 
 
 def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
-    monkeypatch, capsys, tmp_path
+    run_on_fake_gpu, monkeypatch
 ):
-    import json
-
     grid = {(c["shape"]["name"], c["rows"]): c for c in _grid()}
     measured_fields = ("buffer_sets", "shipped", "decodes", "agreement")
 
@@ -234,14 +232,10 @@ def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
             raise RuntimeError("out of memory")
         return {field: grid[shape.name, shape.m][field] for field in measured_fields}
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(decodes, "describe", lambda: ENVIRONMENT)
     monkeypatch.setattr(decodes, "measure_class", measure_class)
-    argv = ["--out", str(tmp_path), "--shapes", "dsv3-like,mixtral-like", "--rows", "2048,4096"]
-    assert decodes.main(argv) == 1
-    record = json.loads((tmp_path / "decodes.json").read_text())
+    argv = ["--shapes", "dsv3-like,mixtral-like", "--rows", "2048,4096"]
+    status, record, out = run_on_fake_gpu(decodes.main, "decodes.json", *argv)
+    assert status == 1
     assert record["complete"] and record["method"]["rows"] == [2048, 4096]
     assert [(c["shape"]["name"], c["rows"]) for c in record["classes"]] == [
         ("dsv3-like", 2048), ("dsv3-like", 4096), ("mixtral-like", 2048), ("mixtral-like", 4096)
@@ -249,7 +243,6 @@ def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
     assert record["classes"][0]["one_pass_over_prepass"] == pytest.approx(0.8)
     assert record["errors"] == ["/classes/2", "/classes/3"]
     assert record["classes"][2]["error"] == "RuntimeError: out of memory"
-    out = capsys.readouterr()
     assert out.out.splitlines()[-1] == record["summary"] and record["summary"].startswith(
         "MXFP8 DECODES: 4 classes (2 shapes x 2 row counts), 2 measured;"
     )
