@@ -20,10 +20,7 @@ Usage (GPU machine, dglu wheel installed, from the repo root):
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -34,9 +31,9 @@ from dglu_build.atomic_write import write_atomic
 from .chart import bound_ratios_png
 from .options import add_run_options, parse_run_options
 from .device import _first_call_s, error_record
-from .environment import describe
 from .report import SHAPE_WIDTH, _ratio_cell, _span, _time_cell
 from .results import Target, error_paths, lookup, ratio, target_tally, with_tflops
+from .session import Session, no_gpu
 from .shapes import Shape
 
 JSON_NAME, CHART_NAME = "mxfp8.json", "mxfp8.png"
@@ -288,21 +285,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parse_run_options(parser, argv)
 
 
+def progress_line(shape: Shape, measured: dict[str, Any]) -> str:
+    """A shape's line on stderr: each candidate's median ms, the MXFP8 call's decode."""
+    times = ", ".join(
+        f"{name} {lookup(measured, 'timings', name, 'median_ms')} ms" for name in CANDIDATES
+    )
+    return f"{shape.name}: {times}, decode {lookup(measured, 'mxfp8_variant', 'decode')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("bench.mxfp8: torch is not installed", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("bench.mxfp8: no CUDA device; it times dglu's kernels on the GPU", file=sys.stderr)
+    if no_gpu("bench.mxfp8"):
         return 2
     from .mxfp8_problem import UnfusedPath
 
-    started = time.monotonic()
-    args.out.mkdir(parents=True, exist_ok=True)
-    environment = describe()
     method = {
         "timing": TIMING,
         "budget_ms": args.budget_ms,
@@ -313,40 +309,17 @@ def main(argv: list[str] | None = None) -> int:
         "unfused path's; bounds in bench/mxfp8_problem.py",
         "torch_compile": {"mode": "default", "dynamic": False},
     }
-    device = torch.device("cuda", torch.cuda.current_device())
+    session = Session(args.out, JSON_NAME, method, results_record, summary_line)
     unfused = UnfusedPath(compiled=True)
-    shapes: list[dict[str, Any]] = []
-
-    def write(complete: bool, chart: dict[str, Any] | None = None) -> dict[str, Any]:
-        record = results_record(environment, method, shapes)
-        record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        record["duration_s"] = time.monotonic() - started
-        record["complete"] = complete
-        if chart is not None:
-            record["chart"] = chart
-            record["errors"] += error_paths({"chart": chart})
-        if complete:
-            record["summary"] = summary_line(record)
-        write_atomic(args.out / JSON_NAME, (json.dumps(record, indent=2) + "\n").encode())
-        return record
-
     for shape in args.shapes:
-        start = time.monotonic()
-        try:
-            measured = measure_shape(shape, device, args.budget_ms, args.seed, unfused)
-        except Exception as exc:  # e.g. out of memory; the next shape still runs
-            measured = {"timings": {}, "error": error_record(exc)}
-        shapes.append(shape_record(shape, measured))
-        torch.cuda.empty_cache()
-        write(complete=False)
-        times = ", ".join(
-            f"{name} {lookup(measured, 'timings', name, 'median_ms')} ms" for name in CANDIDATES
+        session.measure(
+            partial(measure_shape, shape, session.device, args.budget_ms, args.seed, unfused),
+            partial(shape_record, shape),
+            partial(progress_line, shape),
+            failed=lambda error: {"timings": {}, "error": error},
         )
-        decode = lookup(measured, "mxfp8_variant", "decode")
-        elapsed = time.monotonic() - start
-        print(f"{shape.name}: {times}, decode {decode} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
-    chart = write_chart(results_record(environment, method, shapes), args.out)
-    record = write(complete=True, chart=chart)
+    chart = write_chart(session.record(), args.out)
+    record = session.write(complete=True, chart=chart)
     print(table(record))
     written = [JSON_NAME] + ([CHART_NAME] if "file" in chart else [])
     print(f"results: {', '.join(str(args.out / name) for name in written)}")

@@ -25,21 +25,16 @@ Usage (GPU machine, dglu wheel installed, from the repo root):
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
-import time
 from functools import partial
 from typing import Any
 
-from dglu_build.atomic_write import write_atomic
-
 from .device import error_record
-from .environment import describe
 from .mxfp8 import TIMING
 from .options import add_run_options, parse_run_options
 from .report import SHAPE_WIDTH, _ratio_cell, _span
 from .results import error_paths, lookup
+from .session import Session, no_gpu
 from .shapes import M_ALIGNED, Shape, with_rows
 
 JSON_NAME = "decodes.json"
@@ -322,22 +317,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parse_run_options(parser, argv)
 
 
+def progress_line(where: str, measured: dict[str, Any]) -> str:
+    """A class's line on stderr: each decode's median ms, the shipped pick's decode."""
+    times = ", ".join(
+        f"{d} {lookup(measured, 'decodes', d, 'timing', 'median_ms')} ms" for d in DECODES
+    )
+    return f"{where}: {times}, shipped {lookup(measured, 'shipped', 'decode')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("bench.mxfp8_decodes: torch is not installed", file=sys.stderr)
+    if no_gpu("bench.mxfp8_decodes"):
         return 2
-    if not torch.cuda.is_available():
-        print(
-            "bench.mxfp8_decodes: no CUDA device; it times dglu's kernels on the GPU",
-            file=sys.stderr,
-        )
-        return 2
-    started = time.monotonic()
-    args.out.mkdir(parents=True, exist_ok=True)
-    environment = describe()
     method = {
         "timing": TIMING,
         "budget_ms": args.budget_ms,
@@ -351,40 +342,16 @@ def main(argv: list[str] | None = None) -> int:
         "unfused path's, and one_pass's from prepass's; bounds in bench/mxfp8_problem.py",
         "slower_margin": SLOWER_MARGIN,
     }
-    device = torch.device("cuda", torch.cuda.current_device())
-    classes: list[dict[str, Any]] = []
-
-    def write(complete: bool) -> dict[str, Any]:
-        record = results_record(environment, method, classes)
-        record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        record["duration_s"] = time.monotonic() - started
-        record["complete"] = complete
-        if complete:
-            record["summary"] = summary_line(record)
-        write_atomic(args.out / JSON_NAME, (json.dumps(record, indent=2) + "\n").encode())
-        return record
-
+    session = Session(args.out, JSON_NAME, method, results_record, summary_line)
     for shape in args.shapes:
         for rows in args.rows:
-            scaled, start = with_rows(shape, rows), time.monotonic()
-            try:
-                measured = measure_class(scaled, device, args.budget_ms, args.seed)
-            except Exception as exc:  # e.g. out of memory; the next class still runs
-                measured = error_record(exc)
-            classes.append(class_record(scaled, measured))
-            torch.cuda.empty_cache()
-            write(complete=False)
-            times = ", ".join(
-                f"{d} {lookup(measured, 'decodes', d, 'timing', 'median_ms')} ms" for d in DECODES
+            scaled = with_rows(shape, rows)
+            session.measure(
+                partial(measure_class, scaled, session.device, args.budget_ms, args.seed),
+                partial(class_record, scaled),
+                partial(progress_line, f"{shape.name} at {rows} rows"),
             )
-            shipped = lookup(measured, "shipped", "decode")
-            elapsed = time.monotonic() - start
-            print(
-                f"{shape.name} at {rows} rows: {times}, shipped {shipped} ({elapsed:.0f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-    record = write(complete=True)
+    record = session.write(complete=True)
     print(table(record))
     print(f"results: {args.out / JSON_NAME}")
     print(record["summary"])

@@ -1,7 +1,7 @@
 """python -m bench.mxfp8 on the CPU: a shape's measurement with the GPU pieces stood in for
 (the MXFP8 op by the eager unfused path, right or broken; timing by one call each), so that
 only a candidate whose outputs match is timed; the record, table, summary line and chart;
-and the arguments and the no-GPU exit."""
+and the arguments and main."""
 
 from __future__ import annotations
 
@@ -150,23 +150,16 @@ def test_without_matplotlib_the_chart_is_skipped_saying_so(monkeypatch, capsys, 
     assert not (tmp_path / "mxfp8.png").exists()
 
 
-def test_main_writes_the_json_and_the_chart_or_says_why_not(monkeypatch, capsys, tmp_path):
-    import json
-
+def test_main_writes_the_json_and_the_chart_or_says_why_not(run_on_fake_gpu, monkeypatch, tmp_path):
     fake = _fake_shape(1.0, 0.95, 3.5, "one_pass")
     measured = {key: fake[key] for key in ("buffer_sets", "checks", "timings", "mxfp8_variant")}
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(mxfp8, "describe", lambda: ENVIRONMENT)
     monkeypatch.setattr(mxfp8, "measure_shape", lambda *arguments: measured)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import fails
-    assert mxfp8.main(["--out", str(tmp_path), "--shapes", "dsv3-like"]) == 0
-    record = json.loads((tmp_path / "mxfp8.json").read_text())
+    status, record, out = run_on_fake_gpu(mxfp8.main, "mxfp8.json", "--shapes", "dsv3-like")
+    assert status == 0
     assert record["complete"] and record["errors"] == []
     assert record["chart"] == {"skipped": "matplotlib is not installed"}
     assert record["shapes"][0]["mxfp8_variant"]["decode"] == "one_pass"
-    out = capsys.readouterr()
     assert out.out.splitlines()[-2] == f"results: {tmp_path / 'mxfp8.json'}"
     assert "dsv3-like: mxfp8 1.0 ms, bf16 0.95 ms, unfused 3.5 ms, decode one_pass" in out.err
     assert "matplotlib is not installed; no mxfp8.png" in out.err
@@ -182,9 +175,3 @@ def test_bad_arguments_are_refused_naming_them(capsys, tmp_path):
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
     assert mxfp8.parse_args(["--out", str(tmp_path)]).out == tmp_path
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the exit without a GPU")
-def test_no_gpu_exits_2_saying_so(capsys, tmp_path):
-    assert mxfp8.main(["--out", str(tmp_path)]) == 2
-    assert "no CUDA device" in capsys.readouterr().err

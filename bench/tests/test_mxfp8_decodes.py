@@ -2,7 +2,7 @@
 in for (the selection restricted by a stand-in only_decode, the MXFP8 op by the eager
 unfused path, right or broken per decode, timing by one call each at a set time per
 decode); the figures, the rows bounds, the table and summary line on invented classes; and
-the arguments and the no-GPU exit."""
+the arguments and main."""
 
 from __future__ import annotations
 
@@ -215,17 +215,9 @@ def test_rows_are_parsed_and_bad_arguments_refused_naming_them(capsys, tmp_path)
         assert message in capsys.readouterr().err
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the exit without a GPU")
-def test_no_gpu_exits_2_saying_so(capsys, tmp_path):
-    assert decodes.main(["--out", str(tmp_path)]) == 2
-    assert "no CUDA device" in capsys.readouterr().err
-
-
 def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
-    monkeypatch, capsys, tmp_path
+    run_on_fake_gpu, monkeypatch
 ):
-    import json
-
     grid = {(c["shape"]["name"], c["rows"]): c for c in _grid()}
     measured_fields = ("buffer_sets", "shipped", "decodes", "agreement")
 
@@ -234,14 +226,10 @@ def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
             raise RuntimeError("out of memory")
         return {field: grid[shape.name, shape.m][field] for field in measured_fields}
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(decodes, "describe", lambda: ENVIRONMENT)
     monkeypatch.setattr(decodes, "measure_class", measure_class)
-    argv = ["--out", str(tmp_path), "--shapes", "dsv3-like,mixtral-like", "--rows", "2048,4096"]
-    assert decodes.main(argv) == 1
-    record = json.loads((tmp_path / "decodes.json").read_text())
+    argv = ["--shapes", "dsv3-like,mixtral-like", "--rows", "2048,4096"]
+    status, record, out = run_on_fake_gpu(decodes.main, "decodes.json", *argv)
+    assert status == 1
     assert record["complete"] and record["method"]["rows"] == [2048, 4096]
     assert [(c["shape"]["name"], c["rows"]) for c in record["classes"]] == [
         ("dsv3-like", 2048), ("dsv3-like", 4096), ("mixtral-like", 2048), ("mixtral-like", 4096)
@@ -249,7 +237,6 @@ def test_main_writes_every_class_into_decodes_json_and_exits_1_on_an_error(
     assert record["classes"][0]["one_pass_over_prepass"] == pytest.approx(0.8)
     assert record["errors"] == ["/classes/2", "/classes/3"]
     assert record["classes"][2]["error"] == "RuntimeError: out of memory"
-    out = capsys.readouterr()
     assert out.out.splitlines()[-1] == record["summary"] and record["summary"].startswith(
         "MXFP8 DECODES: 4 classes (2 shapes x 2 row counts), 2 measured;"
     )
