@@ -55,8 +55,8 @@ from .call import (
     named_tensors,
     required,
 )
-from .front import check_single_group, dtype_name, outputs, require
-from .options import check_flags, check_options
+from .front import dtype_name, outputs, require
+from .options import check_options
 from .tuple_dict import TupleDict
 from .weights import DENSE, DISCRETE, dense_b_major, variant_b_major, weight_mode, wrapper_discrete
 
@@ -164,12 +164,9 @@ def _bind(given: dict[str, Any], key: tuple[Any, ...] | None) -> BoundOp:
     c = given["c_tensor"]
     config = check_request(policy, given, given_operands(False, given), given["b_dtype"],
                            getattr(as_torch(c), "dtype", None), _wrapper_config, _REQUIRED, "call")
-    # 4. the installed variant (shapes and strides are checked once the tensors are bound)
+    # 4. the selection step (shapes and strides are checked once the tensors are bound)
     tensors = named_tensors(False, a=a, c=c, padded_offsets=given["padded_offsets"])
-    check_single_group(policy, config.options.single_group, "padded_offsets", tensors["padded_offsets"][1],
-                       a.shape[0], config.options.m_aligned)  # before the selection: L is in the key
     bound = BoundOp.select(config, tensors, WRAPPER_SOURCES)
-    check_flags(config.options, bound.variant)
     return bound if key is None else _requests.ops.get_or_make(key, lambda: bound)
 
 

@@ -1,5 +1,5 @@
 """What the wrapper and the class API share: argument names, an op's checked configuration,
-the checks before the selection (dglu.jax's too), the variant selection, the padded_offsets
+the checks before the selection and the selection step (dglu.jax's too), the padded_offsets
 check, the outputs the wrapper allocates and a call's prepared problem (dglu.api has the
 wrapper, dglu.op the class API)."""
 
@@ -21,6 +21,7 @@ from .errors import DeviceMemoryError, VariantNotFoundError
 from .front import (
     check_operands,
     check_required,
+    check_single_group,
     check_values,
     front_of_operands,
     require,
@@ -33,7 +34,7 @@ from .contract.keys import KEY_TABLE
 from .contract.reader import full_variant
 from .contract.schema import Variant
 from .manifest import installed_dispatch, installed_variants, search_path
-from .options import OpOptions, check_m_aligned
+from .options import OpOptions, check_flags, check_m_aligned
 from .problem import Problem, TensorView
 from .selection import VariantRequest, arch_for_capability, select_variant
 from .streams import on_stream
@@ -183,28 +184,45 @@ class OpConfig:
         return self.discrete.given_scalars() if self.discrete else {}
 
 
-def select(
-    config: OpConfig, tensors: dict[str, tuple[str, Any]], sources: dict[str, str]
-) -> Variant:
-    """The variant for the tensors' element types (checked first), the configuration and
-    A's device; m_aligned checked against it."""
+def select(config: OpConfig, tensors: dict[str, tuple[str, Any]], sources: dict[str, str]) -> Variant:
+    """select_call for the torch frontends' ``tensors`` (role -> (name, tensor)): their
+    element types (checked first) and the architecture of A's device."""
     types = element_types(tensors)
-    options = config.options
-    tensor_dtype(config.policy, tensors["c"][0], "c_tensor", tensors["c"][1])  # the family's C types
-    device = tensors["a"][1].device.index
+    return select_call(config, types, tensors, device_arch(tensors["a"][1].device.index), sources)
+
+
+def select_call(
+    config: OpConfig,
+    types: Mapping[str, str],
+    tensors: Mapping[str, tuple[str, Any]],
+    arch: str | None,
+    sources: dict[str, str],
+) -> Variant:
+    """Every frontend's selection step (after check_request), in the documented order
+    (docs/frontends.md): C's dtype among the family's, discrete weights' dtype against
+    A's, the single-group offsets (L is in the key), the installed variant, then m_aligned
+    and the kernel flags against it. ``types``: role -> element type name (A's, C's, and
+    D_row's where ``config`` leaves D open); ``tensors``: role -> (name, tensor or JAX
+    spec) of a, c and padded_offsets, whose shapes give the expert count and the problem
+    class; ``arch``: None for any; ``sources``: key field -> the arguments that chose it."""
+    policy, options = config.policy, config.options
+    (a_name, a), (c_name, c), (offsets_name, offsets) = (tensors[role] for role in ("a", "c", "padded_offsets"))
+    tensor_dtype(policy, c_name, "c_tensor", c)  # the family's C types
     if config.discrete:
-        config.discrete.check_dtype_of(tensors["a"][0], types["a"])
+        config.discrete.check_dtype_of(a_name, types["a"])
+    check_single_group(policy, options.single_group, offsets_name, offsets, a.shape[0], options.m_aligned)
     variant = select_installed(
         options,
-        device_arch(device),
+        arch,
         (types["a"], types["c"], config.d_dtype or types["d_row"]),
         config.dbias,
         config.mode,
         sources,
-        expert_count(tensors["padded_offsets"][1].shape) if "padded_offsets" in tensors else None,
-        problem_class(tensors["a"][1].shape, tensors["c"][1].shape, tensors.get("padded_offsets", (None, None))[1]),
+        expert_count(offsets.shape),
+        problem_class(a.shape, c.shape, offsets),
     )
     check_m_aligned(options, variant)
+    check_flags(options, variant)
     return variant
 
 
@@ -223,8 +241,7 @@ def select_installed(
     VariantNotFoundError naming each field's ``sources`` (the arguments that chose it) and
     the command that builds the variant. With the tile left open the dispatch table's
     rules for ``problem`` (problem_class's fields) are preferred in turn, and with the
-    cluster left open too, then one CTA per cluster. The torch and JAX entry points both select
-    through it."""
+    cluster left open too, then one CTA per cluster. select_call selects through it."""
     tile = options.tile or (None, None)
     cluster = options.cluster or (None, None)
     request = VariantRequest(

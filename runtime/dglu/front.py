@@ -190,7 +190,8 @@ def check_single_group(
 ) -> None:
     """use_single_group_runtime_offsets (check ``single_group_offsets``): one expert
     (padded_offsets an int32 (1,) tensor, never read) whose rows are A's M, a multiple of
-    m_aligned. A shape check: run when the call's tensors are bound."""
+    m_aligned. A shape check: run by the selection step (the expert count is in the key)
+    and again when the call's tensors are bound."""
     if not single_group or "single_group_offsets" not in policy.checks:
         return
     length = padded_offsets.shape[0] if getattr(padded_offsets, "dim", lambda: 0)() == 1 else None

@@ -29,10 +29,10 @@ from .call import (
 )
 from .contract.front import FrontPolicy
 from .contract.schema import Variant
-from .front import check_required, check_single_group, check_values, require
-from .options import check_flags, check_options
+from .front import check_required, check_values, require
+from .options import check_options
 from .runner import load_variant
-from .validation import describe_tensors, element_types
+from .validation import describe_tensors
 from .weights import DENSE, DISCRETE, class_discrete, dense_b_major, variant_b_major, weight_mode
 
 # The class API's samples by their tensors' seed names (sample_a for a_tensor, ...): the
@@ -171,23 +171,18 @@ class GroupedGemmDglu:
         variant's rules)."""
         given = self._given
         # 1. the family that runs A's dtype on the device; 2.-3. its checks before the selection
-        policy = self._policy
         c_dtype = getattr(as_torch(given["c_tensor"]), "dtype", None)
-        config = check_request(policy, given, given_operands(True, given), given["b_dtype"], c_dtype,
+        config = check_request(self._policy, given, given_operands(True, given), given["b_dtype"], c_dtype,
                                _class_config, _REQUIRED, "op", SAMPLES)
-        discrete, options = config.discrete, config.options
+        discrete = config.discrete
         samples = dict(self._samples)
-        # 4. the variant, and the samples' shapes and strides against it
+        # 4. the selection step, then 5. the samples' shapes and strides against the variant
         if discrete:  # discrete weights have no sample: execute() checks them
             samples.pop("b", None), samples.pop("sfb", None)
-        element_types(samples)
-        check_single_group(policy, options.single_group, "sample_padded_offsets", samples["padded_offsets"][1],
-                           samples["a"][1].shape[0], options.m_aligned)
         variant = select(config, samples, CLASS_SOURCES)
-        check_flags(options, variant)
         # neither the act_out output (nor discrete weights) have a sample to check now
         later = ("b_ptrs", "sfb_ptrs", "act_out") if discrete else ("act_out",)
-        describe_tensors(variant, samples, config.given_scalars(), later, options.flags())
+        describe_tensors(variant, samples, config.given_scalars(), later, config.options.flags())
         self._config, self._variant = config, variant
         return True
 

@@ -76,6 +76,7 @@ def select(c_dtype="bf16", d_dtype="bf16", dbias=True, weights="dense", **argume
     tensors = {
         "a": ("a_tensor", torch.zeros(1, 8, dtype=torch.bfloat16)),
         "c": ("c_tensor", torch.zeros(1, 8, dtype=TORCH_DTYPES[c_dtype])),
+        "padded_offsets": ("padded_offsets", torch.zeros(4, dtype=torch.int32)),
     }
     return call.select(config, tensors, call.WRAPPER_SOURCES)
 
