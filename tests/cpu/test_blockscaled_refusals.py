@@ -295,6 +295,10 @@ WITH_VARIANT = {
         "wrapper", change(use_single_group_runtime_offsets=True), "use_single_group_runtime_offsets",
         ("4", "1"),
     ),
+    "single-group offsets with 4 experts before m_aligned": Refusal(
+        "wrapper", change(use_single_group_runtime_offsets=True, m_aligned=128), "use_single_group_runtime_offsets",
+        ("4", "1"),
+    ),
     "execute: SFD_row contiguous": Refusal(
         "execute", change(sfd_row_tensor=lambda: contiguous_sf(M, 2 * N)), "sfd_row_tensor",
         (str(contiguous_sf(M, 2 * N).stride()), str(bs.sf_strides(M, 2 * N))),

@@ -339,6 +339,8 @@ def test_an_mxfp8_call_on_blackwell_returns_its_quantized_outputs(b200):
         ("mxfp8", {"sf_vec_size": 16}),
         ("mxfp8", {"discrete_col_sfd": True}),
         ("mxfp8", {"norm_const_tensor": None}),
+        # before the selection, as in the wrapper: no installed variant compiles it in
+        ("mxfp8", {"use_single_group_runtime_offsets": True}),
     ],
 )
 def test_blackwell_refusals_are_the_torch_wrappers(b200, call, changes):

@@ -3,8 +3,8 @@
 ``check_config`` checks the call's arguments the way dglu.api's wrapper does before it
 selects (the family that runs A's dtype and its front policy, the policy's operand checks,
 option values, weights, options, D's dtype, the required tensors; dglu.front, dglu.weights,
-dglu.options), JAX dtypes spelled as torch's first; ``describe_call`` selects the variant
-(dglu.selection) and checks every array against its argument rules
+dglu.options), JAX dtypes spelled as torch's first; ``describe_call`` runs the wrapper's
+selection step (dglu.call.select_call) and checks every array against its argument rules
 (dglu.validation.describe_tensors), the same code and messages as the torch path. The
 trace runs both on abstract arrays (addresses unknown); the FFI handler runs
 ``describe_call`` again on XLA's buffers, for its device's architecture, before the first
@@ -23,17 +23,15 @@ from ..call import (
     OPERAND_ROLES,
     WRAPPER_SOURCES,
     check_request,
-    expert_count,
     installed_fronts,
-    problem_class,
     required,
-    select_installed,
+    select_call,
 )
 from ..contract.front import FrontPolicy
 from ..contract.records import Record
 from ..contract.schema import Variant
-from ..front import check_single_group, dtype_name, front_of_operands, require, tensor_dtype
-from ..options import check_flags, check_m_aligned, check_options
+from ..front import dtype_name, front_of_operands, require
+from ..options import check_options
 from ..problem import Problem
 from ..validation import describe_tensors, element_type_name
 from ..weights import DISCRETE, variant_b_major, weight_mode, wrapper_discrete
@@ -101,36 +99,12 @@ def describe_call(
     arch_source: str,
     later: Collection[str],
 ) -> DescribedCall:
-    """Select the variant of ``config``, the arrays' element types and ``arch`` (None:
-    any installed architecture), then check ``arrays`` (role -> (argument name, spec))
-    against it and ``policy`` (the family's); ``later``: the outputs the custom call
-    creates."""
+    """The selection step (dglu.call.select_call) for ``config`` with ``policy`` (the
+    family's), the arrays' element types and ``arch`` (None: any installed architecture;
+    ``arch_source`` names it), then check ``arrays`` (role -> (argument name, spec))
+    against the variant; ``later``: the outputs the custom call creates."""
     types = {role: element_type_name(name, spec.dtype) for role, (name, spec) in arrays.items()}
-    tensor_dtype(policy, arrays["c"][0], "c_tensor", arrays["c"][1])  # the family's C types
-    if config.discrete:
-        config.discrete.check_dtype_of(arrays["a"][0], types["a"])
-    dispatched = problem_class(arrays["a"][1].shape, arrays["c"][1].shape, arrays["padded_offsets"][1])
-    variant = _select(config, types, arch, arch_source, expert_count(arrays["padded_offsets"][1].shape), dispatched)
-    options = config.options
-    check_m_aligned(options, variant)
-    check_flags(options, variant)
-    offsets_name, offsets = arrays["padded_offsets"]
-    check_single_group(policy, options.single_group, offsets_name, offsets, arrays["a"][1].shape[0], options.m_aligned)
-    problem = describe_tensors(variant, arrays, config.given_scalars(), later, options.flags())
+    sources = {**WRAPPER_SOURCES, "arch": arch_source}
+    variant = select_call(config.op_config(policy), types, arrays, arch, sources)
+    problem = describe_tensors(variant, arrays, config.given_scalars(), later, config.options.flags())
     return DescribedCall(variant, problem)
-
-
-def _select(
-    config: CallConfig, types: Mapping[str, str], arch: str | None, arch_source: str, experts: int | None,
-    dispatched: Mapping[str, int] | None = None,
-) -> Variant:
-    return select_installed(
-        config.options,
-        arch,
-        (types["a"], types["c"], config.d_dtype),
-        config.dbias,
-        config.weight_mode,
-        {**WRAPPER_SOURCES, "arch": arch_source},
-        experts,
-        dispatched,
-    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..call import OpConfig
+from ..contract.front import FrontPolicy
 from ..contract.records import Record
 from ..options import OpOptions
 from ..weights import DENSE, DISCRETE, DiscreteWeights
@@ -48,6 +50,12 @@ class CallConfig(Record):
     def given_scalars(self) -> dict[str, tuple[int, str]]:
         """Scalars the weight arguments fix (discrete weights' N, from ``n``)."""
         return self.discrete.given_scalars() if self.discrete else {}
+
+    def op_config(self, policy: FrontPolicy) -> OpConfig:
+        """This configuration as the torch path's OpConfig, with the front policy of the
+        family that runs the call: not static, as the handler's device may run another
+        family than the trace's (which need not be a GPU's)."""
+        return OpConfig(self.weight_mode, self.discrete, self.options, self.d_dtype, self.dbias, policy)
 
     def attributes(
         self, operands: tuple[str, ...], results: tuple[str, ...], workspaces: tuple[str, ...]
