@@ -75,6 +75,11 @@ CASES = {
     "missing padded_offsets before shapes": Refusal(
         "wrapper", change(padded_offsets=None, **BAD_SHAPES), "padded_offsets", ("None", "required"),
     ),
+    "C's dtype before the single-group offsets and shapes": Refusal(
+        "wrapper", change(c_tensor=lambda: torch.zeros(M, 2 * N, 1, dtype=torch.float64),
+                          use_single_group_runtime_offsets=True, **BAD_SHAPES),
+        "c_tensor", ("float64",),
+    ),
     "class: FP4 sample_a before options and missing samples": Refusal(
         "check_support",
         change(sample_a=FP4_A["a_tensor"], sample_b=FP4_A["b_tensor"], sf_vec_size=16,
@@ -93,6 +98,10 @@ CASES = {
     "class: missing sample_dprob before shapes": Refusal(
         "check_support", change(sample_dprob=None, sample_sfb=lambda: contiguous_sf(N, K, L)), "sample_dprob",
         ("None", "required"),
+    ),
+    "class: sample_c's dtype before the single-group offsets": Refusal(
+        "check_support", change(sample_c=lambda: torch.zeros(M, 2 * N, 1, dtype=torch.float64),
+                                use_single_group_runtime_offsets=True), "sample_c", ("float64",),
     ),
     "class: sample_amax before missing samples": Refusal(
         "check_support", change(sample_amax=lambda: torch.zeros(1), sample_norm_const=None), "sample_amax",
