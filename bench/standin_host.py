@@ -35,7 +35,7 @@ from typing import Any
 DEFAULT_STREAM, SIDE_STREAM = 0, 0x7  # torch's current stream: the legacy default, or another
 PROBLEM = {"n": 64, "k": 64, "expert_rows": (256, 256)}  # bench.tiny_problem.TINY
 # Wrapper results held in the plan-miss loop: more output addresses than the call keeps
-# plans for (dglu.call.OUTPUT_CACHE_CAPACITY), so every call misses, in a steady heap.
+# plans for (dglu.prepared.OUTPUT_CACHE_CAPACITY), so every call misses, in a steady heap.
 KEPT_RESULTS = 64
 # Copies of the inputs execute() cycles through in the new-inputs loop: more call
 # signatures than an op keeps (dglu.call.CALL_CACHE_CAPACITY), so every call's inputs are

@@ -28,8 +28,6 @@ from .call import (
     WRAPPER_NAMES,
     WRAPPER_OUTPUTS,
     OpConfig,
-    PreparedCall,
-    allocate_outputs,
     check_offsets,
     named_tensors,
     offsets_check_enabled,
@@ -37,6 +35,7 @@ from .call import (
 )
 from .front import check_operands, check_single_group
 from .contract.schema import Variant
+from .prepared import PreparedCall, allocate_outputs
 from .runner import LoadedVariant, derive, load_variant, run_variant
 from .streams import on_stream, resolve_stream
 from .problem import Problem

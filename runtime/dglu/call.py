@@ -1,23 +1,18 @@
 """What the wrapper and the class API share: argument names, an op's checked configuration,
-the checks before the selection and the selection step (dglu.jax's too), the padded_offsets
-check, the outputs the wrapper allocates and a call's prepared problem (dglu.api has the
-wrapper, dglu.op the class API)."""
+the checks before the selection and the selection step (dglu.jax's too) and the
+padded_offsets check (dglu.api has the wrapper, dglu.op the class API, dglu.prepared a
+call's tensors resolved against its variant)."""
 
 from __future__ import annotations
 
-import copy
-import functools
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from .arguments import ARGUMENTS
-from .arrays import as_torch, torch_module
-from .cache import BoundedCache
+from .arrays import as_torch
 from .driver import device_info
-from .dtypes import torch_dtype
-from .errors import DeviceMemoryError, VariantNotFoundError
+from .errors import VariantNotFoundError
 from .front import (
     check_operands,
     check_required,
@@ -35,7 +30,7 @@ from .contract.reader import full_variant
 from .contract.schema import Variant
 from .manifest import installed_dispatch, installed_variants, search_path
 from .options import OpOptions, check_flags, check_m_aligned
-from .problem import Problem, TensorView
+from .problem import Problem
 from .selection import VariantRequest, arch_for_capability, select_variant
 from .streams import on_stream
 from .validation import check_offset_values, element_types
@@ -70,9 +65,6 @@ OPERAND_ROLES = ("a", "b", "sfa", "sfb")  # what the family's operand checks rea
 WRAPPER_NAMES = {**ARGUMENT_NAMES, "act_out": "activation_tensor"}
 CHECK_OFFSETS_ENV = "DGLU_CHECK_OFFSETS"
 CALL_CACHE_CAPACITY = 256  # described calls kept per op (class API) or in all (wrapper)
-# Output addresses kept per wrapper call: torch's allocator hands a repeated call's outputs
-# the few addresses the previous results freed.
-OUTPUT_CACHE_CAPACITY = 16
 # The weight arguments of each discrete mode, in the seed's order.
 WRAPPER_DISCRETE = ("b_ptrs", "n", "b_dtype")
 CLASS_DISCRETE = ("num_experts", "b_shape", "b_dtype")
@@ -351,136 +343,6 @@ def check_offsets(padded_offsets: Any, problem: Problem, stream: int, m_aligned:
         values = as_torch(padded_offsets).tolist()
     check_offset_values("padded_offsets", values, problem.scalars["m"], m_aligned)
 
-
-
-class OutputRule:
-    """An output the wrapper allocates: its role, shape, strides (the variant's: e.g. the
-    scale factors' permuted layout), torch dtype, whether the kernels accumulate into it
-    (then it is zeroed on the call's stream), its view with a null address (the kernels'
-    view of it, once allocated, is that view at the tensor's address) and the strides it is
-    allocated with (allocation_strides)."""
-
-    __slots__ = ("role", "shape", "strides", "dtype", "accumulate", "view", "allocated_strides")
-
-    def __init__(
-        self, role: str, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, accumulate: bool,
-        view: TensorView,
-    ) -> None:
-        self.role, self.shape, self.strides, self.dtype = role, shape, strides, dtype
-        self.accumulate, self.view = accumulate, view
-        self.allocated_strides = allocation_strides(shape, strides)
-
-
-def allocation_strides(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides an output of ``shape`` and ``strides`` is allocated with: torch.empty's
-    (a plain contiguous tensor, as callers expect: e.g. ``.view(torch.uint8)`` works) when
-    a contiguous tensor has ``strides`` along its dimensions of size > 1, else ``strides``
-    (the scale factors' permuted layout)."""
-    contiguous, expected = [], 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size > 1 and stride != expected:
-            return strides
-        contiguous.append(expected)
-        expected *= max(size, 1)
-    return tuple(reversed(contiguous))
-
-
-def allocate_outputs(rules: tuple[OutputRule, ...], device: int | None) -> dict[str, Any]:
-    """The wrapper's new outputs on cuda:``device`` (the CPU when None); DeviceMemoryError,
-    before anything is enqueued, when the device has no room for one. (torch.empty_strided:
-    it parses its arguments faster than torch.empty.)"""
-    torch = torch_module()
-    torch_device = _torch_device(device)
-    made = {}
-    for rule in rules:
-        try:
-            made[rule.role] = torch.empty_strided(
-                rule.shape, rule.allocated_strides, dtype=rule.dtype, device=torch_device
-            )
-        except torch.OutOfMemoryError as exc:
-            size = math.prod(rule.shape) * rule.dtype.itemsize
-            raise DeviceMemoryError(
-                f"{rule.role}_tensor: no room for the output {tuple(rule.shape)} {rule.dtype} "
-                f"({size} bytes) on cuda:{device} ({exc}); nothing was enqueued and no "
-                "argument was written. Free device memory (drop unused tensors, "
-                "torch.cuda.empty_cache()) or split the call into fewer rows"
-            ) from exc
-    return made
-
-
-@functools.cache
-def _torch_device(device: int | None) -> Any:
-    """torch.device("cuda", device), or None (the CPU) when ``device`` is None."""
-    import torch
-
-    return torch.device("cuda", device) if device is not None else None
-
-
-class Planned:
-    """A call's problem with one set of output addresses and, once planned, its ReadyCall
-    on one stream (dglu.runner)."""
-
-    __slots__ = ("problem", "ready")
-
-    def __init__(self, problem: Problem) -> None:
-        self.problem, self.ready = problem, None
-
-
-class PreparedCall:
-    """What a call's tensors resolve to, kept per call signature (dglu.bound): the problem,
-    the outputs the wrapper allocates, its plans (per output addresses and stream: the
-    problem with those outputs and its ReadyCall) and where a new plan starts from."""
-
-    def __init__(self, problem: Problem, variant: Variant, outputs: tuple[str, ...]) -> None:
-        self.problem = problem
-        self.outputs = tuple(_output_rule(role, variant.arguments[role], problem) for role in outputs)
-        self.output_roles = tuple(rule.role for rule in self.outputs)
-        self.cleared = tuple(rule.role for rule in self.outputs if rule.accumulate)
-        self.plans: BoundedCache[Planned] = BoundedCache(OUTPUT_CACHE_CAPACITY)
-        self.last: tuple[tuple[tuple[int, ...], int], Planned] | None = None  # the last plan's key and plan
-        # where the next plan starts from: the stream and ReadyCall of the last launch and
-        # the views of this call's problem that differ from that launch's (besides the
-        # outputs); one attribute, so that threads read the three together
-        self.start: tuple[int, Any, tuple[str, ...]] | None = None
-
-    def moved(self, problem: Problem, views: tuple[str, ...]) -> PreparedCall:
-        """This call for ``problem``, whose ``views`` (of inputs, and the views derived from
-        them) differ from this call's problem's: the same outputs, no plans, its first
-        plan to start from this call's last launch."""
-        call = copy.copy(self)
-        call.problem, call.plans, call.last = problem, BoundedCache(OUTPUT_CACHE_CAPACITY), None
-        start = self.start
-        call.start = (start[0], start[1], views) if start is not None and not start[2] else None
-        return call
-
-    def planned(self, key: tuple[tuple[int, ...], int]) -> Planned:
-        """The plan of ``key``: the outputs' addresses (in self.outputs' order) and the
-        stream; kept as the last plan (compared first by the caller)."""
-        found = self.plans.get(key)
-        if found is None:
-            found = self.plans.get_or_make(key, lambda: Planned(self._with_outputs(key[0])))
-        self.last = (key, found)
-        return found
-
-    def _with_outputs(self, pointers: tuple[int, ...]) -> Problem:
-        """This call's problem with the outputs' views at ``pointers`` (itself without outputs)."""
-        problem = self.problem
-        if not self.outputs:
-            return problem
-        views = dict(problem.tensors)
-        for rule, pointer in zip(self.outputs, pointers, strict=True):
-            view = rule.view
-            views[rule.role] = TensorView(view.device, pointer, view.shape, view.strides, view.dtype)
-        return Problem(problem.scalars, problem.origins, views)
-
-
-def _output_rule(role: str, argument: Any, problem: Problem) -> OutputRule:
-    """The OutputRule of output ``role`` (its ARGUMENT rule) for ``problem``."""
-    shape = tuple(e.value(problem.scalars) for e in argument.shape)
-    strides = tuple(e.value(problem.scalars) for e in argument.strides)
-    dtype = argument.dtypes[0]
-    view = TensorView(problem.tensors["a"].device, 0, shape, strides, dtype)
-    return OutputRule(role, shape, strides, torch_dtype(dtype), argument.io == "accumulate", view)
 
 
 COMMON_ROLES = ("padded_offsets", "alpha", "beta", "prob", "dprob")
