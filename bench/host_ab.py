@@ -4,13 +4,16 @@ microsecond, so a runtime change is told apart only by two wheels timed in one r
 
 Each wheel is installed into a directory of its own (``pip install --no-deps --target``);
 then ``--rounds`` rounds of fresh processes alternate between them (A, B, then B, A, ...),
-each measuring bench.host.steady_state on the tiny problem: host CPU microseconds per
-steady ``execute`` and wrapper call, and the part of it in driver calls. Prints per wheel
-the median over rounds, B / A, and last one summary line starting with "HOST AB:".
+all pinned to one CPU (``--cpu``: a lease's cores differ, and a process's figures with
+them), each measuring bench.host.steady_state on the tiny problem: host CPU microseconds
+per steady ``execute`` and wrapper call, and the part of it in driver calls. Prints the
+rounds, per wheel the minimum and the median over them, and last one summary line
+starting with "HOST AB:" (B / A of the minima: the figures least disturbed by the rest of
+the machine).
 
 Exit status: 0 when every round measured; 1 when one failed; 2 for bad arguments or no GPU.
 Usage (GPU machine, from the repo root):
-    python -m bench.host_ab OLD.whl NEW.whl [--rounds 5] [--calls 2000]
+    python -m bench.host_ab OLD.whl NEW.whl [--rounds 5] [--calls 2000] [--cpu N]
 """
 
 from __future__ import annotations
@@ -53,19 +56,20 @@ def install(wheel: Path, into: Path) -> Path:
     return site
 
 
-def round_of(site: Path, calls: int) -> dict[str, float]:
-    """One fresh process's figures with the dglu installed in ``site``."""
+def round_of(site: Path, calls: int, cpu: int) -> dict[str, float]:
+    """One fresh process's figures, on CPU ``cpu``, with the dglu installed in ``site``."""
     path = os.pathsep.join([str(site), str(ROOT), str(ROOT / "codegen")])
     done = subprocess.run([sys.executable, "-m", "bench.host_ab", "--child", "--calls", str(calls)],
-                          env={**os.environ, "PYTHONPATH": path}, cwd=ROOT, capture_output=True, text=True)
+                          env={**os.environ, "PYTHONPATH": path}, cwd=ROOT, capture_output=True, text=True,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
     if done.returncode:
         raise RuntimeError(f"a round with {site} failed ({done.returncode}): {done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def summary(medians: dict[str, dict[str, float]]) -> str:
+def summary(minima: dict[str, dict[str, float]]) -> str:
     """The "HOST AB:" line: B's figures, A's, and B / A."""
-    a, b = medians["A"], medians["B"]
+    a, b = minima["A"], minima["B"]
     parts = [f"{name.removesuffix('_us')} {b[name]:.1f} us against {a[name]:.1f} ({b[name] / a[name]:.2f}x)"
              for name in ("execute_us", "wrapper_us")]
     return "HOST AB: B " + "; ".join(parts)
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("wheels", nargs="*", type=Path, help="WHEEL_A WHEEL_B")
     parser.add_argument("--rounds", type=int, default=5, help="processes per wheel (default: %(default)s)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per figure (default: %(default)s)")
+    parser.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
+                        help="the CPU every round runs on (default: %(default)s)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -94,16 +100,17 @@ def main(argv: list[str] | None = None) -> int:
             sites = {label: install(wheel, Path(scratch)) for label, wheel in zip("AB", args.wheels)}
             for index in range(args.rounds):
                 for label in ("AB" if index % 2 == 0 else "BA"):
-                    runs[label].append(round_of(sites[label], args.calls))
+                    runs[label].append(round_of(sites[label], args.calls, args.cpu))
         except (RuntimeError, subprocess.CalledProcessError) as exc:
             print(f"bench.host_ab: {exc}", file=sys.stderr)
             return 1
-    medians = {label: {name: statistics.median(r[name] for r in found) for name in FIGURES}
-               for label, found in runs.items()}
-    record: dict[str, Any] = {"wheels": {"A": str(args.wheels[0]), "B": str(args.wheels[1])},
-                              "runs": runs, "medians": medians}
+    record: dict[str, Any] = {"wheels": {"A": str(args.wheels[0]), "B": str(args.wheels[1])}, "cpu": args.cpu,
+                              "runs": runs}
+    for statistic in (min, statistics.median):
+        record[statistic.__name__] = {label: {name: statistic(r[name] for r in found) for name in FIGURES}
+                                      for label, found in runs.items()}
     print(json.dumps(record, indent=1))
-    print(summary(medians))
+    print(summary(record["min"]))
     return 0
 
 
