@@ -71,3 +71,50 @@ def store_column_pair(row: cute.Tensor, column, first_sum, second_sum, distance:
     """Store a lane's sums of two columns (``column`` and ``column + distance``) into ``row``."""
     row[column] = first_sum
     row[column + distance] = second_sum
+
+
+@cute.jit
+def walked_expert_rows(offsets: cute.Tensor, expert: cutlass.Int32, walk_end: cutlass.Int32):
+    """The rows of ``expert`` (padded_offsets: its end, the previous expert's its start)
+    below ``walk_end``, the end of the rows a fused kernel's tiles cover."""
+    start = cutlass.Int32(0)
+    if expert > 0:
+        start = offsets[expert - 1]
+    return cutlass.min(offsets[expert], walk_end) - start
+
+
+@cute.jit
+def finish_dbias_tile(
+    counts_ptr: cute.Pointer, count_index: cutlass.Int32, expected_rows: cutlass.Int32, warp_rows: int,
+    ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, first: cutlass.Int32, columns: cutlass.Int32,
+    lane: cutlass.Int32,
+):
+    """A warp has added its ``warp_rows`` rows' column sums of a tile into the fp32 dbias
+    workspace: count those rows into the arrivals of the tile's (expert, n-tile), the int32
+    ``counts_ptr[count_index]``. The warp that completes ``expected_rows`` (the expert's
+    rows the walk covers) adds the workspace's ``columns`` sums from element ``first`` into
+    the caller's dbias, dbias = bf16(float(dbias) + sum), zeroing them, and zeroes the
+    count: both are zero again for the next call (``zero: by_consumer``), with no other
+    kernel and no memset.
+
+    Ordering: the warp barrier puts the lanes' reductions before lane 0's gpu-scope fence,
+    so they are visible before its count is (a release, as cooperative groups' grid sync);
+    the finishing warp's lane 0 fences after reading the count (an acquire) and the warp
+    barrier puts the lanes' reads of the sums after it."""
+    cute.arch.sync_warp()
+    before = cutlass.Int32(0)
+    if lane == 0:
+        cute.arch.fence_acq_rel_gpu()
+        before = cute.arch.atomic_add(counts_ptr + count_index, cutlass.Int32(warp_rows), sem="relaxed", scope="gpu")
+    before = cute.arch.shuffle_sync(before, 0)
+    if before + warp_rows == expected_rows:
+        if lane == 0:
+            cute.arch.fence_acq_rel_gpu()
+        cute.arch.sync_warp()
+        dbias = cute.make_tensor(dbias_ptr + first, cute.make_layout(columns))
+        for i in cutlass.range(columns // WARP_SIZE):
+            column = i * WARP_SIZE + lane
+            total = cute.arch.atomic_exch(ws_ptr + first + column, cutlass.Float32(0.0), sem="relaxed", scope="gpu")
+            dbias[column] = (dbias[column].to(cutlass.Float32) + total).to(dbias.element_type)
+        if lane == 0:
+            cute.arch.atomic_exch(counts_ptr + count_index, cutlass.Int32(0), sem="relaxed", scope="gpu")
