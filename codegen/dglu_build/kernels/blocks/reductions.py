@@ -87,7 +87,7 @@ def walked_expert_rows(offsets: cute.Tensor, expert: cutlass.Int32, walk_end: cu
 def finish_dbias_tile(
     counts_ptr: cute.Pointer, count_index: cutlass.Int32, expected_rows: cutlass.Int32, warp_rows: int,
     ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, first: cutlass.Int32, columns: cutlass.Int32,
-    max_columns: int, lane: cutlass.Int32,
+    lane: cutlass.Int32,
 ):
     """A warp has added its ``warp_rows`` rows' column sums of a tile into the fp32 dbias
     workspace: count those rows into the arrivals of the tile's (expert, n-tile), the int32
@@ -95,8 +95,7 @@ def finish_dbias_tile(
     rows the walk covers) adds the workspace's ``columns`` sums from element ``first`` into
     the caller's dbias, dbias = bf16(float(dbias) + sum), zeroing them, and zeroes the
     count: both are zero again for the next call (``zero: by_consumer``), with no other
-    kernel and no memset. ``max_columns`` (a multiple of 32, at least ``columns``) unrolls
-    the finish, so that a lane's reads are in flight together.
+    kernel and no memset.
 
     Ordering: the warp barrier puts the lanes' reductions before lane 0's gpu-scope fence,
     so they are visible before its count is (a release, as cooperative groups' grid sync);
@@ -112,18 +111,10 @@ def finish_dbias_tile(
         if lane == 0:
             cute.arch.fence_acq_rel_gpu()
         cute.arch.sync_warp()
-        dbias = cute.make_tensor(dbias_ptr + first, cute.make_layout(max_columns))
-        steps = max_columns // WARP_SIZE
-        sums = cute.make_rmem_tensor((steps,), cutlass.Float32)
-        before_sums = cute.make_rmem_tensor((steps,), cutlass.Float32)
-        for i in cutlass.range_constexpr(steps):
-            if i * WARP_SIZE < columns:
-                sums[i] = cute.arch.atomic_exch(
-                    ws_ptr + first + i * WARP_SIZE + lane, cutlass.Float32(0.0), sem="relaxed", scope="gpu"
-                )
-                before_sums[i] = dbias[i * WARP_SIZE + lane].to(cutlass.Float32)
-        for i in cutlass.range_constexpr(steps):
-            if i * WARP_SIZE < columns:
-                dbias[i * WARP_SIZE + lane] = (before_sums[i] + sums[i]).to(dbias.element_type)
+        dbias = cute.make_tensor(dbias_ptr + first, cute.make_layout(columns))
+        for i in cutlass.range(columns // WARP_SIZE):
+            column = i * WARP_SIZE + lane
+            total = cute.arch.atomic_exch(ws_ptr + first + column, cutlass.Float32(0.0), sem="relaxed", scope="gpu")
+            dbias[column] = (dbias[column].to(cutlass.Float32) + total).to(dbias.element_type)
         if lane == 0:
             cute.arch.atomic_exch(counts_ptr + count_index, cutlass.Int32(0), sem="relaxed", scope="gpu")

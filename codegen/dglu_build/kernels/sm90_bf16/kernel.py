@@ -808,7 +808,7 @@ class Sm90Bf16Kernel:
         first = expert * 2 * n + 2 * n_tile * self.tile_n
         finish_dbias_tile(
             counts_ptr, expert * num_n_tiles + n_tile, walked_expert_rows(offsets, expert, walk_end), warp_rows,
-            ws_ptr, dbias_ptr, first, columns, 2 * self.tile_n, lane,
+            ws_ptr, dbias_ptr, first, columns, lane,
         )
 
     def ring_offset(self, block: BlockShape, slot, first_row, k: int, col0: int, lane, rows_8: int):
