@@ -49,8 +49,6 @@ def main_params(key: dict[str, Any]) -> list[dict[str, Any]]:
         _pointer("d_row"),
         _pointer("dprob"),
         _pointer("dbias_ws", optional=True),
-        _pointer("dbias", optional=True),  # the kernel adds dbias_ws into dbias itself
-        _pointer("dbias_counts", optional=True),
         _pointer("b_desc_ws", optional=not discrete),
         _pointer("tile_counter", optional=key["scheduler"] != "dynamic"),
         {"name": "m", "kind": "i32", "size": 4, "align": 4, "value": "m"},
@@ -62,6 +60,11 @@ DESCRIPTOR_PARAMS = [
     _pointer("b_ptrs"),
     _pointer("b_desc_ws"),
     {"name": "l", "kind": "i32", "size": 4, "align": 4, "value": "l"},
+]
+FINISH_PARAMS = [
+    {"name": "dbias_ws", "kind": "pointer", "size": 8, "align": 8, "tensor": "dbias_ws"},
+    {"name": "dbias", "kind": "pointer", "size": 8, "align": 8, "tensor": "dbias"},
+    {"name": "l_n2", "kind": "i32", "size": 4, "align": 4, "value": "l_n2"},
 ]
 TMA_COMMON = {
     "dtype": "bf16",
@@ -114,7 +117,7 @@ def _attributes(cluster: list[int]) -> dict[str, Any]:
 
 def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
     """The kernels of a variant as the contract describes them (discrete weights start with
-    b_descriptors; with dbias the main kernel finishes it itself)."""
+    b_descriptors; dbias adds a finisher)."""
     kernels = []
     if key["weight_mode"] == "discrete":
         kernels.append(
@@ -142,6 +145,19 @@ def kernel_entries(key: dict[str, Any], symbol: str) -> list[dict[str, Any]]:
             "params": main_params(key),
         }
     )
+    if key["dbias"]:
+        kernels.append(
+            {
+                "role": "dbias_finish",
+                "symbol": f"{symbol}_dbias_finish_1",
+                "block": [256, 1, 1],
+                "cluster": [1, 1, 1],
+                "dynamic_smem_bytes": 0,
+                "attributes": {},
+                "grid": {"rule": "elementwise", "count": "l_n2"},
+                "params": copy.deepcopy(FINISH_PARAMS),
+            }
+        )
     return kernels
 
 
@@ -201,7 +217,6 @@ def workspaces(key: dict[str, Any]) -> dict[str, Any]:
     rules = {}
     if key["dbias"]:
         rules["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
-        rules["dbias_counts"] = {"dtype": "i32", "count": "l*n/32", "align": 16, "zero": "by_consumer"}
     if key["weight_mode"] == "discrete":
         rules["b_desc_ws"] = {"dtype": "i64", "count": "16*l", "align": 128, "zero": "never"}
     if key["scheduler"] == "dynamic":

@@ -67,17 +67,18 @@ def _roles(variant: Variant) -> list[str]:
     the fused kernel, its finisher (_finishers).
     MXFP8, three passes: A's and B's decoders, FP8 C's widener, the fused kernel, dbias's
     finisher, the D quantizer; in one pass: the offsets' clamp, B's descriptors for discrete
-    weights, FP8 C's widener, the fused kernel (decoding and quantizing; it finishes dbias).
+    weights, FP8 C's widener, the fused kernel (decoding and quantizing), dbias's finisher.
     Blackwell (cuDNN FE's kernel): its helper (per-expert descriptors, the dynamic
     scheduler's counter), the fused kernel."""
     if variant.arch in BLACKWELL:
         return [*(["helper"] if variant.weight_mode == "discrete" or variant.scheduler == "dynamic" else []), "main"]
     if variant.ab_dtype in ("e4m3", "e5m2"):
         widen_c = ["widen_c"] if variant.c_dtype in ("e4m3", "e5m2") else []
+        dbias_finish = ["dbias_finish"] if variant.dbias else []
         if variant.decode == "one_pass":
             descriptors = ["b_descriptors"] if variant.weight_mode == "discrete" else []
-            return ["effective_offsets", *descriptors, *widen_c, "main"]
-        return ["dequant_a", "dequant_b", *widen_c, "main", "quantize_d"]
+            return ["effective_offsets", *descriptors, *widen_c, "main", *dbias_finish]
+        return ["dequant_a", "dequant_b", *widen_c, "main", *dbias_finish, "quantize_d"]
     return [
         *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
         "main",
@@ -87,11 +88,10 @@ def _roles(variant: Variant) -> list[str]:
 
 def _finishers(variant) -> list[str]:
     """The BF16 family's finishers: deterministic mode reduces its partial sums in one
-    launch (dbias's and dprob's, or dprob's); the fast mode's fused kernel adds dbias_ws into
-    dbias itself."""
+    launch (dbias's and dprob's, or dprob's), the fast mode adds dbias_ws into dbias."""
     if variant.deterministic:
         return ["parts_finish" if variant.dbias else "dprob_finish"]
-    return []
+    return ["dbias_finish"] if variant.dbias else []
 
 
 def test_every_default_variant_launches_the_kernels_of_its_key(default_build):

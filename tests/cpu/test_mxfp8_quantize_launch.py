@@ -29,7 +29,7 @@ def _scalars(m: int, n: int) -> dict[str, int]:
 
 def test_the_quantizer_is_one_kernel_after_the_fused_one() -> None:
     roles = [kernel.role for kernel in interface.kernels(Config.from_key(KEY))]
-    assert roles[roles.index("main"):] == ["main", "quantize_d"]  # main finishes dbias itself
+    assert roles[roles.index("main"):] == ["main", "dbias_finish", "quantize_d"]
 
 
 # dsv3-like, qwen3-like, 2N a multiple of 64 but not of 256, M not a multiple of 32

@@ -3,9 +3,8 @@ error naming what failed and what to do, enqueues no memset or launch when it ha
 before the first kernel, leaves no context pushed, and the next good call runs.
 
 Stand-ins: tests/cpu/stand_ins.py (a driver that fails a chosen call, an H200, workspaces
-at a fixed address), a hand-written manifest of the dense dbias variant (kernel main, which
-finishes dbias itself, workspaces dbias_ws and dbias_counts) and of a discrete-weights one
-(kernels b_descriptors and main), CPU tensors; the rest is the real call path.
+at a fixed address), a hand-written manifest of the dense dbias variant (kernels main and
+dbias_finish, workspace dbias_ws), CPU tensors; the rest is the real call path.
 """
 
 from __future__ import annotations
@@ -32,14 +31,12 @@ CUstream = pytest.importorskip("cuda.bindings.driver").CUstream
 
 M, N, K, L = 1024, 96, 256, 4
 MEMSET, LAUNCH = "cuMemsetD32Async", "cuLaunchKernelEx"
-# A good wrapper call enqueues: clear its new dbias, main (which leaves dbias_ws and
-# dbias_counts zero: they are cleared once, when allocated).
-WRAPPER_ENQUEUES = [MEMSET, LAUNCH]
-EXECUTE_ENQUEUES = [LAUNCH]  # execute() accumulates into the caller's dbias
-# A call that allocates dbias_ws and dbias_counts (the stream's first, or one after a failed
-# call) clears them.
-NEW_WORKSPACES = [MEMSET, MEMSET]
-FIRST_WRAPPER_ENQUEUES, FIRST_EXECUTE_ENQUEUES = [*NEW_WORKSPACES, *WRAPPER_ENQUEUES], [*NEW_WORKSPACES, *EXECUTE_ENQUEUES]
+# A good wrapper call enqueues: clear its new dbias, main, dbias_finish (which leaves
+# dbias_ws zero: it is cleared once, when allocated).
+WRAPPER_ENQUEUES = [MEMSET, LAUNCH, LAUNCH]
+EXECUTE_ENQUEUES = [LAUNCH, LAUNCH]  # execute() accumulates into the caller's dbias
+# A call that allocates dbias_ws (the stream's first, or one after a failed call) clears it.
+FIRST_WRAPPER_ENQUEUES, FIRST_EXECUTE_ENQUEUES = [MEMSET, *WRAPPER_ENQUEUES], [MEMSET, *EXECUTE_ENQUEUES]
 
 
 @pytest.fixture
@@ -162,10 +159,8 @@ def test_no_room_for_a_workspace_enqueues_nothing_and_the_next_call_allocates_it
         r"on cuda:None \(cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY.*\); nothing was enqueued",
     )
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
-    # the new workspaces' one clear each: dbias_ws (L * 2N fp32), then dbias_counts (L * N/32)
-    cleared = [memset[:3] for memset in fake.names(MEMSET)[-2:]]
-    address = stand_ins.WORKSPACE_ADDRESS
-    assert cleared == [(address, 0, L * 2 * N), (address + L * 2 * N * 4, 0, L * N // 32)]
+    memset = fake.names(MEMSET)[-1]  # the new workspace's one clear
+    assert memset[:3] == (stand_ins.WORKSPACE_ADDRESS, 0, L * 2 * N)
 
 
 def test_a_failed_first_launch_wrote_nothing_of_the_callers_and_the_next_call_runs(fake) -> None:
@@ -176,50 +171,43 @@ def test_a_failed_first_launch_wrote_nothing_of_the_callers_and_the_next_call_ru
     before = len(fake.enqueued())
     with pytest.raises(
         KernelLaunchError,
-        match=r"variant \S+: launching kernel main \(1 of 1, grid \(\d+, 1, 1\)\) on cuda:None "
+        match=r"variant \S+: launching kernel main \(1 of 2, grid \(\d+, 1, 1\)\) on cuda:None "
         r"failed \(cuLaunchKernelEx failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.*\); no kernel "
         r"was launched, so no argument was written\. If the error comes from an earlier",
     ) as raised:
         op.execute(**t, **outputs)
     assert raised.value.error_name == "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
-    # only the new workspaces were cleared (dglu's memory); the launch failed
-    assert fake.enqueued()[before:] == [*NEW_WORKSPACES, LAUNCH]
-    assert fake.names(MEMSET)[-2][0] == stand_ins.WORKSPACE_ADDRESS
+    # only the new workspace was cleared (dglu's memory); the launch failed
+    assert fake.enqueued()[before:] == [MEMSET, LAUNCH]
+    assert fake.names(MEMSET)[-1][0] == stand_ins.WORKSPACE_ADDRESS
     assert fake.pushed == []
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
 
 
-def test_a_failed_later_launch_says_the_outputs_may_be_written(tmp_path: Path, monkeypatch) -> None:
-    """Discrete weights: b_descriptors, then main; main's launch fails after the first one."""
-    write_artifacts(tmp_path, [variant_key(weight_mode="discrete")])
-    fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+def test_a_failed_later_launch_says_the_outputs_may_be_written(fake) -> None:
     t = inputs()
-    b_ptrs = torch.arange(1, L + 1, dtype=torch.int64) << 20
-    discrete = {**t, "b_tensor": None, "b_ptrs": b_ptrs, "n": N, "b_dtype": torch.bfloat16}
     fake.fail(LAUNCH, "CUDA_ERROR_INVALID_VALUE", after=1)
     with pytest.raises(
         KernelLaunchError,
-        match=r"launching kernel main \(2 of 2.*kernel\(s\) b_descriptors were already enqueued "
+        match=r"launching kernel dbias_finish \(2 of 2.*kernel\(s\) main were already enqueued "
         r"and may have written the outputs .*discard them, or restore dprob and dbias",
     ):
-        wrapper_call(discrete)
+        wrapper_call(t)
     assert fake.pushed == []
-    # main may have added into dbias_ws without finishing it: the pool's by_consumer
-    # workspaces (dbias_ws, dbias_counts) were freed, b_desc_ws kept, and the next call
-    # allocates and clears new ones
-    assert len(fake.allocated) == 1 and fake.counts["cuMemFree"] == 2
-    first = enqueued_by(fake, lambda: wrapper_call(discrete))
-    assert first == [*NEW_WORKSPACES, MEMSET, LAUNCH, LAUNCH]
-    assert enqueued_by(fake, lambda: wrapper_call(discrete)) == [MEMSET, LAUNCH, LAUNCH]
+    # main may have added into dbias_ws, which dbias_finish did not zero: it was freed, and
+    # the next call allocates and clears a new one
+    assert fake.allocated == {} and fake.counts["cuMemFree"] == 1
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
+    assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
 
 
 def test_a_failed_clear_launches_nothing(fake) -> None:
     t = inputs()
-    fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE", after=2)  # the new workspaces' clears pass
+    fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE", after=1)  # the new dbias_ws's clear passes
     before = len(fake.enqueued())
     with pytest.raises(KernelLaunchError, match=r"clearing \d+ bytes at 0x\w+ .*no kernel was launched"):
         wrapper_call(t)
-    assert fake.enqueued()[before:] == [*NEW_WORKSPACES, MEMSET]
+    assert fake.enqueued()[before:] == [MEMSET, MEMSET]
     assert enqueued_by(fake, lambda: wrapper_call(t)) == FIRST_WRAPPER_ENQUEUES
 
 
@@ -276,19 +264,14 @@ def test_a_capturing_stream_gets_graph_owned_workspaces_freed_after_its_kernels(
     op.execute(**t, **outputs)
     captured = [(name, args) for name, args in fake.calls[first:]
                 if name in ("cuMemAllocAsync", "cuMemFreeAsync", MEMSET, LAUNCH)]
-    # dbias_ws (L * 2N fp32) and dbias_counts (L * N/32 int32), each allocated and cleared
-    # in the graph, then the kernel, then both freed
-    allocate, free = "cuMemAllocAsync", "cuMemFreeAsync"
-    assert [name for name, _ in captured] == [allocate, MEMSET, allocate, MEMSET, LAUNCH, free, free]
-    assert [captured[0][1][0], captured[2][1][0]] == [L * 2 * N * 4, L * N // 32 * 4]
-    workspace = stand_ins.GRAPH_ADDRESS
-    assert captured[1][1][0] == captured[5][1][0] == workspace
-    assert captured[3][1][0] == captured[6][1][0] == workspace + L * 2 * N * 4
+    assert [name for name, _ in captured] == ["cuMemAllocAsync", MEMSET, LAUNCH, LAUNCH, "cuMemFreeAsync"]
+    assert captured[0][1][0] == L * 2 * N * 4
+    assert captured[1][1][0] == captured[4][1][0] == stand_ins.GRAPH_ADDRESS
     op.execute(**t, **outputs)  # a second capture allocates its own
-    assert fake.counts[allocate] == 4 and fake.counts["cuMemAlloc"] == 2  # two per capture, the pooled two
+    assert fake.counts["cuMemAllocAsync"] == 2 and fake.counts["cuMemAlloc"] == 1  # one per capture, the pooled one
     fake.capturing = False
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
-    assert fake.allocations() == 6  # the pooled ones serve again
+    assert fake.allocations() == 3  # the pooled one serves again
 
 
 def test_a_call_after_its_pool_changed_uses_the_pools_workspaces(fake) -> None:
@@ -298,14 +281,13 @@ def test_a_call_after_its_pool_changed_uses_the_pools_workspaces(fake) -> None:
     t = inputs()
     op, outputs = class_op(t)
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
-    old = set(fake.allocated)  # dbias_ws, dbias_counts
+    (old,) = fake.allocated
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
     workspaces.release_all()
     assert fake.allocated == {}
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == FIRST_EXECUTE_ENQUEUES
-    new = set(fake.allocated)
-    assert len(new) == 2 and not new & old
-    assert {memset[0] for memset in fake.names(MEMSET)[-2:]} == new
+    (new,) = fake.allocated
+    assert new != old and fake.names(MEMSET)[-1][0] == new
     assert enqueued_by(fake, lambda: op.execute(**t, **outputs)) == EXECUTE_ENQUEUES
 
 
@@ -316,4 +298,4 @@ def test_a_failed_launch_while_capturing_still_frees_the_graph_workspaces(fake) 
     with pytest.raises(KernelLaunchError, match="CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"):
         wrapper_call(t)
     freed = [args[0] for args in fake.names("cuMemFreeAsync")]
-    assert freed == [stand_ins.GRAPH_ADDRESS, stand_ins.GRAPH_ADDRESS + L * 2 * N * 4] and fake.pushed == []
+    assert freed == [stand_ins.GRAPH_ADDRESS] and fake.pushed == []

@@ -130,7 +130,7 @@ class FakePool:
         return False
 
 
-WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "dbias_counts": 0x9800, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
+WORKSPACE_POINTERS = {"dbias_ws": 0x9000, "b_desc_ws": 0xA800, "tile_counter": 0xAC00}
 B_PTRS = 0xB008  # an int64 array at an 8-byte (not 16-byte) aligned address
 N, K, L = 96, 200, 5
 
@@ -217,25 +217,26 @@ def loaded_variant(tmp_path: Path, **key):
     return runner.load_variant(variant, 0)
 
 
-def test_runs_main_with_dbias_and_its_workspaces(launches, variants) -> None:
+def test_runs_main_then_finish_with_the_workspace(launches, variants) -> None:
     loaded = runner.load_variant(variants[0], 0)  # dswiglu with dbias
     problem = problem_of(m=1380, with_dbias=True)
     runner.run_variant(loaded, problem, STREAM)
 
-    (main,) = launches
-    assert [main["symbol"]] == [k.symbol for k in variants[0].kernels]
-    assert (main["function"],) == loaded.functions
-    assert main["grid"] == (11, 1, 1)  # ceil(1380/128)
-    assert main["stream"] == STREAM
+    main, finish = launches
+    assert [main["symbol"], finish["symbol"]] == [k.symbol for k in variants[0].kernels]
+    assert (main["function"], finish["function"]) == loaded.functions
+    assert main["grid"] == (11, 1, 1) and finish["grid"] == (4, 1, 1)  # ceil(1380/128); 960/256
+    assert main["stream"] == finish["stream"] == STREAM
     assert [view.pointer for _, view in main["encoded"]] == [0xA000, 0xB000]
     assert [rule for rule, _ in main["encoded"]] == [variants[0].tma["a"], variants[0].tma["b"]]
-    # dbias_ws and dbias_counts are zeroed by the kernel that reads them (and once when
-    # the pool allocates them): no clear
-    assert main["allocated"] == ["dbias_counts", "dbias_ws"] and main["zeroed"] == []
-    assert [main["params"][name] for name in ("dbias_ws", "dbias_counts", "dbias")] == [
-        pointer(0x9000), pointer(0x9800), pointer(0xF000)
-    ]
+    # dbias_ws is zeroed by dbias_finish (and once when the pool allocates it): no clear
+    assert main["allocated"] == ["dbias_ws"] and main["zeroed"] == []
+    assert main["params"]["dbias_ws"] == pointer(0x9000)
     assert main["params"]["b_desc_ws"] == main["params"]["tile_counter"] == bytes(8)
+    assert [finish["params"]["dbias_ws"], finish["params"]["dbias"]] == [
+        pointer(0x9000),
+        pointer(0xF000),
+    ]
 
 
 def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> None:
@@ -243,7 +244,7 @@ def test_without_dbias_the_optional_workspace_is_null(launches, variants) -> Non
     loaded = runner.load_variant(variants[1], 0)  # dswiglu without dbias
     runner.run_variant(loaded, problem_of(m=256, with_dbias=False), STREAM)
     (main,) = launches
-    assert main["params"]["dbias_ws"] == main["params"]["dbias_counts"] == main["params"]["dbias"] == bytes(8)
+    assert main["params"]["dbias_ws"] == bytes(8)
 
 
 @pytest.mark.parametrize(
@@ -259,15 +260,14 @@ def test_no_rows_launches_and_allocates_nothing(launches, tmp_path: Path, key, d
 
 def test_tensors_to_clear_are_zeroed_first_even_without_rows(launches, variants) -> None:
     """The wrapper's new dbias (L * 2N bf16) is cleared before the kernels, and also when
-    M = 0 leaves nothing to launch (dbias_ws and dbias_counts are zeroed by the kernel,
-    never per call)."""
+    M = 0 leaves nothing to launch (dbias_ws is zeroed by dbias_finish, never per call)."""
     loaded = runner.load_variant(variants[0], 0)
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
     dbias = (0xF000, L * 2 * N * 2)
-    assert len(launches) == 1 and launches[0]["zeroed"] == [dbias]
+    assert len(launches) == 2 and launches[0]["zeroed"] == [dbias]
     runner.run_variant(loaded, problem_of(m=0, with_dbias=True), STREAM, ("dbias",))
     runner.run_variant(loaded, problem_of(m=1380, with_dbias=True), STREAM, ("dbias",))
-    assert len(launches) == 2 and launches[1]["zeroed"] == [dbias, dbias, dbias]
+    assert len(launches) == 4 and launches[2]["zeroed"] == [dbias, dbias, dbias]
 
 
 @pytest.mark.parametrize("b_major", ["k", "n"])
@@ -275,14 +275,14 @@ def test_discrete_weights_build_the_expert_descriptors_first(
     launches, tmp_path: Path, b_major: str
 ) -> None:
     loaded = loaded_variant(tmp_path, weight_mode="discrete", b_major=b_major, dbias=True)
-    assert sorted(loaded.variant.workspaces) == ["b_desc_ws", "dbias_counts", "dbias_ws"]
+    assert sorted(loaded.variant.workspaces) == ["b_desc_ws", "dbias_ws"]
     problem = problem_of(m=1380, with_dbias=True, discrete=True)
     runner.run_variant(loaded, problem, STREAM)
 
-    descriptors, main = launches
+    descriptors, main, finish = launches
     assert [d["symbol"] for d in launches] == [k.symbol for k in loaded.variant.kernels]
     assert descriptors["grid"] == (1, 1, 1)  # ceil(L / 128)
-    assert descriptors["allocated"] == ["b_desc_ws", "dbias_counts", "dbias_ws"]  # before the first launch
+    assert descriptors["allocated"] == ["b_desc_ws", "dbias_ws"]  # before the first launch
     # every descriptor of the call is encoded before its first launch, in kernel order
     (rule, template), *main_encoded = descriptors["encoded"]
     assert rule == loaded.variant.tma["b_expert"] and template == problem.tensors["b_expert"]
@@ -291,7 +291,7 @@ def test_discrete_weights_build_the_expert_descriptors_first(
     assert [view.pointer for _, view in main_encoded] == [0xA000, B_PTRS - 8]
     assert main["params"]["b_expert_extents"] == struct.pack("<ii", N, K)
     assert main["params"]["tile_counter"] == bytes(8)
-    assert main["params"]["dbias_ws"] == pointer(0x9000)
+    assert finish["params"]["dbias_ws"] == pointer(0x9000)
 
 
 def test_dynamic_scheduling_passes_the_tile_counter(launches, tmp_path: Path) -> None:
@@ -315,17 +315,17 @@ def test_a_two_cta_cluster_launches_whole_clusters(launches, tmp_path: Path, m, 
 
 def test_a_repeated_call_reuses_its_plan(launches, variants) -> None:
     """The second identical call encodes nothing, packs nothing and clears nothing (its
-    dbias workspaces are zeroed by the kernel); it launches the same prepared arguments."""
+    dbias_ws is zeroed by dbias_finish); it launches the same prepared arguments."""
     loaded = runner.load_variant(variants[0], 0)
     problem = problem_of(m=1380, with_dbias=True)
     ready = runner.run_variant(loaded, problem, STREAM)
     assert runner.run_variant(loaded, problem, STREAM, ready=ready) is ready
-    first_main, main = launches
-    assert main["encoded"] == []
-    assert main["params"] == first_main["params"]
+    first_main, first_finish, main, finish = launches
+    assert main["encoded"] == [] and finish["encoded"] == []
+    assert main["params"] == first_main["params"] and finish["params"] == first_finish["params"]
     assert main["zeroed"] == []
     runner.run_variant(loaded, problem_of(m=2048, with_dbias=True), STREAM)
-    assert launches[2]["encoded"] and launches[2]["grid"] == (16, 1, 1)
+    assert launches[4]["encoded"] and launches[4]["grid"] == (16, 1, 1)
 
 
 SCALARS = {"l": L, "l_n2": L * 2 * N}
@@ -538,12 +538,12 @@ def test_a_plan_for_new_output_addresses_repacks_only_what_moved(launches, varia
     moved = {**first.tensors, "d_row": first.tensors["d_row"]._replace(pointer=0x7000),
              "dbias": first.tensors["dbias"]._replace(pointer=0x8000)}
     runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
-    (main,) = launches[1:]
-    assert main["encoded"] == []  # A's and B's descriptors serve again
+    main, finish = launches[2:]
+    assert main["encoded"] == finish["encoded"] == []  # A's and B's descriptors serve again
     assert main["zeroed"][-1] == (0x8000, L * 2 * N * 2)  # the new dbias
     changed = {name for name in main["params"] if main["params"][name] != launches[0]["params"][name]}
-    assert changed == {"d_row", "dbias"}
-    assert main["params"]["d_row"] == pointer(0x7000) and main["params"]["dbias"] == pointer(0x8000)
+    assert changed == {"d_row"} and main["params"]["d_row"] == pointer(0x7000)
+    assert finish["params"]["dbias"] == pointer(0x8000)
     loaded.last_plans.clear()  # the same call planned from nothing
     runner.run_variant(loaded, Problem(first.scalars, {}, moved), STREAM, ("dbias",))
-    assert [launch["params"] for launch in launches[2:]] == [main["params"]]
+    assert [launch["params"] for launch in launches[4:]] == [main["params"], finish["params"]]

@@ -109,10 +109,10 @@ def _variant(artifacts: Path, **fields):
 
 @pytest.mark.slow
 def test_discrete_variant_descriptors_and_workspaces(artifacts: Path) -> None:
-    """b_descriptors, main (which finishes dbias); the N-major b_expert template encodes (N, K)."""
+    """b_descriptors, main, dbias_finish; the N-major b_expert template encodes (N, K)."""
     variant = _variant(artifacts, weight_mode="discrete")
-    assert [k.role for k in variant.kernels] == ["b_descriptors", "main"]
-    assert sorted(variant.workspaces) == ["b_desc_ws", "dbias_counts", "dbias_ws"]
+    assert [k.role for k in variant.kernels] == ["b_descriptors", "main", "dbias_finish"]
+    assert sorted(variant.workspaces) == ["b_desc_ws", "dbias_ws"]
     n, k = SCALARS["n"], SCALARS["k"]
     template = TensorView(0, 1 << 20, (n, k, 1), (1, n, n * k), "bf16")
     assert global_layout(variant.tma["b_expert"], template) == ([n, k], [n * 2])

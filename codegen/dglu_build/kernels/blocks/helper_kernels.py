@@ -1,5 +1,5 @@
-"""Small kernels around a fused kernel: the per-expert descriptor prologue and the finishers
-of deterministic mode."""
+"""Small kernels around a fused kernel: the per-expert descriptor prologue, the dbias finish
+and the finishers of deterministic mode."""
 
 import cutlass
 import cutlass.cute as cute
@@ -54,6 +54,28 @@ class DescriptorPrologue:
                 cpasync.update_tma_descriptor(tma_atom_b, b_g, slot)
                 cute.arch.sync_warp()
         cpasync.fence_tma_desc_release()
+
+
+class DbiasFinish:
+    """A kernel that adds an fp32 dbias workspace into the caller's dbias, one thread per
+    element, and zeroes the workspace elements it read: the workspace (``zero:
+    by_consumer``) is zero again for the next call, with no memset of its own."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    @cute.kernel
+    def kernel(self, ws_ptr: cute.Pointer, dbias_ptr: cute.Pointer, count: cutlass.Int32):
+        """dbias[i] = dbias_dtype(float(dbias[i]) + workspace[i]), then workspace[i] = 0,
+        for i < count (every element the fused kernel adds into)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * self.threads + tidx
+        if i < count:
+            ws = cute.make_tensor(ws_ptr, cute.make_layout(count))
+            dbias = cute.make_tensor(dbias_ptr, cute.make_layout(count))
+            dbias[i] = (dbias[i].to(cutlass.Float32) + ws[i]).to(dbias.element_type)
+            ws[i] = cutlass.Float32(0.0)
 
 
 @cute.jit

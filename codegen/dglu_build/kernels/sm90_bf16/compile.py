@@ -41,7 +41,6 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "dprob": (f32, 4),
         "dbias_ws": (f32, 4),
         "dbias": (cutlass.BFloat16, 4),
-        "dbias_counts": (i32, 16),
         "b_ptrs": (i64, 8),
         "b_desc_ws": (i64, 128),
         "tile_counter": (i32, 4),
@@ -63,7 +62,7 @@ def check_smem_capacity() -> None:
 
 def compile_variant(key: Mapping[str, Any], symbol_prefix: str) -> tuple[bytes, dict]:
     """Compile the kernels of one variant into one cubin: the fused kernel, plus the
-    per-expert descriptor writer (discrete weights) and deterministic mode's finisher.
+    per-expert descriptor writer (discrete weights) and the dbias finisher (dbias).
     Returns the cubin and the manifest fields the family declares for it."""
     config = Config.from_key(key)
     check_smem_capacity()

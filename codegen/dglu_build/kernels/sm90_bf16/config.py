@@ -299,7 +299,7 @@ class Config(OperandConfig):
         """Rows of B's tile each CTA loads: with a 2-CTA cluster, half, multicast to both."""
         return self.tile_n // self.cluster_m
 DESCRIPTOR_THREADS = 128  # b_descriptors: experts per block
-FINISH_THREADS = 256  # the finishers' threads per block (dprob_finish: a row each; parts_finish)
+FINISH_THREADS = 256  # the finishers' threads per block (dbias_finish, dprob_finish: an element each)
 PARTS_FINISH_WARPS = FINISH_THREADS // WARP_SIZE  # parts_finish: the warps sharing a dbias element's slabs
 # deterministic dbias: each epilogue warp's column sums of its rows of a tile (a slab)
 DBIAS_SLAB_ROWS = TILE_M // (EPILOGUE_THREADS // WARP_SIZE)

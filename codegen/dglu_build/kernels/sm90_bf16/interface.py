@@ -115,16 +115,14 @@ def workspaces(config: Config) -> dict[str, dict]:
     found = {}
     if config.deterministic:
         # per-tile partial sums, each written once by a plain store, reduced in a fixed
-        # order by dprob_finish (or parts_finish, with dbias)
+        # order by dprob_finish and dbias_finish
         found["dprob_parts"] = {"dtype": "fp32", "count": "n_tiles*m", "align": 16, "zero": "never"}
         if config.dbias:
             found["dbias_parts"] = {"dtype": "fp32", "count": "m_slabs*n2", "align": 16, "zero": "never"}
     elif config.dbias:
-        # fp32 dbias sums and the rows counted in per (expert, n-tile): the warp that
-        # completes an expert's rows adds its n-tile's sums into the caller's bf16 dbias and
-        # zeroes them and the count (both zeroed once when allocated); n/32 bounds the n-tiles
+        # fp32 dbias sums, added into the caller's bf16 dbias by dbias_finish, which zeroes
+        # what it read (zeroed once when allocated)
         found["dbias_ws"] = {"dtype": "fp32", "count": "l_n2", "align": 16, "zero": "by_consumer"}
-        found["dbias_counts"] = {"dtype": "i32", "count": "l*n/32", "align": 16, "zero": "by_consumer"}
     if config.discrete_weights:
         # one TMA descriptor per expert, written by b_descriptors
         found["b_desc_ws"] = {"dtype": "i64", "count": f"{TENSORMAP_BYTES // 8}*l", "align": TENSORMAP_BYTES,
@@ -143,8 +141,7 @@ def b_tensor(config: Config) -> str:
 def main_kernel(config: Config) -> KernelDeclaration:
     """The fused kernel; discrete weights read B through per-expert descriptors
     (``b_desc_ws``) made from a template for one expert's matrix. Deterministic mode
-    gives it the partial-sum workspaces where the others give dprob and dbias_ws (with
-    dbias and dbias_counts: it finishes dbias itself, kernel.py's finish_dbias); the BF16
+    gives it the partial-sum workspaces where the others give dprob and dbias_ws; the BF16
     contract's kernel takes the rounding flag after l, and act_out variants append the
     act_out pointer (the others' kernel has no such parameters)."""
     dprob, dbias_sums = ("dprob_parts", "dbias_parts") if config.deterministic else ("dprob", "dbias_ws")
@@ -161,8 +158,6 @@ def main_kernel(config: Config) -> KernelDeclaration:
             Pointer("prob"),
             Pointer(dprob),
             Pointer(dbias_sums, optional=True),
-            Pointer("dbias", optional=True),
-            Pointer("dbias_counts", optional=True),
             Pointer("b_desc_ws", optional=not config.discrete_weights),
             Pointer("tile_counter", optional=not config.dynamic_schedule),
             Int32("n"),
@@ -181,6 +176,12 @@ B_DESCRIPTORS = KernelDeclaration(
     params=(TmaAtom("b_expert"), Pointer("b_ptrs"), Pointer("b_desc_ws"), Int32("n"), Int32("k"), Int32("l")),
     block=DESCRIPTOR_THREADS,
     grid={"rule": "elementwise", "count": "l"},
+)
+DBIAS_FINISH = KernelDeclaration(
+    role="dbias_finish",
+    params=(Pointer("dbias_ws"), Pointer("dbias"), Int32("l_n2")),
+    block=FINISH_THREADS,
+    grid={"rule": "elementwise", "count": "l_n2"},
 )
 
 # deterministic mode: the partial sums, reduced in a fixed order
@@ -205,7 +206,7 @@ def kernels(config: Config) -> list[KernelDeclaration]:
     if config.deterministic:
         finishers = [PARTS_FINISH if config.dbias else DPROB_FINISH]
     else:
-        finishers = []  # the fused kernel finishes dbias itself
+        finishers = [DBIAS_FINISH] if config.dbias else []
     return [*([B_DESCRIPTORS] if config.discrete_weights else []), main_kernel(config), *finishers]
 
 

@@ -38,11 +38,8 @@ Variants also choose:
   and share B's tile by TMA multicast;
 - the activation (blocks/activations.py) and the dtypes of C and D.
 
-dbias: the epilogue adds each tile's column sums into an fp32 workspace (one
-atomic per column and warp) and counts the tile's rows into its (expert, n-tile);
-the warp that completes an expert's rows adds that n-tile's sums into the
-caller's bf16 dbias and zeroes them and the count (blocks/reductions.py:
-``finish_dbias_tile``), so no other kernel runs and no memset.
+A last, tiny kernel (``dbias_finish``) adds the fp32 workspace into the
+caller's bf16 dbias.
 
 Deterministic variants use no float atomics: each epilogue warp stores its rows'
 dprob sums of a tile into dprob_parts[n_tile, row] and its column sums of a tile
@@ -86,9 +83,9 @@ from dglu.contract.element_types import ELEMENT_TYPES
 from ..blocks.activations import ACTIVATIONS, scales_c_by_beta
 from ..blocks.conversions import rounded_to_bf16
 from ..blocks.expert_search import expert_of_row
-from ..blocks.helper_kernels import DescriptorPrologue, DprobFinish, PartsFinish, covered_rows
+from ..blocks.helper_kernels import DbiasFinish, DescriptorPrologue, DprobFinish, PartsFinish
 from ..blocks.mainloop import mma_k_tiles, start_tile
-from ..blocks.reductions import add_column_pair, add_row_sums, finish_dbias_tile, store_column_pair, walked_expert_rows
+from ..blocks.reductions import add_column_pair, add_row_sums, store_column_pair
 from ..blocks.tile_scheduler import create_tile_queue, next_tile, pop_tile, push_tile, tile_coords, cluster_rank
 from ..blocks.tma_helpers import L2_EVICT_FIRST, box_smem_layout, expert_descriptor, tma_atom
 from ..declaration import launch_arguments
@@ -166,11 +163,11 @@ class Sm90Bf16Kernel:
         self.ab_bytes = config.ab_bytes
         self.num_stages = config.num_stages
         self.prologue = DescriptorPrologue(self.ab_dtype, self.b_n_major, DESCRIPTOR_THREADS)
-        # the rows of one step of the tile walk; the finishers of deterministic mode and
-        # the dbias finish cover the rows the walk covers
-        self.walk_rows = self.tile_m * self.cluster_m
-        self.dprob_finish = DprobFinish(FINISH_THREADS, self.walk_rows)
-        self.parts_finish = PartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, self.walk_rows)
+        self.finish = DbiasFinish(FINISH_THREADS)
+        # the finishers of deterministic mode cover the rows the fused kernel's walk covers
+        walk_rows = self.tile_m * self.cluster_m
+        self.dprob_finish = DprobFinish(FINISH_THREADS, walk_rows)
+        self.parts_finish = PartsFinish(FINISH_THREADS, DBIAS_SLAB_ROWS, walk_rows)
 
     # ------------------------------------------------------------------ layouts
     def _tiled_mma(self) -> cute.TiledMma:
@@ -229,7 +226,6 @@ class Sm90Bf16Kernel:
         dprob: cute.Pointer,
         dbias_ws: cute.Pointer,
         dbias: cute.Pointer,
-        dbias_counts: cute.Pointer,
         b_ptrs: cute.Pointer,
         b_desc_ws: cute.Pointer,
         tile_counter: cute.Pointer,
@@ -260,7 +256,6 @@ class Sm90Bf16Kernel:
             "dprob": dprob,
             "dbias_ws": dbias_ws,
             "dbias": dbias,
-            "dbias_counts": dbias_counts,
             "b_ptrs": b_ptrs,
             "b_desc_ws": b_desc_ws,
             "tile_counter": tile_counter,
@@ -326,7 +321,7 @@ class Sm90Bf16Kernel:
         if self.deterministic:
             finishers = {"dprob_finish": self.dprob_finish.kernel, "parts_finish": self.parts_finish.kernel}
         else:
-            finishers = {}
+            finishers = {"dbias_finish": self.finish.kernel}
         return {"b_descriptors": self.prologue.kernel, "main": self.kernel, **finishers}
 
     @cute.kernel
@@ -346,8 +341,6 @@ class Sm90Bf16Kernel:
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
-        dbias_ptr: cute.Pointer,
-        dbias_counts_ptr: cute.Pointer,
         b_desc_ws_ptr: cute.Pointer,
         tile_counter_ptr: cute.Pointer,
         n: cutlass.Int32,
@@ -360,14 +353,14 @@ class Sm90Bf16Kernel:
         # without them has no such parameter
         self.run(
             tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
             act_out_ptr, None, None,
         )
 
     @cute.jit
     def run(
         self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
         act_out_ptr, operand_inputs, output_inputs,
     ):
         """The main kernel's body (``kernel``'s parameters); ``operand_inputs`` and
@@ -455,7 +448,7 @@ class Sm90Bf16Kernel:
             staged = cute.make_tensor(storage.staging.data_ptr(), cute.make_layout(self.tile_m * self.tile_n))
             self.epilogue(
                 staging, staged, ring_c, ring_d, c_full, d_full, tidx - EPILOGUE_WARPGROUP * THREADS_PER_WARPGROUP, offsets,
-                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, mA_mk.shape[0], n, l, tiles, queue,
+                alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, tiles, queue,
                 round_dgrad, act_out_ptr, output_inputs,
             )
         else:
@@ -679,7 +672,7 @@ class Sm90Bf16Kernel:
     @cute.jit
     def epilogue(
         self, staging, staged, ring_c, ring_d, c_full, d_full, epi_tidx, offsets,
-        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, m, n, l, tiles, queue, round_dgrad, act_out_ptr,
+        alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, tiles, queue, round_dgrad, act_out_ptr,
         output_inputs,
     ):
         """The epilogue warpgroups: dGLU on each tile's staged accumulators, group by group.
@@ -786,30 +779,8 @@ class Sm90Bf16Kernel:
                 add_row_sums(dprob_rows, dprob_parts[(n_tile, None)], row0, lane, atomically=False)
             else:
                 add_row_sums(dprob_rows, dprob_all, row0, lane)
-                if cutlass.const_expr(self.with_dbias):
-                    self.finish_dbias(
-                        dbias_counts_ptr, dbias_ws_ptr, dbias_ptr, offsets, expert, m_tile, n_tile, m, n, l,
-                        rows, lane,
-                    )
             tile = pop_tile(queue, queue_state)
             queue_state.advance()
-
-    @cute.jit
-    def finish_dbias(
-        self, counts_ptr, ws_ptr, dbias_ptr, offsets, expert, m_tile, n_tile, m, n, l, warp_rows: int, lane,
-    ):
-        """A warp's rows of tile (``m_tile``, ``n_tile``) of ``expert`` have added their
-        dbias column sums: count them in, and finish the n-tile's dbias columns of the
-        expert when they complete its walked rows (finish_dbias_tile; the counts are
-        (expert, n-tile), row-major)."""
-        num_n_tiles = (n + self.tile_n - 1) // self.tile_n
-        walk_end = covered_rows(offsets, l, m, self.walk_rows)
-        columns = self.groups_in_tile(n_tile, n) * GROUP_COLUMNS
-        first = expert * 2 * n + 2 * n_tile * self.tile_n
-        finish_dbias_tile(
-            counts_ptr, expert * num_n_tiles + n_tile, walked_expert_rows(offsets, expert, walk_end), warp_rows,
-            ws_ptr, dbias_ptr, first, columns, lane,
-        )
 
     def ring_offset(self, block: BlockShape, slot, first_row, k: int, col0: int, lane, rows_8: int):
         """Element offset, in a flat view of the slot ring in ``block``'s dtype, of group

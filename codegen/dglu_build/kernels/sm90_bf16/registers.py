@@ -32,9 +32,7 @@ epilogue group is 32 R columns (j = 4 g .. 4 g + 3): the gate of R column c of t
 is slot column c and its input slot column 32 + c. dprob: each thread's rows, summed over
 its columns, reduced over the lane quad; dbias: each thread's column sums over its rows,
 reduced over the 8 lanes of a warp that share the columns, one atomic (or, deterministic,
-one store per 16-row slab) per column and warp; once a tile's epilogue is done, each warp
-counts its rows in and the one that completes an expert's rows finishes that n-tile's dbias
-(kernel.py's finish_dbias).
+one store per 16-row slab) per column and warp.
 """
 
 import cutlass
@@ -106,7 +104,6 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         self.turns = 2 if self.pingpong else 1  # warpgroups taking tiles in turn
         self.blocks_per_group = BLOCK_COLUMNS // 8  # 8-column accumulator blocks per group
         self.m_blocks = self.tile_m // 64 // self.tile_warpgroups  # 64-row WGMMA blocks per thread
-        self.warp_rows = self.tile_m // (self.tile_warpgroups * MMA_WARPS_PER_WARPGROUP)  # a warp's rows of a tile
 
     def _tiled_mma(self) -> cute.TiledMma:
         """The MMA of one tile: one warpgroup over all its rows (tile_m / 64 WGMMA blocks),
@@ -130,7 +127,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
     @cute.jit
     def run(
         self, tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
+        beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, round_dgrad,
         act_out_ptr, operand_inputs, output_inputs,
     ):
         """The main kernel's body, called by kernel.py's ``kernel`` entry (so that a family's
@@ -213,14 +210,14 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
             self.consume_pingpong(
                 mainloop, operands, ring_c, ring_d, c_full, d_full, warpgroup_idx - 1,
                 tidx % self.tile_threads, k_tile_count, tiles, queue, offsets, alpha_ptr, beta_ptr, prob_ptr,
-                dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, mA_mk.shape[0], n, l, round_dgrad, act_out_ptr,
+                dprob_ptr, dbias_ws_ptr, mA_mk.shape[0], n, l, round_dgrad, act_out_ptr,
             )
 
     # ------------------------------------------------------------------ consumer
     @cute.jit
     def consume_pingpong(
         self, mainloop, operands, ring_c, ring_d, c_full, d_full, mine, mma_tidx, k_tile_count, tiles, queue,
-        offsets, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, m, n, l, round_dgrad, act_out_ptr,
+        offsets, alpha_ptr, beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, m, n, l, round_dgrad, act_out_ptr,
     ):
         """MMA warpgroup ``mine`` (0 or 1; ``mma_tidx`` its thread among the tile's MMA
         threads): the mainloop and epilogue of each tile, or with "pingpong" those of the
@@ -283,12 +280,6 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
                 if cutlass.const_expr(self.pingpong):
                     if next_tile < num_tiles:
                         cute.arch.barrier_arrive(barrier_id=their_epilogue, number_of_threads=TURN_THREADS)
-                if cutlass.const_expr(self.with_dbias and not self.deterministic):
-                    # after the other warpgroup's turn: off its epilogue's path
-                    self.finish_dbias(
-                        dbias_counts_ptr, dbias_ws_ptr, dbias_ptr, offsets, expert, m_tile, n_tile, m, n, l,
-                        self.warp_rows, cute.arch.lane_idx(),
-                    )
             else:
                 read_state.advance(k_tile_count)
                 release_state.advance(k_tile_count)

@@ -49,7 +49,6 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "d_f32": (f32, 128),
         "offsets_ws": (i32, 16),
         "dbias_ws": (f32, 16),
-        "dbias_counts": (i32, 16),
         "tile_counter": (i32, 16),
         "b_desc_ws": (i64, 128),  # the BF16 kernel's, unused with dense decoded B (NULL)
     }

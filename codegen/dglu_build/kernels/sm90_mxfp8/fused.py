@@ -131,8 +131,6 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
-        dbias_ptr: cute.Pointer,
-        dbias_counts_ptr: cute.Pointer,
         b_desc_ws_ptr: cute.Pointer,
         tile_counter_ptr: cute.Pointer,
         sfa_ptr: cute.Pointer,
@@ -145,7 +143,7 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         m, k = mA_mk.shape
         self.run(
             tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
             (sfa_ptr, sfb_ptr, m, n, k), None,
         )
 
@@ -291,8 +289,6 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
         prob_ptr: cute.Pointer,
         dprob_ptr: cute.Pointer,
         dbias_ws_ptr: cute.Pointer,
-        dbias_ptr: cute.Pointer,
-        dbias_counts_ptr: cute.Pointer,
         b_desc_ws_ptr: cute.Pointer,
         tile_counter_ptr: cute.Pointer,
         sfa_ptr: cute.Pointer,
@@ -313,7 +309,7 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
                    discrete_col_sfd)
         self.run(
             tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, None, None, offsets_ptr, alpha_ptr,
-            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, dbias_ptr, dbias_counts_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
+            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
             (sfa_ptr, sfb_ptr, m, n, k), outputs,
         )
 

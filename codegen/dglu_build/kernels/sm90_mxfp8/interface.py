@@ -250,6 +250,7 @@ def kernels(config: Config) -> list[KernelDeclaration]:
         *operands,
         *([widen_c] if config.c_widened else []),
         main,
+        *([bf16.DBIAS_FINISH] if config.dbias else []),
         *([] if config.epilogue_quantize else [quantize_d]),
     ]
 

@@ -14,8 +14,8 @@ Per call, in launch order (interface.kernels):
 - ``widen_c`` (FP8 C only): C -> BF16, exactly;
 - ``main``: the sm90 BF16 family's fused kernel on the workspaces, with the block-scaled
   contract's activations (beta scales C for dSiTU-GLU too), writing the unquantized D in
-  fp32; dprob accumulates into the caller's, dbias into an fp32 workspace that the kernel
-  adds into the caller's dbias itself (the BF16 kernel's finish_dbias);
+  fp32; dprob accumulates into the caller's, dbias into an fp32 workspace;
+- ``dbias_finish`` (dbias): the BF16 family's;
 - ``quantize_d``: D, read once, -> D_row and D_col in FP8 with SFD_row and SFD_col
   (blocks/mxfp8.py has the tiling and the exact operation order).
 
@@ -70,6 +70,7 @@ class Sm90Mxfp8Kernels:
             **self.operand_kernels,
             **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
             "main": self.main.kernel,
+            "dbias_finish": self.main.finish.kernel,
             "quantize_d": self.quantize_d.kernel,
         }
 
@@ -100,7 +101,6 @@ class Sm90Mxfp8Kernels:
         d_f32: cute.Pointer,
         offsets_ws: cute.Pointer,
         dbias_ws: cute.Pointer,
-        dbias_counts: cute.Pointer,
         tile_counter: cute.Pointer,
         b_desc_ws: cute.Pointer,
         m: cutlass.Int32,
@@ -124,7 +124,7 @@ class Sm90Mxfp8Kernels:
             "d_row": d_row, "d_col": d_col, "sfd_row": sfd_row, "sfd_col": sfd_col, "norm_const": norm_const,
             "padded_offsets": padded_offsets, "alpha": alpha, "beta": beta, "prob": prob, "dprob": dprob,
             "dbias": dbias, "a_bf16": a_bf16, "b_bf16": b_bf16, "c_bf16": c_bf16, "d_f32": d_f32,
-            "offsets_ws": offsets_ws, "dbias_ws": dbias_ws, "dbias_counts": dbias_counts, "tile_counter": tile_counter, "b_desc_ws": b_desc_ws,
+            "offsets_ws": offsets_ws, "dbias_ws": dbias_ws, "tile_counter": tile_counter, "b_desc_ws": b_desc_ws,
             "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n, "row_items": m * (two_n // SF_VEC),
             "discrete_col_sfd": discrete_col_sfd,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
