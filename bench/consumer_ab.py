@@ -13,7 +13,12 @@ call argument chooses a consumer, so this is a measurement, not an API). Per sha
 harness's gate (bench.fused.agreement: every element checked) per kernel, then ROUNDS
 rounds timing the GEMM and each kernel in turn (bench.timing.time_calls); ``det`` adds
 each consumer's deterministic variant. Prints one JSON line per shape (issue 25's runs:
-bench/results/2026-12-01-wt-v3-ab.txt)."""
+bench/results/2026-12-01-wt-v3-ab.txt).
+
+The ops share the runtime's pooled workspaces. A build that leaves a ``by_consumer``
+workspace non-zero (a timing-only edit that skips the dbias finish, say) poisons it for the
+next op that uses it, on this shape or a later one: from then on the gates mean nothing;
+read only the times (or run such a build alone)."""
 
 import json
 import statistics
