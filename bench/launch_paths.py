@@ -11,9 +11,10 @@ kernel and, with dbias, its finisher), then enqueues each of them again and agai
 - ``ctypes_ex`` / ``ctypes_plain``: the same two entry points of libcuda through ctypes,
   with the bindings' launch configuration passed by address.
 
-Host CPU microseconds per enqueue (thread time; the median over batches of 100, the stream
-synchronized between batches so the launch queue never fills), printed as one JSON line
-per kernel and a last line starting with "LAUNCH PATHS:".
+Host CPU microseconds per enqueue (thread time): per round the median over batches of 100
+(the stream synchronized between batches, untimed, so the launch queue never fills), and
+the minimum over ``--rounds`` rounds that take the paths in turn. Prints one JSON line per
+kernel and a last line starting with "LAUNCH PATHS:".
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def recorded_launches() -> list[Any]:
         run_fused(op, buffers)
     seen: list[Any] = []
     original = dglu.runner.launch_kernel
-    dglu.runner.launch_kernel = lambda launch: (seen.append(launch), original(launch))[1]
+
+    def recording(launch: Any) -> None:
+        seen.append(launch)
+        original(launch)
+
+    dglu.runner.launch_kernel = recording
     try:
         run_fused(op, buffers)
     finally:
