@@ -46,10 +46,8 @@ def test_each_path_calls_its_entry_point(tmp_path: Path) -> None:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler to build the stand-in libcuda")
-    subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(ROOT / "bench" / "standin_libcuda.c")],
-        check=True,
-    )
+    library, source = tmp_path / "libcuda.so.1", ROOT / "bench" / "standin_libcuda.c"
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     env = {
         **os.environ,
         "LD_LIBRARY_PATH": os.pathsep.join([str(tmp_path), os.environ.get("LD_LIBRARY_PATH", "")]),
