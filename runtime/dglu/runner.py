@@ -19,7 +19,7 @@ from typing import Any
 
 from . import workspaces as workspace_pool
 from .cache import BoundedCache
-from .contract.schema import Variant
+from .contract.schema import KernelSpec, Variant
 from .driver import device_context, device_info, driver_version, kernel_function, module_for
 from .errors import CudaDriverError, KernelLaunchError, KernelLoadError
 from .grid import Grid, is_empty, launch_grid
@@ -387,7 +387,7 @@ def _enqueue(loaded: LoadedVariant, plan: CallPlan, cu_stream: Any) -> None:
             raise KernelLaunchError(
                 f"variant {loaded.variant.name}: launching kernel {launch.kernel.role} "
                 f"({index + 1} of {len(plan.launches)}, grid {launch.grid}) on cuda:"
-                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index])} "
+                f"{loaded.device} failed ({exc}); {_written(plan.launches[:index], loaded.variant)} "
                 f"{_LAUNCH_REMEDY}",
                 exc.error_name,
             ) from exc
@@ -416,16 +416,29 @@ _LAUNCH_REMEDY = (
 )
 
 
-def _written(launched: tuple[Launch, ...]) -> str:
-    """What the caller's tensors hold after the launches of ``launched`` were enqueued."""
-    if not launched:
-        return "no kernel was launched, so no argument was written."
-    roles = ", ".join(launch.kernel.role for launch in launched)
+def _written(launched: tuple[Launch, ...], variant: Variant) -> str:
+    """What the caller's tensors hold after the launches of ``launched`` were enqueued: only
+    a kernel with one of the call's outputs among its parameters (b_descriptors writes its
+    workspace only) may have written them."""
+    writers = [launch.kernel.role for launch in launched if _takes_an_output(launch.kernel, variant)]
+    if not writers:
+        enqueued = ", ".join(launch.kernel.role for launch in launched)
+        before = f"kernel(s) {enqueued} wrote only dglu's workspaces" if launched else "no kernel was launched"
+        return f"{before}, so no argument was written."
     return (
-        f"kernel(s) {roles} were already enqueued and may have written the outputs (D_row, "
+        f"kernel(s) {', '.join(writers)} were already enqueued and may have written the outputs (D_row, "
         "and dprob and dbias accumulated in place): discard them, or restore dprob and dbias "
         "from a copy, before retrying."
     )
+
+
+def _takes_an_output(kernel: KernelSpec, variant: Variant) -> bool:
+    """Whether a parameter of ``kernel`` is (a view of) an output or accumulated argument."""
+    for param in kernel.params:
+        name = variant.views[param.tensor].of if param.tensor in variant.views else param.tensor
+        if name in variant.arguments and variant.arguments[name].io != "in":
+            return True
+    return False
 
 
 def _ready_call(

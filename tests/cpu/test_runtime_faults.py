@@ -201,6 +201,24 @@ def test_a_failed_later_launch_says_the_outputs_may_be_written(fake) -> None:
     assert enqueued_by(fake, lambda: wrapper_call(t)) == WRAPPER_ENQUEUES
 
 
+def test_a_failed_launch_after_b_descriptors_says_no_argument_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_artifacts(tmp_path, [variant_key(weight_mode="discrete")])
+    fake = stand_ins.install(monkeypatch, read_manifest(tmp_path).variants, tmp_path)
+    t = inputs()
+    del t["b_tensor"]
+    b_ptrs = torch.arange(1, L + 1, dtype=torch.int64) << 20
+    fake.fail(LAUNCH, "CUDA_ERROR_INVALID_VALUE", after=1)  # b_descriptors' launch passes
+    with pytest.raises(
+        KernelLaunchError,
+        match=r"launching kernel main \(2 of 3.*\); kernel\(s\) b_descriptors wrote only dglu's "
+        r"workspaces, so no argument was written\. If the error",
+    ):
+        wrapper_call(t, b_ptrs=b_ptrs, n=N, b_dtype=torch.bfloat16)
+    assert fake.pushed == []
+
+
 def test_a_failed_clear_launches_nothing(fake) -> None:
     t = inputs()
     fake.fail(MEMSET, "CUDA_ERROR_INVALID_VALUE", after=1)  # the new dbias_ws's clear passes
