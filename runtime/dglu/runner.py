@@ -421,10 +421,11 @@ def _written(launched: tuple[Launch, ...], variant: Variant) -> str:
     a kernel with one of the call's outputs among its parameters (b_descriptors writes its
     workspace only) may have written them."""
     writers = [launch.kernel.role for launch in launched if _takes_an_output(launch.kernel, variant)]
+    if not launched:
+        return "no kernel was launched, so no argument was written."
     if not writers:
         enqueued = ", ".join(launch.kernel.role for launch in launched)
-        before = f"kernel(s) {enqueued} wrote only dglu's workspaces" if launched else "no kernel was launched"
-        return f"{before}, so no argument was written."
+        return f"kernel(s) {enqueued} were enqueued but write only dglu's workspaces, so no argument was written."
     return (
         f"kernel(s) {', '.join(writers)} were already enqueued and may have written the outputs (D_row, "
         "and dprob and dbias accumulated in place): discard them, or restore dprob and dbias "

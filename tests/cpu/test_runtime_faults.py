@@ -212,8 +212,8 @@ def test_a_failed_launch_after_b_descriptors_says_no_argument_was_written(
     fake.fail(LAUNCH, "CUDA_ERROR_INVALID_VALUE", after=1)  # b_descriptors' launch passes
     with pytest.raises(
         KernelLaunchError,
-        match=r"launching kernel main \(2 of 3.*\); kernel\(s\) b_descriptors wrote only dglu's "
-        r"workspaces, so no argument was written\. If the error",
+        match=r"launching kernel main \(2 of 3.*\); kernel\(s\) b_descriptors were enqueued but write "
+        r"only dglu's workspaces, so no argument was written\. If the error",
     ):
         wrapper_call(t, b_ptrs=b_ptrs, n=N, b_dtype=torch.bfloat16)
     assert fake.pushed == []
