@@ -420,9 +420,9 @@ def _written(launched: tuple[Launch, ...], variant: Variant) -> str:
     """What the caller's tensors hold after the launches of ``launched`` were enqueued: only
     a kernel with one of the call's outputs among its parameters (b_descriptors writes its
     workspace only) may have written them."""
-    writers = [launch.kernel.role for launch in launched if _takes_an_output(launch.kernel, variant)]
     if not launched:
         return "no kernel was launched, so no argument was written."
+    writers = [launch.kernel.role for launch in launched if _takes_an_output(launch.kernel, variant)]
     if not writers:
         enqueued = ", ".join(launch.kernel.role for launch in launched)
         return f"kernel(s) {enqueued} were enqueued but write only dglu's workspaces, so no argument was written."

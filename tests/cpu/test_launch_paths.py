@@ -5,8 +5,6 @@ attributes (a cluster) is offered only the cuLaunchKernelEx paths."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +12,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("cuda.bindings.driver", reason="bench.launch_paths calls the real cuda-bindings")
+
+from standin_libcuda import environment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -28,9 +28,7 @@ driver.cuInit(0)
 fake = FakeCuda()
 result = {}
 for attributes in ({}, {"cluster_dimension": (2, 1, 1)}):
-    kernel = types.SimpleNamespace(
-        symbol="k", block=(128, 1, 1), dynamic_smem_bytes=1024, attributes=attributes
-    )
+    kernel = types.SimpleNamespace(block=(128, 1, 1), dynamic_smem_bytes=1024, attributes=attributes)
     launch = prepare_launch(driver.CUfunction(), kernel, (4, 1, 1), 0, KernelArguments([bytes(8), bytes(128)]))
     for name, enqueue in paths(launch).items():
         before = fake.counts()
@@ -43,16 +41,7 @@ print(json.dumps(result))
 
 
 def test_each_path_calls_its_entry_point(tmp_path: Path) -> None:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the stand-in libcuda")
-    library, source = tmp_path / "libcuda.so.1", ROOT / "bench" / "standin_libcuda.c"
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
-    env = {
-        **os.environ,
-        "LD_LIBRARY_PATH": os.pathsep.join([str(tmp_path), os.environ.get("LD_LIBRARY_PATH", "")]),
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "runtime"), str(ROOT)]),
-    }
+    env = environment(tmp_path)
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     made = json.loads(done.stdout.strip().splitlines()[-1])

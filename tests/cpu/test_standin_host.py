@@ -7,8 +7,6 @@ cuMemAllocAsync), a steady execute only launches its two kernels."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +17,9 @@ pytest.importorskip("torch", reason="bench.standin_host makes torch tensors")
 pytest.importorskip("cuda.bindings.driver", reason="bench.standin_host runs the real cuda-bindings")
 
 from conftest_runtime import variant_key, write_artifacts, write_index  # noqa: E402
+from standin_libcuda import environment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = ROOT / "bench" / "standin_libcuda.c"
 
 
 @pytest.fixture(scope="module")
@@ -29,20 +27,11 @@ def stand_in(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of a stand-in run: the built library first on LD_LIBRARY_PATH, this
     tree's runtime and bench importable, and an artifact directory of one dswiglu dbias
     variant (a random cubin: the stand-in loads anything) with its index."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the stand-in libcuda")
-    library = tmp_path_factory.mktemp("standin")
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(library / "libcuda.so.1"), str(STAND_IN)], check=True)
+    env = environment(tmp_path_factory.mktemp("standin"))
     artifacts = tmp_path_factory.mktemp("artifacts")
     write_artifacts(artifacts, [variant_key(act_func="dswiglu", dbias=True)])
     write_index(artifacts)
-    return {
-        **os.environ,
-        "LD_LIBRARY_PATH": os.pathsep.join([str(library), os.environ.get("LD_LIBRARY_PATH", "")]),
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "codegen"), str(ROOT)]),
-        "ARTIFACTS": str(artifacts),
-    }
+    return {**env, "ARTIFACTS": str(artifacts)}
 
 
 def standin_host(env: dict[str, str], *args: str) -> dict:
