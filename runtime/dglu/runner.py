@@ -436,7 +436,9 @@ def _written(launched: tuple[Launch, ...], variant: Variant) -> str:
 def _takes_an_output(kernel: KernelSpec, variant: Variant) -> bool:
     """Whether a parameter of ``kernel`` is (a view of) an output or accumulated argument."""
     for param in kernel.params:
-        name = variant.views[param.tensor].of if param.tensor in variant.views else param.tensor
+        name = param.tensor
+        while name in variant.views:  # a view may be of another view (validation.derived_views)
+            name = variant.views[name].of
         if name in variant.arguments and variant.arguments[name].io != "in":
             return True
     return False
