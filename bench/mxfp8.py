@@ -4,7 +4,7 @@ process.
 
 Per shape: median ms and TFLOP/s (2 * M * N * K) of each candidate, MXFP8 / BF16 TFLOP/s
 (target >= 0.9) and unfused / MXFP8 time (target >= 3), the variant the MXFP8 call selects
-and its decode. A candidate is timed (bench.timing: CUDA-graph replays over buffer sets
+and its workspace. A candidate is timed (bench.timing: CUDA-graph replays over buffer sets
 rotated to defeat L2) only after its outputs matched the eager unfused path's
 (bench.mxfp8_problem.check). Writes mxfp8.json (commit it as
 bench/results/<date>-<commit>-mxfp8.json) and, where matplotlib imports, mxfp8.png (the two
@@ -128,9 +128,9 @@ def _checks(runs: dict[str, Candidate | str], first: Any) -> dict[str, Any]:
 def measure_shape(
     shape: Shape, device: Any, budget_ms: float, seed: int, unfused: Any
 ) -> dict[str, Any]:
-    """Buffer sets, the MXFP8 call's variant (and its decode) and workspace, the BF16 op's
-    variant, the unfused path's first-call (compile) time, each candidate's check, and the
-    timings of the candidates that passed it."""
+    """Buffer sets, the MXFP8 call's variant and workspace, the BF16 op's variant, the
+    unfused path's first-call (compile) time, each candidate's check, and the timings of the
+    candidates that passed it."""
     import torch
 
     from .mxfp8_problem import make_mxfp8_sets, operand_bytes, selected_variant, workspace_bytes
@@ -216,24 +216,14 @@ def _check_mark(shape: dict[str, Any], name: str) -> str:
     return {True: "ok", False: "WRONG", None: "-"}[lookup(shape, "checks", name, "ok")]
 
 
-def _decode_cell(shape: dict[str, Any]) -> str:
-    """The decode of the variant the MXFP8 call selected ("error" where naming it failed,
-    "-" where the record has none)."""
-    variant = shape.get("mxfp8_variant")
-    return "-" if variant is None else variant.get("decode") or "error"
-
-
 def table(record: dict[str, Any]) -> str:
-    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, the MXFP8 call's
-    decode, the checks."""
+    """Per shape: median ms (TFLOP/s) of each candidate, the two ratios, the checks."""
     cells = [f"{name} ms (TF/s)" for name in CANDIDATES] + list(SUMMARY_TITLES.values())
-    cells.append("mxfp8 decode")
     cells.append("checks " + "/".join(name[0] for name in CANDIDATES))
     lines = ["shape".ljust(SHAPE_WIDTH) + "".join(cell.rjust(TABLE_CELL) for cell in cells)]
     for shape in record["shapes"]:
         cells = [_time_cell(shape["timings"], name) for name in CANDIDATES]
         cells += [_ratio_cell(shape["ratios"][name]) for name in RATIOS]
-        cells.append(_decode_cell(shape))
         cells.append("/".join(_check_mark(shape, name) for name in CANDIDATES))
         lines.append(
             shape["shape"]["name"].ljust(SHAPE_WIDTH)
@@ -286,11 +276,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def progress_line(shape: Shape, measured: dict[str, Any]) -> str:
-    """A shape's line on stderr: each candidate's median ms, the MXFP8 call's decode."""
+    """A shape's line on stderr: each candidate's median ms."""
     times = ", ".join(
         f"{name} {lookup(measured, 'timings', name, 'median_ms')} ms" for name in CANDIDATES
     )
-    return f"{shape.name}: {times}, decode {lookup(measured, 'mxfp8_variant', 'decode')}"
+    return f"{shape.name}: {times}"
 
 
 def main(argv: list[str] | None = None) -> int:

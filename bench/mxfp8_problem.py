@@ -10,14 +10,12 @@ a wrong result from posting a time.
 
 ``check`` compares a candidate's outputs (FP8 D decoded with its SFD) with the eager unfused
 path's, which shares no compiled or dglu code with the candidates. ``selected_variant``
-names the variant (and its decode) the MXFP8 call selects; inside ``only_decode`` the
-selection takes one decode's variants only.
+names the variant the MXFP8 call selects.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
@@ -31,7 +29,6 @@ from .mxfp8_torch import SF_VEC, dequantize, quantize_d, quantize_operand
 from .shapes import Shape
 
 AB_DTYPE = D_DTYPE = torch.float8_e4m3fn
-FAMILY = "sm90_mxfp8"  # the Hopper MXFP8 variants' family
 BLOCK_EXPONENTS = (-4, 4)  # A's and B's 32-blocks scaled by 2^U{-4..4}: every SF byte varies
 # Relative L2 bounds of the check. The unfused path rounds R to bf16 (torch._grouped_mm's
 # output), which moves about 1.6% of the FP8 codes by one step (~1e-2 relative L2); the BF16
@@ -145,33 +142,8 @@ def _selected_entry(s: Mxfp8Set) -> Any:
 
 
 def selected_variant(s: Mxfp8Set) -> dict[str, str]:
-    """The name and decode of the variant that run_mxfp8's call on ``s`` selects."""
-    entry = _selected_entry(s)
-    return {"name": entry.name, "decode": entry.key.decode}
-
-
-@contextlib.contextmanager
-def only_decode(decode: str) -> Iterator[tuple]:
-    """Inside the block dglu's selection sees, of the MXFP8 family, only ``decode``'s
-    variants (no call argument names the decode: the dispatch rules pick one by problem
-    class); yields the variants it sees. dglu's caches are cleared on entry and exit, so
-    that no op bound outside the block runs inside it, or the other way round. (The GPU
-    suite and ci/sanitize_cases.py use it too.)"""
-    import dglu.api
-    import dglu.call
-    from dglu.manifest import installed_variants
-
-    chosen = tuple(v for v in installed_variants() if v.family != FAMILY or v.key.decode == decode)
-    seen = dglu.call.installed_variants
-    dglu.api.clear_caches()
-    dglu.call.installed_variants = lambda arch=None: tuple(
-        v for v in chosen if arch in (None, v.key.arch)
-    )
-    try:
-        yield chosen
-    finally:
-        dglu.call.installed_variants = seen
-        dglu.api.clear_caches()
+    """The name of the variant that run_mxfp8's call on ``s`` selects."""
+    return {"name": _selected_entry(s).name}
 
 
 # --- the candidates --------------------------------------------------------------------------

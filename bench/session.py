@@ -1,5 +1,5 @@
-"""What bench.mxfp8's and bench.mxfp8_decodes' runs share: the GPU check, and a results
-JSON in --out rewritten after each measurement (a run cut short still leaves its figures)."""
+"""bench.mxfp8's run: the GPU check, and a results JSON in --out rewritten after each
+measurement (a run cut short still leaves its figures)."""
 
 from __future__ import annotations
 

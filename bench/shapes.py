@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import accumulate
 
 M_ALIGNED = 256
@@ -170,23 +170,6 @@ SHAPES = (
     Shape("ragged-8", 2048, 4096, RAGGED_8_ROWS, fused_over_gemm_target=LARGE_SHAPE_GEMM_BOUND),
 )
 SHAPE_NAMES = tuple(shape.name for shape in SHAPES)
-
-
-def with_rows(shape: Shape, rows: int) -> Shape:
-    """``shape`` with ``rows`` rows in all, shared among its experts in proportion to their
-    rows in blocks of M_ALIGNED (largest remainders first, then the lower expert): an empty
-    expert stays empty, and one whose share is under one block may become empty."""
-    if rows <= 0 or rows % M_ALIGNED:
-        raise ValueError(f"rows: got {rows}, need a positive multiple of {M_ALIGNED}")
-    blocks = rows // M_ALIGNED
-    shares = [divmod(blocks * expert, shape.m) for expert in shape.expert_rows]
-    left = blocks - sum(whole for whole, _ in shares)
-    order = sorted(range(shape.l), key=lambda expert: -shares[expert][1])
-    extra = set(order[:left])
-    expert_rows = tuple(
-        (whole + (expert in extra)) * M_ALIGNED for expert, (whole, _) in enumerate(shares)
-    )
-    return replace(shape, expert_rows=expert_rows)
 
 
 def select_shapes(names: list[str] | None) -> tuple[Shape, ...]:

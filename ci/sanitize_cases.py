@@ -7,7 +7,7 @@ until every value of every key field (activation and its constants, C and D dtyp
 tile, weight mode, b_major, scheduler, cluster), every C/D dtype pair and every
 weight mode with each b_major appears in one of
 them; block-scaled (MXFP8) variants are covered apart, by activation, dtypes, dbias,
-weights, scheduler and decode (each call run in its variant's decode), each call checked
+weights and scheduler, each call checked
 by tests/gpu/test_blockscaled_gpu.py's case runner; ``--all`` takes every variant; ``--round-dgrad`` runs the BF16 calls with
 round_dgrad_to_input_dtype=True (exact GEMM data: the rounding path of the MMA warpgroups,
 which read offsets and alpha). Each call goes through the GPU suite's harness
@@ -29,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # bench/ (bench.mxfp8_problem.only_decode)
 sys.path.insert(0, str(ROOT / "tests" / "gpu"))
 
 import dglu  # noqa: E402
@@ -84,7 +83,7 @@ def features(key: dict) -> set[tuple[str, object]]:
     return {(field, values[field]) for field in COVERED_FIELDS}
 
 
-BLOCK_SCALED_FIELDS = ("act_func", "ab_dtype", "c_dtype", "d_dtype", "dbias", "weights", "scheduler", "decode")
+BLOCK_SCALED_FIELDS = ("act_func", "ab_dtype", "c_dtype", "d_dtype", "dbias", "weights", "scheduler")
 
 
 def block_scaled_features(key: dict) -> set[tuple[str, object]]:
@@ -143,7 +142,6 @@ def run_block_scaled_case(variant: dict, api: str) -> None:
     import test_blockscaled_gpu as mx
     from blockscaled_configs import SHIPPED as MX_SHIPPED
     from blockscaled_configs import key_fields as mx_key_fields
-    from bench.mxfp8_problem import only_decode
 
     key = variant["key"]
     fields = (
@@ -155,8 +153,7 @@ def run_block_scaled_case(variant: dict, api: str) -> None:
     if config is None:
         raise SystemExit(f"variant {variant['name']} has no MxConfig in tests/gpu/blockscaled_configs.py SHIPPED")
     case = mx.MxCase(config=config, shape=BLOCK_SCALED_SHAPE, seed=SEED, api=api)
-    with only_decode(key["decode"]):  # the variant's own decode, not the dispatch table's
-        mx.run_case(case)
+    mx.run_case(case)
     print(f"sanitize case ok: {variant['name']} ({case.describe()})", flush=True)
 
 

@@ -61,7 +61,7 @@ def cpu_stand_ins(monkeypatch):
 
 def _measure(monkeypatch, broken: bool):
     monkeypatch.setattr(problem, "run_mxfp8", _wrapper_stand_in(broken))
-    monkeypatch.setattr(problem, "selected_variant", lambda s: {"name": "v_1p", "decode": "one_pass"})
+    monkeypatch.setattr(problem, "selected_variant", lambda s: {"name": "v"})
     unfused = problem.UnfusedPath(compiled=False)
     measured = mxfp8.measure_shape(SHAPE, torch.device("cpu"), 1.0, 0, unfused)
     return mxfp8.shape_record(SHAPE, measured)
@@ -70,7 +70,7 @@ def _measure(monkeypatch, broken: bool):
 def test_matching_candidates_are_timed_and_the_missing_op_is_recorded(cpu_stand_ins, monkeypatch):
     shape = _measure(monkeypatch, broken=False)
     assert shape["buffer_sets"] == 2 and isinstance(shape["compile_s"], float)
-    assert shape["mxfp8_variant"] == {"name": "v_1p", "decode": "one_pass"}
+    assert shape["mxfp8_variant"] == {"name": "v"}
     assert shape["checks"]["mxfp8"]["ok"] and shape["checks"]["unfused"]["ok"]
     assert shape["checks"]["mxfp8"]["d_row"] < 1e-6  # the same path as the reference
     assert "no sm_90a variant installed" in shape["bf16_variant"]["error"]
@@ -99,19 +99,18 @@ def test_a_wrong_mxfp8_op_is_not_timed_and_is_reported(cpu_stand_ins, monkeypatc
     assert "/shapes/0/timings/bf16" in record["errors"]
 
 
-def _fake_shape(mxfp8_ms: float, bf16_ms: float, unfused_ms: float, decode="prepass") -> dict:
+def _fake_shape(mxfp8_ms: float, bf16_ms: float, unfused_ms: float) -> dict:
     timings = {
         name: timing.Timing(ms, ms, ms, 20, "cuda_graph").as_dict()
         for name, ms in (("mxfp8", mxfp8_ms), ("bf16", bf16_ms), ("unfused", unfused_ms))
     }
     checks = {name: {"ok": True} for name in mxfp8.CANDIDATES}
-    variant = {"name": f"v_{decode}", "decode": decode}
-    measured = {"buffer_sets": 2, "checks": checks, "timings": timings, "mxfp8_variant": variant}
+    measured = {"buffer_sets": 2, "checks": checks, "timings": timings, "mxfp8_variant": {"name": "v"}}
     return mxfp8.shape_record(SHAPE, measured)
 
 
 def test_table_and_summary_report_both_ratios_and_their_targets():
-    shapes = [_fake_shape(1.0, 0.95, 3.5, "one_pass"), _fake_shape(2.0, 1.6, 5.0)]
+    shapes = [_fake_shape(1.0, 0.95, 3.5), _fake_shape(2.0, 1.6, 5.0)]
     record = mxfp8.results_record(ENVIRONMENT, {}, shapes)
     assert shapes[0]["ratios"]["mxfp8_over_bf16_tflops"] == pytest.approx(0.95)
     assert record["targets"]["met"] == 2 and record["targets"]["total"] == 4
@@ -122,12 +121,8 @@ def test_table_and_summary_report_both_ratios_and_their_targets():
     )
     lines = mxfp8.table(record).splitlines()
     assert lines[0].split()[:4] == ["shape", "mxfp8", "ms", "(TF/s)"]
-    assert lines[0].split()[-4:] == ["mxfp8", "decode", "checks", "m/b/u"]
-    assert lines[1].split()[0] == "test" and lines[1].split()[-2:] == ["one_pass", "ok/ok/ok"]
-    assert "0.95x" in lines[1] and "3.50x" in lines[1]
-    assert lines[2].split()[-2] == "prepass"
-    shapes[1]["mxfp8_variant"] = {"error": "VariantNotFoundError: none"}
-    assert mxfp8.table(record).splitlines()[2].split()[-2] == "error"
+    assert lines[0].split()[-3:] == ["unfused/mxfp8", "checks", "m/b/u"]
+    assert lines[1].split()[0] == "test" and lines[1].split()[-3:] == ["0.95x", "3.50x", "ok/ok/ok"]
 
 
 def _chart_record() -> dict:
@@ -151,7 +146,7 @@ def test_without_matplotlib_the_chart_is_skipped_saying_so(monkeypatch, capsys, 
 
 
 def test_main_writes_the_json_and_the_chart_or_says_why_not(run_on_fake_gpu, monkeypatch, tmp_path):
-    fake = _fake_shape(1.0, 0.95, 3.5, "one_pass")
+    fake = _fake_shape(1.0, 0.95, 3.5)
     measured = {key: fake[key] for key in ("buffer_sets", "checks", "timings", "mxfp8_variant")}
     monkeypatch.setattr(mxfp8, "measure_shape", lambda *arguments: measured)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # its import fails
@@ -159,9 +154,9 @@ def test_main_writes_the_json_and_the_chart_or_says_why_not(run_on_fake_gpu, mon
     assert status == 0
     assert record["complete"] and record["errors"] == []
     assert record["chart"] == {"skipped": "matplotlib is not installed"}
-    assert record["shapes"][0]["mxfp8_variant"]["decode"] == "one_pass"
+    assert record["shapes"][0]["mxfp8_variant"] == {"name": "v"}
     assert out.out.splitlines()[-2] == f"results: {tmp_path / 'mxfp8.json'}"
-    assert "dsv3-like: mxfp8 1.0 ms, bf16 0.95 ms, unfused 3.5 ms, decode one_pass" in out.err
+    assert "dsv3-like: mxfp8 1.0 ms, bf16 0.95 ms, unfused 3.5 ms (" in out.err
     assert "matplotlib is not installed; no mxfp8.png" in out.err
 
 

@@ -123,33 +123,3 @@ def test_compiled_unfused_path_matches_eager(mxfp8_set):
         s.norm_const,
     )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-
-
-def test_only_decode_shows_the_selection_one_mxfp8_decode_and_puts_it_back(monkeypatch):
-    from types import SimpleNamespace
-
-    import dglu.api
-    import dglu.call
-    import dglu.manifest
-
-    def entry(name, family, decode, arch="sm_90a"):
-        return SimpleNamespace(name=name, family=family, key=SimpleNamespace(decode=decode, arch=arch))
-
-    variants = (
-        entry("bf16", "sm90_bf16", "prepass"),
-        entry("mx", problem.FAMILY, "prepass"),
-        entry("mx_1p", problem.FAMILY, "one_pass"),
-        entry("blackwell", "sm100_bf16", "prepass", arch="sm_100a"),
-    )
-    cleared = []
-    monkeypatch.setattr(dglu.manifest, "installed_variants", lambda arch=None: variants)
-    monkeypatch.setattr(dglu.api, "clear_caches", lambda: cleared.append(True))
-    seen = dglu.call.installed_variants
-    with problem.only_decode("one_pass"):
-        assert [v.name for v in dglu.call.installed_variants("sm_90a")] == ["bf16", "mx_1p"]
-        assert [v.name for v in dglu.call.installed_variants()] == ["bf16", "mx_1p", "blackwell"]
-    assert dglu.call.installed_variants is seen and len(cleared) == 2
-    with pytest.raises(RuntimeError), problem.only_decode("prepass"):
-        assert [v.name for v in dglu.call.installed_variants("sm_90a")] == ["bf16", "mx"]
-        raise RuntimeError("the block failed")
-    assert dglu.call.installed_variants is seen and len(cleared) == 4

@@ -13,7 +13,6 @@ from bench.shapes import (
     equal_experts,
     ragged_expert_rows,
     select_shapes,
-    with_rows,
 )
 
 # The H200 baselines' table (bench/README.md): name -> (L, M, N, K)
@@ -113,26 +112,3 @@ def test_select_shapes_keeps_table_order_and_names_unknown_ones():
     assert [s.name for s in picked] == ["dsv3-like", "ragged-many-small"]
     with pytest.raises(ValueError, match=r"--shapes: got dsv3,nope; expected .*mixtral-like"):
         select_shapes(["dsv3", "nope"])
-
-
-def test_with_rows_scales_the_experts_in_blocks_and_keeps_empty_ones_empty():
-    by_name = {shape.name: shape for shape in SHAPES}
-    ragged = by_name["ragged-8"]  # 3072/0/256/7936/512/0/1280/3328
-    assert with_rows(ragged, ragged.m) == ragged
-    assert with_rows(ragged, 2048).expert_rows == (256, 0, 0, 1024, 0, 0, 256, 512)
-    # halves at experts 2, 3, 6 and 7; the two blocks left go to the lower ones
-    assert with_rows(ragged, 8192).expert_rows == (1536, 0, 256, 4096, 256, 0, 512, 1536)
-    small = with_rows(by_name["many-small-experts"], 2048)  # 8 blocks over 64 equal experts
-    assert small.expert_rows == (256,) * 8 + (0,) * 56
-    for shape in SHAPES:
-        for rows in (2048, 4096, 8192, 16384, 65536):
-            scaled = with_rows(shape, rows)
-            assert scaled.m == rows and (scaled.n, scaled.k, scaled.l) == (shape.n, shape.k, shape.l)
-            assert all(r % M_ALIGNED == 0 for r in scaled.expert_rows)
-            assert all(r == 0 for r, was in zip(scaled.expert_rows, shape.expert_rows) if was == 0)
-
-
-@pytest.mark.parametrize("rows", [0, -256, 1000])
-def test_with_rows_refuses_rows_off_the_block(rows):
-    with pytest.raises(ValueError, match=f"rows: got {rows}, need a positive multiple of 256"):
-        with_rows(SHAPES[0], rows)

@@ -320,7 +320,7 @@ grouped_gemm_dglu_wrapper_sm100 = grouped_gemm_dglu
 
 def wrapper_variant(**arguments: Any) -> str:
     """The name of the prebuilt variant ``grouped_gemm_dglu(**arguments)`` runs (its tile,
-    cluster, consumer and decode; the class API has ``variant_name``): the wrapper's checks
+    cluster and consumer; the class API has ``variant_name``): the wrapper's checks
     and selection, its cubin loaded, nothing allocated or launched."""
     unknown = sorted(set(arguments) - set(WRAPPER))
     if unknown:

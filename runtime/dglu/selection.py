@@ -1,7 +1,7 @@
 """Pick the prebuilt variant that matches a call.
 
 Every given field of a request must equal the variant's key (act_params: the compiled
-constants, compared as numbers). tile, cluster, scheduler, consumer and decode take part only
+constants, compared as numbers). tile, cluster, scheduler and consumer take part only
 when the request gives them; discrete_col_sfd and use_single_group_runtime_offsets only for
 variants whose family compiles them in (its front policy's ``compiled_options``: the others
 read them at run time, as kernel flags, or accept only False). Among the matches the largest tile wins, the first in selection order
@@ -32,8 +32,8 @@ log = logging.getLogger("dglu")
 
 NEAREST_SHOWN = 3
 # open fields a missing-variant message does not list as "any": the expert count (shown as
-# given), the consumer and the decode, which no call argument sets
-UNSHOWN_ANY = ("experts", "consumer", "decode")
+# given) and the consumer, which no call argument sets
+UNSHOWN_ANY = ("experts", "consumer")
 
 
 def arch_for_capability(capability: tuple[int, int]) -> str | None:
@@ -48,8 +48,8 @@ def _wanted(self: Any) -> dict[str, Any]:
 
 
 # What a call needs: a Record of the KeyField table's fields in its order. A field a call may
-# leave open (KeyField.request_any: the launch shape; the consumer and the decode, which no
-# call argument sets; the expert count, the call's L, which a variant of experts 0 takes
+# leave open (KeyField.request_any: the launch shape; the consumer, which no call
+# argument sets; the expert count, the call's L, which a variant of experts 0 takes
 # whatever it is) is None for "any"; the others take the key's default, if any.
 # act_params as sorted (name, value) pairs.
 VariantRequest = key_record(

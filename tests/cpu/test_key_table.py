@@ -21,14 +21,14 @@ def test_the_key_record_and_the_request_have_the_tables_fields() -> None:
     assert VariantKey._fields == NAMES == tuple(KEY_FIELDS)
     assert VariantRequest._fields == NAMES
     assert VariantKey._field_defaults == KEY_FIELD_DEFAULTS == {
-        "consumer": "cooperative", "decode": "prepass", "deterministic": False, "act_out": False,
+        "consumer": "cooperative", "deterministic": False, "act_out": False,
         "discrete_col_sfd": False, "use_single_group_runtime_offsets": False, "experts": 0,
     }
-    # a request leaves the launch shape, consumer, decode and expert count open (None: any)
+    # a request leaves the launch shape, consumer and expert count open (None: any)
     # and takes the key's defaults of the flags
     assert VariantRequest._field_defaults == {
         "tile_m": None, "tile_n": None, "cluster_m": None, "cluster_n": None, "scheduler": None, "consumer": None,
-        "decode": None, "deterministic": False, "act_out": False, "discrete_col_sfd": False,
+        "deterministic": False, "act_out": False, "discrete_col_sfd": False,
         "use_single_group_runtime_offsets": False, "experts": None,
     }
     assert tuple(WRAPPER_SOURCES) == tuple(CLASS_SOURCES) == NAMES

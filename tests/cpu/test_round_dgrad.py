@@ -57,7 +57,7 @@ def test_the_block_scaled_composition_has_no_such_flag() -> None:
     assert config.main.block_scaled_contract and not interface.takes_dgrad_rounding(config.main)
     assert FLAG not in mx_interface.entry(config)["flags"]
     main = next(k for k in mx_interface.kernels(config) if k.role == "main")
-    assert main.params[-1] == Int32("l")
+    assert [p.scalar for p in main.params if isinstance(p, Int32)] == ["n", "l", "discrete_col_sfd"]
 
 
 def test_options_take_it_as_a_bool_and_set_the_flag() -> None:

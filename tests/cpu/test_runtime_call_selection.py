@@ -206,10 +206,11 @@ def test_without_a_dispatch_table_an_open_launch_shape_is_one_cta_with_the_large
     assert select_shaped(4096, 768, 512).name == variant_name(KEYS[6])
 
 
-# rules tried in turn: one choosing another family's field (a decode: no BF16 variant has
-# it), then one whose variant is not installed (128x256), then one that serves
+# rules tried in turn: one choosing a consumer no installed variant has (as a ping-pong rule
+# is to a block-scaled call), then one whose variant is not installed (128x256), then one
+# that serves
 RULES_IN_TURN = [
-    {"arch": "sm_90a", "when": {}, "choose": {"decode": "one_pass"}},
+    {"arch": "sm_90a", "when": {}, "choose": {"consumer": "pingpong"}},
     {"arch": "sm_90a", "when": {"max_n": 1024}, "choose": {"tile_m": 128, "tile_n": 64}},
     {"arch": "sm_90a", "when": {"min_n": 2049}, "choose": {"tile_m": 128, "tile_n": 256}},
     {"arch": "sm_90a", "when": {"min_n": 2049}, "choose": {"cluster_m": 2, "cluster_n": 1}},
@@ -220,7 +221,7 @@ def test_the_first_rule_a_matching_variant_takes_decides(installed, tmp_path: Pa
     from dglu.contract.dispatch import DISPATCH_FILE, dispatch_text, read_rule
 
     (tmp_path / DISPATCH_FILE).write_text(dispatch_text([read_rule(rule, "test") for rule in RULES_IN_TURN]))
-    assert select_shaped(4096, 768, 512).name == variant_name(KEYS[5])  # past the decode rule: 128x64
+    assert select_shaped(4096, 768, 512).name == variant_name(KEYS[5])  # past the ping-pong rule: 128x64
     assert select_shaped(4096, 2880, 512).name == variant_name(KEYS[1])  # past 128x256: 2x1
-    assert select_shaped(4096, 2048, 512).name == variant_name(KEYS[6])  # only the decode rule holds
+    assert select_shaped(4096, 2048, 512).name == variant_name(KEYS[6])  # only the ping-pong rule holds
     assert select_shaped(4096, 2880, 512, use_dynamic_sched=True).name == variant_name(KEYS[0])

@@ -126,7 +126,7 @@ def test_missing_variant_error_names_nearest_and_how_to_build(variants) -> None:
     ):
         assert flag in command
     entry = json.loads(lines[-1].strip().removeprefix("- "))
-    assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
+    assert entry == {**variant_key(act_func="dgeglu", dbias=True, c_dtype="fp32", tile_n=256), "consumer": "cooperative", "deterministic": False,
                      "act_out": False, "discrete_col_sfd": False,
                      "use_single_group_runtime_offsets": False, "experts": 0}
 
@@ -137,7 +137,7 @@ def test_missing_variant_with_nothing_installed() -> None:
     message = str(error.value)
     assert "no variants are installed" in message
     entry = json.loads(message.splitlines()[-1].strip().removeprefix("- "))
-    assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "decode": "prepass", "deterministic": False,
+    assert entry == {**variant_key(act_func="dswiglu", dbias=False), "consumer": "cooperative", "deterministic": False,
                      "act_out": False, "discrete_col_sfd": False,
                      "use_single_group_runtime_offsets": False, "experts": 0}
     assert "--no-dbias" in message

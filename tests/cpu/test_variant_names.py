@@ -3,7 +3,7 @@ and kernel symbols, and the dispatch rules. The fixtures under data/ hold the na
 dglu.contract.keys.variant_name gave before the KeyField table made them (captured at commit
 7af6546 by running this file as a script): every variant of kernel_specs/default.yaml, in
 the spec's order, and the keys of ``suffix_keys`` and ``sparse_keys`` below, which give every name part that
-default.yaml does not (the mainloop decode, discrete_col_sfd, use_single_group_runtime_offsets)
+default.yaml does not (discrete_col_sfd, use_single_group_runtime_offsets)
 alone and combined. Run as a script, this file writes the fixtures from the current code:
 do that only from a commit whose names are known to be right."""
 
@@ -32,11 +32,11 @@ def suffix_keys() -> list[dict[str, Any]]:
     """Every combination of the fields whose non-default values append to a name, each key
     giving every field."""
     keys = []
-    for consumer, decode, deterministic, act_out, dcs, sgo, experts, params in itertools.product(
-        ("cooperative", "pingpong", "cooperative_rf"), ("prepass", "mainloop", "one_pass"), (False, True),
+    for consumer, deterministic, act_out, dcs, sgo, experts, params in itertools.product(
+        ("cooperative", "pingpong", "cooperative_rf"), (False, True),
         (False, True), (False, True), (False, True), (0, 8), (BASE_KEY["act_params"], OTHER_PARAMS),
     ):
-        keys.append({**BASE_KEY, "act_params": params, "consumer": consumer, "decode": decode,
+        keys.append({**BASE_KEY, "act_params": params, "consumer": consumer,
                      "deterministic": deterministic, "act_out": act_out, "discrete_col_sfd": dcs,
                      "use_single_group_runtime_offsets": sgo, "experts": experts})
     return keys
@@ -47,7 +47,7 @@ def sparse_keys() -> list[dict[str, Any]]:
     keys = [dict(BASE_KEY)]
     keys.append({**BASE_KEY, "act_func": "dswiglu", "act_params": {}, "dbias": False, "consumer": "pingpong"})
     keys.append({**BASE_KEY, "arch": "sm_100a", "tile_m": 256, "tile_n": 256, "cluster_m": 2, "experts": 16})
-    keys.append({**BASE_KEY, "ab_dtype": "e4m3", "d_dtype": "e4m3", "decode": "one_pass", "act_out": True})
+    keys.append({**BASE_KEY, "ab_dtype": "e4m3", "d_dtype": "e4m3", "act_out": True})
     return keys
 
 

@@ -2,9 +2,8 @@
 the sm90_mxfp8 family (E4M3 A/B and D, BF16 C; the 3 activations x dbias on/off x dense or
 discrete B, K- or N-major, x static or dynamic scheduler; plus four dSwiGLU extras).
 
-An MxConfig is one shipped configuration as a caller reaches it, in each decode (DECODES;
-bench.mxfp8_problem.only_decode makes the selection take one). SHIPPED lists them; test_blockscaled_gpu.py
-checks it against the installed manifest.
+An MxConfig is one shipped configuration as a caller reaches it. SHIPPED lists them;
+test_blockscaled_gpu.py checks it against the installed manifest.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ BF16, FP32 = torch.bfloat16, torch.float32
 DTYPE_NAMES = {BF16: "bf16", torch.float16: "fp16", FP32: "fp32", E4M3: "e4m3", E5M2: "e5m2"}
 TILE, CLUSTER = (128, 128), (1, 1)
 WEIGHTS = (("dense", "k"), ("dense", "n"), ("discrete", "k"), ("discrete", "n"))
-DECODES = ("prepass", "one_pass")  # each configuration ships in both (kernel_specs/default.yaml)
 
 
 @dataclass(frozen=True)

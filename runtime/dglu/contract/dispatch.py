@@ -1,5 +1,4 @@
-"""The dispatch table: which launch shape (tile, cluster, consumer) and, for Hopper MXFP8, which
-decode serves a problem class.
+"""The dispatch table: which launch shape (tile, cluster, consumer) serves a problem class.
 
 A call that names neither ``mma_tiler_mn`` nor ``cluster_shape_mn`` leaves its launch
 shape to the selection (dglu.selection), which asks this table first. The table is data
@@ -17,8 +16,8 @@ C's), ``k`` and ``experts`` (L); a bound left out holds for any value. ``choose`
 variant key fields (CHOICES). The rules of the call's architecture whose bounds hold are
 its problem's, in order (rules_for): each narrows the variants that match everything else
 the call asks to those with its fields, where any has them, so the first rule that some
-matching variant takes decides (a rule of another family's fields, e.g. a decode, passes
-over a BF16 call); with no such variant, or no rule, the selection's default serves the
+matching variant takes decides (a rule of fields no variant of the call's family has, e.g.
+a ping-pong consumer, passes over a block-scaled call); with no such variant, or no rule, the selection's default serves the
 call. This module reads and checks the data only.
 """
 
@@ -36,10 +35,9 @@ DISPATCH_FILE = "dispatch.json"
 DISPATCH_VERSION = 1
 PROBLEM_FIELDS = ("m", "n", "k", "experts")
 BOUNDS = tuple(f"{side}_{field}" for field in PROBLEM_FIELDS for side in ("min", "max"))
-# the key fields a rule may choose (the launch shape; the block-scaled Hopper family's
-# decode), and their JSON types
+# the key fields a rule may choose (the launch shape), and their JSON types
 CHOICES: dict[str, type] = {
-    "tile_m": int, "tile_n": int, "cluster_m": int, "cluster_n": int, "consumer": str, "decode": str,
+    "tile_m": int, "tile_n": int, "cluster_m": int, "cluster_n": int, "consumer": str,
 }
 RULE_FIELDS = ("arch", "when", "choose")
 OPTIONAL_RULE_FIELDS = ("measured",)

@@ -7,11 +7,10 @@ constants and their defaults (the seed's) are in ``ACT_PARAM_DEFAULTS``. ``varia
 gives the readable, filesystem-safe name of a key from the table's ``name_part``s: it also
 names the variant's kernel symbols, so it must not change for existing keys
 (tests/cpu/test_variant_names.py holds every shipped name): a ``pingpong`` consumer appends
-``_pp`` (``cooperative_rf`` ``_crf``), a ``mainloop`` decode ``_mld`` (``one_pass`` ``_1p``),
-a ``deterministic`` key ``_det``, an ``act_out`` key (the kernel also writes prob * GLU(X),
+``_pp`` (``cooperative_rf`` ``_crf``), a ``deterministic`` key ``_det``, an ``act_out`` key (the kernel also writes prob * GLU(X),
 X = beta * C) ``_aout``, a ``discrete_col_sfd`` key ``_dcs``, a
 ``use_single_group_runtime_offsets`` key ``_sgo`` and a key compiled for an expert count
-``_e<n>``; their defaults ("cooperative", "prepass", False, 0) add nothing.
+``_e<n>``; their defaults ("cooperative", False, 0) add nothing.
 """
 
 from __future__ import annotations
@@ -100,14 +99,6 @@ KEY_TABLE: tuple[KeyField, ...] = (
              "Consumer schedule of the MMA warpgroups (Hopper): cooperative, pingpong or cooperative_rf",
              "--consumer", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
              "cooperative", "cooperative", name_part={"pingpong": "pp", "cooperative_rf": "crf"}, request_any=True),
-    # where a block-scaled Hopper variant decodes its FP8 operands and quantizes D:
-    # "prepass" (decode kernels write BF16 copies, the fused kernel an fp32 D, a quantizer
-    # reads it: every family's default), "mainloop" (decoded in the fused kernel's shared
-    # memory; names end in _mld) or "one_pass" (decoded there, quantized in its epilogue; _1p)
-    KeyField("decode", str,
-             "Where block-scaled operands are decoded (Hopper MXFP8): prepass, mainloop or one_pass",
-             "--decode", "value", "the selection (dglu.selection)", "the selection (dglu.selection)",
-             "prepass", "prepass", name_part={"mainloop": "mld", "one_pass": "1p"}, request_any=True),
     KeyField("deterministic", bool, "Bitwise reproducible D, dprob and dbias (no order-dependent float atomics)",
              "--deterministic", "flag", "deterministic", "deterministic", False, False, negated="--fast",
              name_part="det"),

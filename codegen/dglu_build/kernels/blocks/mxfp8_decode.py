@@ -1,6 +1,6 @@
 """Decode one pipeline stage of an FP8 operand tile in shared memory into the BF16 tile a
 WGMMA reads, with the operand's E8M0 scales: bf16(value * 2^(scale - 127)), the same bits
-as the dequantizers' operation (blocks/mxfp8.py's ``widen_words``: fp32 product, one
+as the exact decode (blocks/mxfp8.py's ``widen_words``: fp32 product, one
 rounding to bf16).
 
 The FP8 stage is TMA's unswizzled box: ``rows`` x TILE_K bytes, K contiguous (K-major) or

@@ -44,7 +44,6 @@ class Sm100Bf16Family(PackagedFamily):
         "cluster_mn": ((2, 1), (1, 1)),
         "scheduler": ("static", "dynamic"),
         "consumer": ("cooperative",),  # the key's default: cuDNN FE's kernel is its own
-        "decode": ("prepass",),  # the key's default: cuDNN FE's kernels read their operands as they are
         "deterministic": (False,),
         "act_out": (False,),
         "discrete_col_sfd": (False,),  # the block-scaled kernel's options

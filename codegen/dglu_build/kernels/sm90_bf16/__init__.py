@@ -39,7 +39,6 @@ class Sm90Bf16Family(PackagedFamily):
         "cluster_mn": ((1, 1), (2, 1)),
         "scheduler": ("static", "dynamic"),
         "consumer": CONSUMERS,
-        "decode": ("prepass",),  # BF16 operands: nothing to decode
         "deterministic": (False, True),
         "act_out": (False, True),
         # the block-scaled options no Hopper kernel compiles in (sm90_mxfp8 reads them as flags)

@@ -297,15 +297,16 @@ class Sm90Bf16Kernel:
         }
 
     def cd_atoms(self, c, d_row, m, n) -> dict:
-        """C's and D_row's TMA atoms and tensors (the slot ring's)."""
+        """C's and D_row's TMA atoms and tensors (the slot ring's); no D_row atom where
+        ``d_row`` is None (an output stage that writes D itself, e.g. sm90_mxfp8's quantizer)."""
         two_n = n * 2
-        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
         _, _, c_smem, d_smem = self._smem_layouts()
-        return {
-            "c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box),
-            "d_row": tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box),
-        }
+        c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
+        atoms = {"c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box)}
+        if d_row is not None:
+            d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
+            atoms["d_row"] = tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box)
+        return atoms
 
     def launch(self, values: dict, stream) -> None:
         """Launch the variant's kernels by their declarations (interface.py), in order."""

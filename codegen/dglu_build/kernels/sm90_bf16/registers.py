@@ -23,8 +23,7 @@ operand stages and wider tiles. The epilogue reads C and writes D in the slot ri
 group order (the ring's barriers order the two warpgroups' epilogues, which the tile order
 already alternates); its output stage is an object the family passes in
 (blocks/d_output.py), and its mainloop operand path is kernel.py's hook points
-(storage_fields, operand_buffers, mma_operands, accumulate), which another family replaces
-(sm90_mxfp8's mainloop decode, fused.py).
+(storage_fields, operand_buffers, mma_operands, accumulate), as the staged kernel's.
 
 A thread holds the WGMMA accumulator fragment: rows 64 mi + 16 w + lane / 4 + 8 h (w the
 warp among the tile's MMA warps) and column pairs 8 j + 2 (lane % 4) + {0, 1}. An

@@ -15,7 +15,7 @@ from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 from ..family import PackagedFamily, package_sources
 from ..sm90_bf16 import FLOAT_DTYPES, Sm90Bf16Family
 from . import interface
-from .config import DECODES, Config
+from .config import Config
 
 NAME = "sm90_mxfp8"
 
@@ -27,17 +27,16 @@ class Sm90Mxfp8Family(PackagedFamily):
     interface = interface
     name = NAME
     architectures = ("sm_90a",)
-    # sm90_bf16's key fields, but for the operand and output dtypes and what the
-    # block-scaled composition does not build (2x1 clusters, the ping-pong consumer,
-    # deterministic, act_out; cooperative_rf with a decode but mainloop: Config.from_key)
+    # sm90_bf16's key fields, but for the operand and output dtypes and what the fused
+    # kernel does not build (2x1 clusters, the register-epilogue consumers, deterministic,
+    # act_out)
     allowed = {
         **Sm90Bf16Family.allowed,
         "ab_dtype": FP8_DTYPES,
         "c_dtype": FLOAT_DTYPES + FP8_DTYPES,
         "d_dtype": FP8_DTYPES,
         "cluster_mn": ((1, 1),),
-        "consumer": ("cooperative", "cooperative_rf"),
-        "decode": DECODES,
+        "consumer": ("cooperative",),
         "deterministic": (False,),
         "act_out": (False,),
     }

@@ -43,14 +43,11 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "prob": (f32, 4),
         "dprob": (f32, 4),
         "dbias": (bf16, 4),
-        "a_bf16": (bf16, 128),
-        "b_bf16": (bf16, 128),
         "c_bf16": (bf16, 128),
-        "d_f32": (f32, 128),
         "offsets_ws": (i32, 16),
         "dbias_ws": (f32, 16),
         "tile_counter": (i32, 16),
-        "b_desc_ws": (i64, 128),  # the BF16 kernel's, unused with dense decoded B (NULL)
+        "b_desc_ws": (i64, 128),  # discrete weights' descriptors (NULL with dense B)
     }
 
 

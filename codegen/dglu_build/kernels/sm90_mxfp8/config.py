@@ -1,12 +1,12 @@
 """The sm90 MXFP8 family's configuration, in pure Python (no CuTe DSL).
 
 Hopper has FP8 tensor cores but no block-scaled MMA, and MXFP8 scales change every 32 of K
-along both A's rows and B's columns. This family decodes A and B exactly (an FP8 value
-times a power of two fits BF16) into BF16 workspaces, runs the sm90 BF16 family's fused
-kernel on them with an fp32 D, and quantizes that D into D_row and D_col with their scale
-factors. ``Config.main`` is the BF16 kernel's configuration, checked by its own rules;
-the key's ``decode`` "mainloop" and "one_pass" decode (and quantize) inside the fused kernel
-instead.
+along both A's rows and B's columns. This family's fused kernel (fused.py) is the sm90 BF16
+family's with its operand path and output stage replaced: it decodes each stage of FP8 A
+and B exactly (an FP8 value times a power of two fits BF16) into BF16 buffers in shared
+memory for its WGMMAs, and quantizes the fp32 D of its epilogue into D_row and D_col with
+their scale factors; no operand or D copy goes through global memory. ``Config.main`` is the
+BF16 kernel's configuration (its D the fp32 of the epilogue), checked by its own rules.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dglu.contract.element_types import FP8_TYPES as FP8_DTYPES
 
 from ..sm90_bf16.config import (
     FINISH_THREADS,
-    NUM_MMA_THREADS,
     SMEM_ARCH,
     SMEM_CAPACITY,
     SMEM_RESERVED,
@@ -29,27 +28,17 @@ from ..sm90_bf16.config import (
     operand_fields,
 )
 
-CONVERT_THREADS = FINISH_THREADS  # threads per block of the dequantizers and quantizers
+CONVERT_THREADS = FINISH_THREADS  # threads per block of the offsets' clamp and C's widener
 SF_VEC = 32  # elements per E8M0 scale factor (MXFP8)
-ACC_DTYPE = "fp32"  # the unquantized D the quantizers read
-# The key field ``decode``: "prepass" (the dequantizers write decoded A and B to global
-# memory, the BF16 kernel reads them and writes an fp32 D that quantize_d reads: the
-# default), "mainloop" (fused.py decodes the FP8 stages in shared memory; the fp32 D and
-# quantize_d as before) or "one_pass" (the mainloop decode and the quantizer in the fused
-# kernel's epilogue: no fp32 D). bench/RESULTS.md (issue 26) has what each was verified
-# and measured on.
-DECODES = ("prepass", "mainloop", "one_pass")
+ACC_DTYPE = "fp32"  # the unquantized D the epilogue's quantizer reads from shared memory
 DECODED_STAGES = 2  # BF16 buffers the mainloop decode alternates between
 MIN_FP8_STAGES = 2
 BF16_BYTES = 2
-# the mainloop decode of N-major B gives each MMA thread 4 rows x 8 elements of a k-tile
-# (blocks/mxfp8_decode.py, StageDecoder), so its tile_n is at most this
-N_MAJOR_DECODE_TILE_N = NUM_MMA_THREADS * 4 * 8 // TILE_K
 
 
 @dataclass(frozen=True)
 class FusedGeometry:
-    """The mainloop-decode kernel's shared memory: FP8 stages beside DECODED_STAGES BF16
+    """The fused kernel's shared memory: FP8 stages beside DECODED_STAGES BF16
     buffers and the BF16 kernel's staging buffer and slot ring."""
 
     tile_m: int
@@ -75,36 +64,15 @@ class Config(OperandConfig):
     """One variant of the family, as the kernels see it (A, B and D in "e4m3" or "e5m2");
     ``from_key`` checks it builds."""
 
-    mainloop_decode: bool = False  # the key's decode: "mainloop" or "one_pass"
-    epilogue_quantize: bool = False  # "one_pass"
-    # the BF16 kernel's consumer (sm90_bf16 Config.consumer): "cooperative" (staged) or, with
-    # decode "mainloop", "cooperative_rf" (the epilogue in the MMA warpgroups' registers:
-    # 128 x 256 tiles fit)
-    consumer: str = "cooperative"
-
     @classmethod
     def from_key(cls, key: Mapping[str, Any]) -> Config:
         """The configuration of a variant key; raises ValueError if the kernels cannot build it."""
-        decode = key.get("decode", DECODES[0])
-        if decode not in DECODES:
-            raise ValueError(f"decode: got {decode!r}, need one of {list(DECODES)}")
-        config = cls(**operand_fields(key), mainloop_decode=decode != "prepass", epilogue_quantize=decode == "one_pass",
-                     consumer=key.get("consumer", "cooperative"))
-        if config.consumer != "cooperative" and decode != "mainloop":
-            raise ValueError(
-                f"consumer {config.consumer!r} runs the mainloop decode only (decode 'mainloop'; 'one_pass' "
-                f"quantizes in the staged kernel's epilogue warpgroups), got decode {decode!r}"
-            )
+        config = cls(**operand_fields(key))
         config.main.check()
-        if config.mainloop_decode and config.b_n_major and config.tile_n > N_MAJOR_DECODE_TILE_N:
-            raise ValueError(
-                f"the mainloop decode of N-major B takes tile_n <= {N_MAJOR_DECODE_TILE_N} (4 rows x 8 elements "
-                f"of a k-tile per MMA thread), got {config.tile_n}"
-            )
-        if config.mainloop_decode and config.geometry.stages < MIN_FP8_STAGES:
+        if config.geometry.stages < MIN_FP8_STAGES:
             raise ValueError(
                 f"tile {config.tile_m}x{config.tile_n} leaves shared memory for {config.geometry.stages} FP8 "
-                f"stages beside the decoded buffers; the mainloop decode needs {MIN_FP8_STAGES}"
+                f"stages beside the decoded buffers; the fused kernel needs {MIN_FP8_STAGES}"
             )
         return config
 
@@ -115,8 +83,8 @@ class Config(OperandConfig):
 
     @property
     def fused_main(self) -> Bf16Config:
-        """The mainloop-decode kernel's BF16 configuration: the decoded operands' (BF16, so
-        the epilogue's), with B's weight mode and major as the call's."""
+        """The fused kernel's BF16 configuration: the decoded operands' (BF16, so the
+        epilogue's), with B's weight mode and major as the call's."""
         return replace(self.main, discrete_weights=self.discrete_weights, b_n_major=self.b_n_major)
 
     @property
@@ -132,7 +100,8 @@ class Config(OperandConfig):
 
     @property
     def main(self) -> Bf16Config:
-        """The fused BF16 kernel's configuration: decoded operands (dense, K-major), fp32 D."""
+        """The BF16 kernel's configuration the fused kernel builds on: BF16 operands (dense,
+        K-major), the fp32 D of its epilogue, the staged ("cooperative") consumer."""
         return Bf16Config(
             ab_dtype="bf16",
             c_dtype="bf16" if self.c_widened else self.c_dtype,
@@ -147,5 +116,4 @@ class Config(OperandConfig):
             tile_n=self.tile_n,
             cluster_m=1,
             block_scaled_contract=True,
-            consumer=self.consumer,
         )

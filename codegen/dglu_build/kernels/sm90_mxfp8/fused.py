@@ -1,19 +1,25 @@
-"""The sm90 MXFP8 family's one-pass mainloop: the sm90 BF16 kernel with FP8 operands decoded
-in shared memory (blocks/mxfp8_decode.py), no decoded A or B in global memory.
+"""The sm90 MXFP8 family's fused kernel: the sm90 BF16 kernel with FP8 operands decoded in
+shared memory (blocks/mxfp8_decode.py) and D quantized in its epilogue, so that no decoded
+A or B and no fp32 D goes through global memory.
 
-The kernel is sm90_bf16's (kernel.py) but for its mainloop operand path (the hook points):
+The kernel is sm90_bf16's (kernel.py) but for its mainloop operand path and its output
+stage (the hook points):
 - the producer's TMA loads FP8 tiles of A (K-major) and B (K- or N-major; dense, or one
   expert's matrix through b_descriptors' descriptor) unswizzled into ``stages`` FP8 stages;
 - the two MMA warpgroups, before each k-tile's WGMMAs, read the next k-tile's scale bytes
-  (SFA, SFB: global memory, L1; their rows' addresses found once a tile), wait for the stage, decode it into one of two BF16 buffers
-  (128-byte swizzled, K-major for both operands), release the stage, and meet at a named
-  barrier; the WGMMAs of the k-tile before keep running meanwhile. The decode of k-tile j
-  (counted over all of the CTA's tiles) writes the buffer the WGMMAs of k-tile j - 2 read:
-  each warpgroup waits for its own WGMMAs of k-tile j - 1 before the barrier of k-tile j, so
-  that buffer is free.
-
-Everything after the mainloop (staging, epilogue, block mover) is the BF16 kernel's, with
-an fp32 D: the quantizer is still a separate pass (kernel.py, ``quantize_d``).
+  (SFA, SFB: global memory, L1; their rows' addresses found once a tile), wait for the
+  stage, decode it into one of two BF16 buffers (128-byte swizzled, K-major for both
+  operands), release the stage, and meet at a named barrier; the WGMMAs of the k-tile
+  before keep running meanwhile. The decode of k-tile j (counted over all of the CTA's
+  tiles) writes the buffer the WGMMAs of k-tile j - 2 read: each warpgroup waits for its own
+  WGMMAs of k-tile j - 1 before the barrier of k-tile j, so that buffer is free;
+- the epilogue writes each group's fp32 D into its slot of the ring as the BF16 kernel does
+  (dbias and dprob from those unquantized values); then, instead of the block mover's TMA
+  store, the 256 epilogue threads meet at a named barrier and quantize the slot's 128 x 64
+  block from shared memory with blocks/mxfp8.py's quantize_block: thread t takes the
+  32-block t % 2 of row t // 2 (D_row, SFD_row), and column t % 64 of the 32-row block
+  t // 64 (D_col, SFD_col, dense or discrete_col_sfd). The block mover only recycles the
+  slots.
 """
 
 import cutlass
@@ -56,24 +62,20 @@ from ..sm90_bf16.config import (
 )
 from ..sm90_bf16.interface import b_tensor
 from ..sm90_bf16.kernel import Sm90Bf16Kernel
-from ..sm90_bf16.registers import Sm90Bf16RegisterEpilogueKernel
-from ..blocks.d_output import DPairStore
-from .config import ACC_DTYPE, DECODED_STAGES, FusedGeometry
+from .config import DECODED_STAGES, FusedGeometry
 
 DECODE_BARRIER = 1  # named barrier of the two MMA warpgroups (0 is __syncthreads)
-EPILOGUE_BARRIER = 2  # named barrier of the two epilogue warpgroups (the one-pass quantizer)
+EPILOGUE_BARRIER = 2  # named barrier of the two epilogue warpgroups (the quantizer)
 SWIZZLE_ROWS = 8  # the 128-byte swizzle repeats every 8 rows
 
 
 class Sm90Mxfp8Fused(Sm90Bf16Kernel):
     """The fused kernel of one MXFP8 variant; see the module docstring."""
 
-    def __init__(
-        self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str | None = None, **consumer
-    ):
-        super().__init__(main, **consumer)  # ``consumer``: the consumer kernel's own arguments
-        # the FP8 D of the one-pass kernel's quantizer (its PTX name and 1/max)
-        self.d_kind, self.d_rcp = FP8_FORMATS[DTYPES[d_dtype]] if d_dtype else (None, None)
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str):
+        super().__init__(main)
+        # the FP8 D of the quantizer (its PTX name and 1/max)
+        self.d_kind, self.d_rcp = FP8_FORMATS[DTYPES[d_dtype]]
         self.fp8_dtype = DTYPES[fp8_dtype]
         kind, _ = FP8_FORMATS[self.fp8_dtype]
         # decoded B is K-major whatever B's own major
@@ -112,40 +114,6 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             "sA8": struct.Align[struct.MemRange[self.fp8_dtype, cute.cosize(a8_layout)], 1024],
             "sB8": struct.Align[struct.MemRange[self.fp8_dtype, cute.cosize(b8_layout)], 1024],
         }
-
-    # --------------------------------------------------------------------- main
-    @cute.kernel
-    def kernel(
-        self,
-        tma_atom_a: cute.CopyAtom,
-        mA_mk: cute.Tensor,
-        tma_atom_b: cute.CopyAtom,
-        mB_nkl: cute.Tensor,
-        tma_atom_c: cute.CopyAtom,
-        mC_mn: cute.Tensor,
-        tma_atom_d: cute.CopyAtom,
-        mD_mn: cute.Tensor,
-        offsets_ptr: cute.Pointer,
-        alpha_ptr: cute.Pointer,
-        beta_ptr: cute.Pointer,
-        prob_ptr: cute.Pointer,
-        dprob_ptr: cute.Pointer,
-        dbias_ws_ptr: cute.Pointer,
-        b_desc_ws_ptr: cute.Pointer,
-        tile_counter_ptr: cute.Pointer,
-        sfa_ptr: cute.Pointer,
-        sfb_ptr: cute.Pointer,
-        n: cutlass.Int32,
-        l: cutlass.Int32,
-    ):
-        """The BF16 kernel's parameters (no rounding flag, no act_out) and the scale factors:
-        SFA, and SFB (dense) or sfb_ptrs (discrete)."""
-        m, k = mA_mk.shape
-        self.run(
-            tma_atom_a, mA_mk, tma_atom_b, mB_nkl, tma_atom_c, mC_mn, tma_atom_d, mD_mn, offsets_ptr, alpha_ptr,
-            beta_ptr, prob_ptr, dprob_ptr, dbias_ws_ptr, b_desc_ws_ptr, tile_counter_ptr, n, l, None, None,
-            (sfa_ptr, sfb_ptr, m, n, k), None,
-        )
 
     def ab_atoms(self, a, b, m, n, k, l) -> dict:
         """FP8 A and B (dense K- or N-major, or one expert's template) into the FP8 stages."""
@@ -248,32 +216,7 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         warpgroup.wait_group(0)
         return read_state, release_state
 
-
-class Sm90Mxfp8FusedRegisters(Sm90Mxfp8Fused, Sm90Bf16RegisterEpilogueKernel):
-    """The mainloop decode in the register-epilogue kernel (the key's consumer
-    "cooperative_rf"): both MMA warpgroups decode and multiply every tile, 64 rows each, and
-    run its dGLU epilogue in their registers, writing the fp32 D (quantize_d after) through
-    the slot ring. With no fp32 staging buffer a 128 x 256 tile fits beside the FP8 stages
-    and the decoded buffers, and each k-tile's decode (tile_m + tile_n rows) feeds twice the
-    WGMMA work of a 128 x 128 tile's. The consumer, epilogue, producer and block mover are
-    registers.py's; the operand path (stages, decode, accumulate) is Sm90Mxfp8Fused's."""
-
-    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry):
-        super().__init__(main, fp8_dtype, geometry, output_stage=DPairStore(DTYPES[ACC_DTYPE]))
-
-
-class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
-    """The mainloop decode and the quantizer in the epilogue: no fp32 D in global memory.
-
-    The epilogue writes each group's fp32 D into its slot of the ring as the BF16 kernel does
-    (dbias and dprob from those unquantized values); then, instead of the block mover's TMA
-    store, the 256 epilogue threads meet at a named barrier and quantize the slot's 128 x 64
-    block from shared memory with blocks/mxfp8.py's quantize_block, as QuantizeD does a
-    32-row tile of the fp32 D (the same values, the same operations, so the same bytes):
-    thread t takes the 32-block t % 2 of row t // 2 (D_row, SFD_row), and column t % 64 of
-    the 32-row block t // 64 (D_col, SFD_col, dense or discrete_col_sfd). The block mover only
-    recycles the slots."""
-
+    # --------------------------------------------------------------------- main
     @cute.kernel
     def kernel(
         self,
@@ -302,8 +245,9 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
         l: cutlass.Int32,
         discrete_col_sfd: cutlass.Int32,
     ):
-        """The mainloop-decode kernel's parameters without D's atom, then the outputs:
-        D_row, D_col, SFD_row, SFD_col, norm_const, and the discrete_col_sfd flag."""
+        """The BF16 kernel's parameters (no D atom, no rounding flag, no act_out), the scale
+        factors (SFA, and SFB or sfb_ptrs), the outputs (D_row, D_col, SFD_row, SFD_col,
+        norm_const) and the discrete_col_sfd flag."""
         m, k = mA_mk.shape
         outputs = (d_row_ptr, d_col_ptr, sfd_row_ptr, sfd_col_ptr, norm_const_ptr, offsets_ptr, m, n * 2, l,
                    discrete_col_sfd)
@@ -324,7 +268,7 @@ class Sm90Mxfp8OnePass(Sm90Mxfp8Fused):
 
     @cute.jit
     def group_done(self, ring_d, slot, d_full, tile_row, group_column, epi_tidx, output_inputs):
-        """Quantize the group's D block from its slot (class docstring), then free the slot."""
+        """Quantize the group's D block from its slot (module docstring), then free the slot."""
         d_row_ptr, d_col_ptr, sfd_row_ptr, sfd_col_ptr, norm_const_ptr, offsets_ptr, m, n2, l, discrete = output_inputs
         cute.arch.barrier(barrier_id=EPILOGUE_BARRIER, number_of_threads=EPILOGUE_THREADS)
         norm_const = gmem_array(norm_const_ptr, cutlass.Float32, 1, 4)[0]

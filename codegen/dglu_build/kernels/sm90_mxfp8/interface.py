@@ -2,9 +2,11 @@
 
 The arguments are the seed's block-scaled ones; the scale-factor tensors (SFA, SFB, SFD_row,
 SFD_col) have the seed's logical shape (32, 4, ceil(rows/128), 4, ceil(Kc/128), L) and the
-strides of its permuted allocation (docs/blockscaled_contract.md). The fused kernel is the
-sm90 BF16 family's, declared by that family and renamed onto this family's workspaces: the
-decoded A and B, C (widened to BF16 when it is FP8), the fp32 D and the effective offsets.
+strides of its permuted allocation (docs/blockscaled_contract.md). The fused kernel
+(fused.py) takes the sm90 BF16 family's declared parameters over FP8 A and B (or B's
+expert template), C (widened to BF16 first when it is FP8) and the effective offsets, then
+the scale factors and the quantized outputs; no workspace grows with M, N or K but FP8 C's
+widened copy.
 """
 
 from __future__ import annotations
@@ -23,9 +25,7 @@ FLAGS = ("discrete_col_sfd", "use_single_group_runtime_offsets")
 SCALARS = {
     "n2": "2*n",
     "l_n2": "l*n2",
-    "k_halves": "k/16",  # 16-element half blocks along K: the dequantizers' items per row
     "n2_blocks": "n2/32",  # along D's columns
-    "m_blocks": "m/32",  # along D's rows (SFD_col; quantize_d's row tiles)
     "m_atoms": "m/128",  # 128-row atoms of SFA and SFD_row, 128-column ones of SFD_col
     "n_atoms": "n/128",
     "n2_atoms": "n2/128",
@@ -37,15 +37,10 @@ SCALARS = {
     "sfb_bytes": "n_atoms*k_pitch",  # per expert
     "sfd_row_bytes": "m_atoms*n2_pitch",
     "sfd_col_bytes": "n2_atoms*m_pitch",
-    "a_items": "m*k_halves",
-    "b_items": "l*n*k_halves",
-    "row_items": "m*n2_blocks",
-    # quantize_d: one block of CONVERT_THREADS threads per 32-row x CONVERT_THREADS-column tile of D
-    "n2_tiles": "n2/256",
-    "d_tile_items": "256*m_blocks*n2_tiles",
+    "row_items": "m*n2_blocks",  # widen_c's: one 32-element block of a row of C each
 }
 # the expressions above spell them out
-assert SF_VEC == 32 and SF_ATOM_BYTES == 512 and CONVERT_THREADS == 256
+assert SF_VEC == 32 and SF_ATOM_BYTES == 512
 
 
 def _argument(shape: list, strides: list, dtype: str, io: str, align: int | None = None, **extra) -> dict:
@@ -107,104 +102,49 @@ def limits(config: Config) -> dict[str, dict]:
     return found
 
 
-# workspace -> the (M, K) / (N, K, L) / (M, 2N) view the fused kernel's TMA reads or writes
-_OPERAND_VIEWS = {
-    "a_op": ("a_bf16", "bf16", ["m", "k", 1], ["k", 1, "m*k"]),
-    "b_op": ("b_bf16", "bf16", ["n", "k", "l"], ["k", 1, "n*k"]),
-    "c_op": ("c_bf16", "bf16", ["m", "n2", 1], ["n2", 1, "m*n2"]),
-    "d_acc": ("d_f32", "fp32", ["m", "n2", 1], ["n2", 1, "m*n2"]),
-}
-
-
-def _view_names(config: Config) -> list[str]:
-    decoded = ("a_op", "b_op")  # the mainloop decode reads A and B themselves
-    return [v for v in _OPERAND_VIEWS if (v != "c_op" or config.c_widened)
-            and not (config.mainloop_decode and v in decoded)
-            and not (config.epilogue_quantize and v == "d_acc")]
+# FP8 C's widened copy, which the fused kernel's TMA reads as C
+_C_VIEW = {"c_op": {"of": "c_bf16", "dtype": "bf16", "shape": ["m", "n2", 1], "strides": ["n2", 1, "m*n2"],
+                    "address_align_down": bf16.TMA_ALIGN_BYTES}}
 
 
 def views(config: Config) -> dict[str, dict]:
-    """The fused kernel's TMA views of the workspaces (and, decoding in the mainloop with
-    discrete weights, the template of one expert's FP8 B that b_descriptors copies)."""
-    found = {
-        name: {"of": of, "dtype": dtype, "shape": shape, "strides": strides,
-               "address_align_down": bf16.TMA_ALIGN_BYTES}
-        for name, (of, dtype, shape, strides) in _OPERAND_VIEWS.items()
-        if name in _view_names(config)
-    }
-    if config.mainloop_decode:
-        found.update(bf16.views(config.fused_main_declared))
-    return found
+    """The fused kernel's TMA views: FP8 C's widened copy, and with discrete weights the
+    template of one expert's FP8 B that b_descriptors copies."""
+    return {**(_C_VIEW if config.c_widened else {}), **bf16.views(config.fused_main_declared)}
 
 
 def workspaces(config: Config) -> dict[str, dict]:
-    """Decoded operands (unless decoded in the mainloop), the fp32 D, the effective offsets,
-    and the BF16 kernel's own."""
-    decoded = {} if config.mainloop_decode else {
-        "a_bf16": {"dtype": "bf16", "count": "m*k", "align": 128, "zero": "never"},
-        "b_bf16": {"dtype": "bf16", "count": "l*n*k", "align": 128, "zero": "never"},
-    }
-    found = {
-        **decoded,
-        **({"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}}
-           if config.c_widened else {}),
-        **({} if config.epilogue_quantize else
-           {"d_f32": {"dtype": "fp32", "count": "m*n2", "align": 128, "zero": "never"}}),
-        # padded_offsets, or [M] with use_single_group_runtime_offsets: written by dequant_a
-        # (effective_offsets with the mainloop decode)
-        "offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"},
-    }
-    main = config.fused_main if config.mainloop_decode else config.main
-    return {**found, **bf16.workspaces(main)}
+    """FP8 C's widened copy, the effective offsets and the BF16 kernel's own (dbias's sums,
+    the tile counter, B's descriptors)."""
+    widened = {"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}} if config.c_widened else {}
+    # padded_offsets, or [M] with use_single_group_runtime_offsets: written by effective_offsets
+    offsets = {"offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"}}
+    return {**widened, **offsets, **bf16.workspaces(config.fused_main)}
 
 
 def main_tensor_names(config: Config) -> dict[str, str]:
-    """The BF16 family's names of the fused kernel's tensors -> this family's: its views of
-    the workspaces (C itself unless it is widened; A and B themselves with the mainloop
-    decode) and the effective offsets."""
-    names = {"a": "a_op", "b": "b_op", "c": "c_op" if config.c_widened else "c", "d_row": "d_acc",
-             "padded_offsets": "offsets_ws"}
-    if config.mainloop_decode:
-        names.update(a="a", b="b")
-    return names
+    """The BF16 family's names of the fused kernel's tensors -> this family's: C's widened
+    copy (FP8 C) and the effective offsets."""
+    return {"c": "c_op" if config.c_widened else "c", "padded_offsets": "offsets_ws"}
 
 
-def _renamed_main(config: Config) -> KernelDeclaration:
-    """The BF16 family's fused kernel over this family's views and effective offsets."""
-    names = main_tensor_names(config)
-    declared = bf16.main_kernel(config.main)
-    params = tuple(
-        p._replace(tensor=names.get(p.tensor, p.tensor)) if isinstance(p, (TmaTensor, Pointer)) else p
-        for p in declared.params
-    )
-    return KernelDeclaration(declared.role, params, declared.block, declared.grid, declared.cluster_m)
-
-
-def _mainloop_decode_main(config: Config) -> KernelDeclaration:
-    """The mainloop-decode kernel (fused.py): the BF16 kernel's parameters over FP8 A and B
-    (or B's expert template), this family's C, fp32 D and effective offsets, then the scale
-    factors."""
+def _main(config: Config) -> KernelDeclaration:
+    """The fused kernel (fused.py): the BF16 kernel's parameters over FP8 A and B (or B's
+    expert template), this family's C and effective offsets, without D's descriptor, then
+    the scale factors, the outputs and the discrete_col_sfd flag."""
     names = main_tensor_names(config)
     declared = bf16.main_kernel(config.fused_main_declared)
     params = [
         p._replace(tensor=names.get(p.tensor, p.tensor)) if isinstance(p, (TmaTensor, Pointer)) else p
         for p in declared.params
+        if not (isinstance(p, TmaTensor) and p.tensor == "d_row")
     ]
     scalars = [p for p in params if isinstance(p, Int32)]
     sfb = "sfb_ptrs" if config.discrete_weights else "sfb"
-    params = [p for p in params if not isinstance(p, Int32)] + [Pointer("sfa"), Pointer(sfb), *scalars]
-    return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
-
-
-def _one_pass_main(config: Config) -> KernelDeclaration:
-    """The one-pass kernel (fused.py's Sm90Mxfp8OnePass): the mainloop-decode kernel's
-    parameters without D's descriptor, then its outputs, and the discrete_col_sfd flag."""
-    declared = _mainloop_decode_main(config)
-    params = [p for p in declared.params if not (isinstance(p, TmaTensor) and p.tensor == "d_acc")]
-    scalars = [p for p in params if isinstance(p, Int32)]
     outputs = [Pointer(name) for name in ("d_row", "d_col", "sfd_row", "sfd_col", "norm_const")]
-    params = [p for p in params if not isinstance(p, Int32)] + outputs + scalars + [Int32("discrete_col_sfd")]
-    return KernelDeclaration(declared.role, tuple(params), declared.block, declared.grid, declared.cluster_m)
+    params = [p for p in params if not isinstance(p, Int32)] + [Pointer("sfa"), Pointer(sfb), *outputs, *scalars]
+    return KernelDeclaration(declared.role, (*params, Int32("discrete_col_sfd")), declared.block, declared.grid,
+                             declared.cluster_m)
 
 
 EFFECTIVE_OFFSETS = KernelDeclaration(
@@ -216,47 +156,28 @@ EFFECTIVE_OFFSETS = KernelDeclaration(
 )
 
 
-def _elementwise(role: str, params: tuple, count: str) -> KernelDeclaration:
-    return KernelDeclaration(role=role, params=params, block=CONVERT_THREADS, grid={"rule": "elementwise", "count": count})
+WIDEN_C = KernelDeclaration(
+    role="widen_c",
+    params=(Pointer("c"), Pointer("c_bf16"), Int32("row_items")),
+    block=CONVERT_THREADS,
+    grid={"rule": "elementwise", "count": "row_items"},
+)
 
 
 def kernels(config: Config) -> list[KernelDeclaration]:
-    """The variant's kernels in launch order (config.py tells the design)."""
-    b, sfb = ("b_ptrs", "sfb_ptrs") if config.discrete_weights else ("b", "sfb")
-    dequant_a = _elementwise(
-        "dequant_a",
-        (Pointer("a"), Pointer("sfa"), Pointer("a_bf16"), Pointer("padded_offsets"), Pointer("offsets_ws"),
-         Int32("m"), Int32("k"), Int32("l"), Int32("use_single_group_runtime_offsets")),
-        "a_items",
-    )
-    dequant_b = _elementwise(
-        "dequant_b", (Pointer(b), Pointer(sfb), Pointer("b_bf16"), Int32("n"), Int32("k"), Int32("l")), "b_items"
-    )
-    widen_c = _elementwise("widen_c", (Pointer("c"), Pointer("c_bf16"), Int32("row_items")), "row_items")
-    quantize_d = _elementwise(
-        "quantize_d",
-        (Pointer("d_f32"), Pointer("d_row"), Pointer("d_col"), Pointer("sfd_row"), Pointer("sfd_col"),
-         Pointer("norm_const"), Pointer("offsets_ws"), Int32("m"), Int32("n2"), Int32("l"),
-         Int32("discrete_col_sfd")),
-        "d_tile_items",
-    )
-    if config.mainloop_decode:
-        operands = [EFFECTIVE_OFFSETS, *([bf16.B_DESCRIPTORS] if config.discrete_weights else [])]
-        main = _one_pass_main(config) if config.epilogue_quantize else _mainloop_decode_main(config)
-    else:
-        operands = [dequant_a, dequant_b]
-        main = _renamed_main(config)
+    """The variant's kernels in launch order: the offsets' clamp, B's descriptors (discrete
+    weights), C's widener (FP8 C), the fused kernel, dbias's finisher (dbias)."""
     return [
-        *operands,
-        *([widen_c] if config.c_widened else []),
-        main,
+        EFFECTIVE_OFFSETS,
+        *([bf16.B_DESCRIPTORS] if config.discrete_weights else []),
+        *([WIDEN_C] if config.c_widened else []),
+        _main(config),
         *([bf16.DBIAS_FINISH] if config.dbias else []),
-        *([] if config.epilogue_quantize else [quantize_d]),
     ]
 
 
 def _fp8_operand_rules(config: Config) -> dict[str, dict]:
-    """The mainloop decode's TMA rules of FP8 A and B: unswizzled boxes of one tile's k-tile
+    """The TMA rules of FP8 A and B: unswizzled boxes of one tile's k-tile
     (TILE_K bytes of K, or tile_n bytes of N-major B), as fused.py's FP8 stages hold them."""
     common = {"swizzle": "none", "l2_promotion": "128B", "oob_fill": "none", "interleave": "none",
               "dtype": config.ab_dtype}
@@ -272,17 +193,10 @@ def _fp8_operand_rules(config: Config) -> dict[str, dict]:
 
 
 def tma_rules(config: Config) -> dict[str, dict]:
-    """The BF16 kernel's TMA rules, renamed onto the views (C stays C unless widened); with
-    the mainloop decode, FP8 A's and B's own."""
-    rules = bf16.tma_rules(config.main)
-    names = main_tensor_names(config)
-    renamed = {names[tensor]: rule for tensor, rule in rules.items()}
-    if config.mainloop_decode:
-        renamed = {name: rule for name, rule in renamed.items() if name not in ("a", "b")}
-        renamed = {**_fp8_operand_rules(config), **renamed}
-    if config.epilogue_quantize:
-        del renamed["d_acc"]
-    return renamed
+    """FP8 A's and B's TMA rules, then the BF16 kernel's rule of C (renamed onto its
+    widened copy for FP8 C); D leaves through the epilogue's quantizer, not TMA."""
+    c = bf16.tma_rules(config.main)["c"]
+    return {**_fp8_operand_rules(config), main_tensor_names(config)["c"]: c}
 
 
 def tma_extents(config: Config, tensor: str) -> list[str]:

@@ -1,40 +1,30 @@
-"""The sm90 MXFP8 family's kernels, composed: decode, the BF16 fused kernel, quantize.
-
-This is the key's default decode, "prepass" (config.DECODES); "mainloop" replaces
-``dequant_a``/``dequant_b`` by ``effective_offsets`` (and ``b_descriptors`` with discrete
-weights) and decodes in the fused kernel (fused.py), "one_pass" also drops ``quantize_d``
-(the fused kernel's epilogue quantizes).
+"""The sm90 MXFP8 family's kernels of one variant, composed.
 
 Per call, in launch order (interface.kernels):
-- ``dequant_a``: A (M, K) FP8 times its E8M0 scales -> BF16 workspace, exactly; it also
-  writes the effective expert offsets (padded_offsets, or [M] for a single group whose rows
-  come from A's shape) that every later kernel reads;
-- ``dequant_b``: B (dense K- or N-major, or per-expert pointers) the same way -> a dense
-  K-major BF16 workspace;
+- ``effective_offsets``: the expert offsets every later kernel reads (padded_offsets, or
+  [M] for a single group whose rows come from A's shape);
+- ``b_descriptors`` (discrete weights): each expert's TMA descriptor of its FP8 B;
 - ``widen_c`` (FP8 C only): C -> BF16, exactly;
-- ``main``: the sm90 BF16 family's fused kernel on the workspaces, with the block-scaled
-  contract's activations (beta scales C for dSiTU-GLU too), writing the unquantized D in
-  fp32; dprob accumulates into the caller's, dbias into an fp32 workspace;
-- ``dbias_finish`` (dbias): the BF16 family's;
-- ``quantize_d``: D, read once, -> D_row and D_col in FP8 with SFD_row and SFD_col
-  (blocks/mxfp8.py has the tiling and the exact operation order).
+- ``main``: the fused kernel (fused.py): FP8 A and B decoded in shared memory for the
+  BF16 WGMMAs, the dGLU epilogue (dprob into the caller's, dbias into an fp32 workspace)
+  and the quantizer writing D_row and D_col in FP8 with SFD_row and SFD_col;
+- ``dbias_finish`` (dbias): the BF16 family's.
 
 Constraints: the BF16 kernel's (tile 128x128, experts' rows start at multiples of 256, at
-most 1024 experts, N a multiple of 32), K a multiple of 16; the decoded operands and the
-fp32 D take workspaces of 2*M*K + 2*L*N*K + 4*M*2N bytes (+ 2*M*2N for FP8 C).
+most 1024 experts, N a multiple of 32), K a multiple of 16; workspaces O(L) (+ 2*M*2N
+bytes for FP8 C's widened copy).
 """
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from ..blocks.mxfp8 import DequantizeA, DequantizeB, EffectiveOffsets, QuantizeD, WidenC
+from ..blocks.mxfp8 import EffectiveOffsets, WidenC
 from ..declaration import launch_arguments
 from ..dtypes import DTYPES
-from ..sm90_bf16.kernel import Sm90Bf16Kernel
 from . import interface
 from .config import CONVERT_THREADS, SF_VEC, Config
-from .fused import Sm90Mxfp8Fused, Sm90Mxfp8FusedRegisters, Sm90Mxfp8OnePass
+from .fused import Sm90Mxfp8Fused
 
 
 class Sm90Mxfp8Kernels:
@@ -42,36 +32,18 @@ class Sm90Mxfp8Kernels:
 
     def __init__(self, config: Config):
         self.config = config
-        ab, d = DTYPES[config.ab_dtype], DTYPES[config.d_dtype]
-        if config.mainloop_decode:
-            if config.epilogue_quantize:
-                self.main = Sm90Mxfp8OnePass(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
-            elif config.main.register_epilogue:
-                self.main = Sm90Mxfp8FusedRegisters(config.fused_main, config.ab_dtype, config.geometry)
-            else:
-                self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry)
-            self.operand_kernels = {
-                "effective_offsets": EffectiveOffsets(CONVERT_THREADS).kernel,
-                "b_descriptors": self.main.prologue.kernel,
-            }
-        else:
-            self.main = Sm90Bf16Kernel(config.main)
-            self.operand_kernels = {
-                "dequant_a": DequantizeA(ab, CONVERT_THREADS).kernel,
-                "dequant_b": DequantizeB(ab, config.b_n_major, config.discrete_weights, CONVERT_THREADS).kernel,
-            }
+        self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
         self.widen_c = WidenC(DTYPES[config.c_dtype], CONVERT_THREADS) if config.c_widened else None
-        self.quantize_d = QuantizeD(d, CONVERT_THREADS)
         self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
 
     def kernel_functions(self) -> dict:
         """The DSL kernel of each declared role, bound to its builder."""
         return {
-            **self.operand_kernels,
+            "effective_offsets": EffectiveOffsets(CONVERT_THREADS).kernel,
+            "b_descriptors": self.main.prologue.kernel,
             **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
             "main": self.main.kernel,
             "dbias_finish": self.main.finish.kernel,
-            "quantize_d": self.quantize_d.kernel,
         }
 
     @cute.jit
@@ -95,10 +67,7 @@ class Sm90Mxfp8Kernels:
         prob: cute.Pointer,
         dprob: cute.Pointer,
         dbias: cute.Pointer,
-        a_bf16: cute.Pointer,
-        b_bf16: cute.Pointer,
         c_bf16: cute.Pointer,
-        d_f32: cute.Pointer,
         offsets_ws: cute.Pointer,
         dbias_ws: cute.Pointer,
         tile_counter: cute.Pointer,
@@ -114,16 +83,15 @@ class Sm90Mxfp8Kernels:
         """Compile-time entry: builds the fused kernel's TMA atoms over the workspaces and
         launches the variant's kernels; the runtime computes grids and encodes descriptors
         itself from the manifest."""
-        widened = self.config.c_widened
-        a_op, b_op = (a, b) if self.config.mainloop_decode else (a_bf16, b_bf16)
-        atoms = self.main.operand_atoms(a_op, b_op, c_bf16 if widened else c, d_f32, m, n, k, l)
+        # no D_row atom: the fused kernel's epilogue quantizes D and writes it itself
+        atoms = self.main.operand_atoms(a, b, c_bf16 if self.config.c_widened else c, None, m, n, k, l)
         views = interface.main_tensor_names(self.config)
         two_n = n * 2
         values = {
             "a": a, "sfa": sfa, "b": b, "sfb": sfb, "b_ptrs": b_ptrs, "sfb_ptrs": sfb_ptrs, "c": c,
             "d_row": d_row, "d_col": d_col, "sfd_row": sfd_row, "sfd_col": sfd_col, "norm_const": norm_const,
             "padded_offsets": padded_offsets, "alpha": alpha, "beta": beta, "prob": prob, "dprob": dprob,
-            "dbias": dbias, "a_bf16": a_bf16, "b_bf16": b_bf16, "c_bf16": c_bf16, "d_f32": d_f32,
+            "dbias": dbias, "c_bf16": c_bf16,
             "offsets_ws": offsets_ws, "dbias_ws": dbias_ws, "tile_counter": tile_counter, "b_desc_ws": b_desc_ws,
             "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n, "row_items": m * (two_n // SF_VEC),
             "discrete_col_sfd": discrete_col_sfd,
