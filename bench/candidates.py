@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 # the fused op (class API, default dispatch, dswiglu with dprob and dbias), the same call
-# in deterministic mode, and torch._grouped_mm alone
-CANDIDATES = ("fused", "deterministic", "grouped_gemm")
+# in deterministic mode, torch._grouped_mm alone, and the MXFP8 op on the same shape
+# (bench.mxfp8_problem's call: the wrapper, e4m3 A, B and D, default dispatch)
+CANDIDATES = ("fused", "deterministic", "grouped_gemm", "mxfp8")
 
 
-def shape_buffers(shape_name: str, seed: int) -> tuple[Any, Any]:
+class ShapeInputs(NamedTuple):
+    """One shape's BF16 buffer set on a CUDA device, and the seed that made it."""
+
+    shape: Any  # bench.shapes.Shape
+    buffers: Any  # bench.inputs.BufferSet
+    seed: int
+
+
+def shape_buffers(shape_name: str, seed: int) -> ShapeInputs:
     """The shape ``shape_name`` (bench.shapes) and one buffer set of it (bench.inputs) on
     the current CUDA device."""
     import torch
@@ -22,21 +31,34 @@ def shape_buffers(shape_name: str, seed: int) -> tuple[Any, Any]:
 
     (shape,) = select_shapes([shape_name])
     device = torch.device("cuda", torch.cuda.current_device())
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return shape, make_buffer_set(shape, device, generator)
+    return ShapeInputs(shape, make_buffer_set(shape, device, _generator(device, seed)), seed)
 
 
-def candidate_call(candidate: str, buffers: Any) -> tuple[str, Callable[[], None]]:
-    """What ``candidate`` runs on ``buffers``: its name (the dglu variant, once the op is
-    built) and one eager call on the current stream."""
+def candidate_call(candidate: str, inputs: ShapeInputs) -> tuple[str, Callable[[], None]]:
+    """What ``candidate`` runs on ``inputs``: its name (the dglu variant, once the op is
+    built) and one eager call on the current stream. The MXFP8 op runs on an MXFP8 set of
+    the same shape and seed (bench.mxfp8_problem)."""
+    from . import mxfp8_problem
     from .baselines import grouped_gemm
     from .fused import build_op, run_fused
 
+    buffers = inputs.buffers
     if candidate == "grouped_gemm":
         return "torch._grouped_mm", lambda: grouped_gemm(buffers)
+    if candidate == "mxfp8":
+        device = buffers.prob.device
+        s = mxfp8_problem.make_mxfp8_set(inputs.shape, device, _generator(device, inputs.seed))
+        return mxfp8_problem.selected_variant(s)["name"], lambda: mxfp8_problem.run_mxfp8(s)
     op = build_op(buffers, deterministic=candidate == "deterministic")
     return op.variant_name, lambda: run_fused(op, buffers)
+
+
+def _generator(device: Any, seed: int) -> Any:
+    import torch
+
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return generator
 
 
 def add_call_options(parser: argparse.ArgumentParser, calls: int, calls_help: str) -> None:

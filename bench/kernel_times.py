@@ -40,10 +40,10 @@ def profile_shape(shape_name: str, calls: int, seed: int) -> list[dict[str, Any]
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    _, buffers = shape_buffers(shape_name, seed)
+    inputs = shape_buffers(shape_name, seed)
     records = []
     for candidate in CANDIDATES:
-        variant, call = candidate_call(candidate, buffers)
+        variant, call = candidate_call(candidate, inputs)
         for _ in range(WARMUP_CALLS):
             call()
         torch.cuda.synchronize()

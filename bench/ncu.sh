@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute profiles of one shape on the GPU machine: (a) dglu's fused main kernel and
-# (b) torch._grouped_mm's GEMM kernel, a few launches each, clocks left as they are.
+# (b) torch._grouped_mm's GEMM kernel (or the two candidates NCU_CANDIDATES names), a few
+# launches each, clocks left as they are.
 #
 # Usage: bash bench/ncu.sh [dglu-*.whl] SHAPE [OUTDIR]
 #        bash bench/ncu.sh --help
@@ -8,7 +9,7 @@
 #           bench/run.sh does (default: the one dist/dglu-*.whl);
 #   SHAPE:  a name of bench/shapes.py (python -m bench --help lists them);
 #   OUTDIR: where the results go (default: $OUT if set, else bench/out/ncu).
-# Per candidate (fused, grouped_gemm) OUTDIR gets SHAPE-CANDIDATE.ncu-rep (open it in
+# Per candidate OUTDIR gets SHAPE-CANDIDATE.ncu-rep (open it in
 # Nsight Compute), SHAPE-CANDIDATE.raw.csv (ncu's raw page, every metric collected) and
 # SHAPE-CANDIDATE.log (ncu's and the target's output); then SHAPE-summary.csv and
 # SHAPE-summary.txt (bench.ncu_summary: per launch duration, tensor pipe %, wgmma count,
@@ -23,9 +24,12 @@
 #   fused:        dglu_<variant>_main_<index>, the manifest's symbol of a variant's main
 #                 kernel (docs/manifest.md, KERNEL); its finisher kernels do not match;
 #   grouped_gemm: the CUTLASS kernel behind torch._grouped_mm (cutlass::device_kernel<...>);
-#                 its argument-preparing kernel does not match.
+#                 its argument-preparing kernel does not match;
+#   deterministic, mxfp8: as fused (the MXFP8 op's main kernel decodes and quantizes too).
 #
-# Environment: NCU (the ncu binary, default ncu), PYTHON (default python3), NCU_WARMUP
+# Environment: NCU_CANDIDATES (two candidates of bench.ncu_target, the first profiled and
+# summarized first, default "fused grouped_gemm"; e.g. "mxfp8 fused": the MXFP8 op beside
+# the BF16 one), NCU (the ncu binary, default ncu), PYTHON (default python3), NCU_WARMUP
 # (default 2), NCU_COUNT (default 3), NCU_FUSED_KERNEL and NCU_GEMM_KERNEL (the regexes
 # above, to override), NCU_METRICS (the comma-separated --metrics list; default: the
 # figures of bench.ncu_summary, metric names of ncu on sm90: drop one this ncu lacks),
@@ -47,6 +51,7 @@ warmup=${NCU_WARMUP:-2}
 count=${NCU_COUNT:-3}
 fused_kernel=${NCU_FUSED_KERNEL:-'^dglu_.*_main_[0-9]+$'}
 gemm_kernel=${NCU_GEMM_KERNEL:-'cutlass::device_kernel'}
+read -r -a candidates <<< "${NCU_CANDIDATES:-fused grouped_gemm}"
 section_args=()
 for section in SpeedOfLight MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables \
     ComputeWorkloadAnalysis WarpStateStats SchedulerStats LaunchStats Occupancy; do
@@ -68,6 +73,11 @@ shapes=$("$python" -c 'from bench.shapes import SHAPE_NAMES; print(" ".join(SHAP
 [[ " $shapes " == *" $shape "* ]] || refuse "SHAPE: got $shape; expected one of: $shapes"
 [[ $warmup =~ ^[0-9]+$ ]] || refuse "NCU_WARMUP: got $warmup; need a count (0 or more)"
 [[ $count =~ ^[1-9][0-9]*$ ]] || refuse "NCU_COUNT: got $count; need a positive count"
+known=$("$python" -c 'from bench.candidates import CANDIDATES; print(" ".join(CANDIDATES))')
+[[ ${#candidates[@]} -eq 2 ]] || refuse "NCU_CANDIDATES: got '${candidates[*]}'; need two of: $known"
+for candidate in "${candidates[@]}"; do
+    [[ " $known " == *" $candidate "* ]] || refuse "NCU_CANDIDATES: got $candidate; expected one of: $known"
+done
 command -v "$ncu" > /dev/null || refuse "NCU: $ncu is not a command; set NCU to the ncu binary"
 mkdir -p "$out" || exit 2
 
@@ -95,7 +105,11 @@ profile() {
     "$ncu" --import "$report.ncu-rep" --page raw --csv --print-units base > "$report.raw.csv"
 }
 
-profile fused "$fused_kernel" || exit 1
-profile grouped_gemm "$gemm_kernel" || exit 1
-"$python" -m bench.ncu_summary "$out/$shape-fused.raw.csv" "$out/$shape-grouped_gemm.raw.csv" \
-    --out "$out/$shape-summary" || exit 1
+raw=()
+for candidate in "${candidates[@]}"; do
+    regex=$fused_kernel
+    [[ $candidate == grouped_gemm ]] && regex=$gemm_kernel
+    profile "$candidate" "$regex" || exit 1
+    raw+=("$out/$shape-$candidate.raw.csv")
+done
+"$python" -m bench.ncu_summary "${raw[@]}" --out "$out/$shape-summary" || exit 1

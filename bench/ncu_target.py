@@ -1,10 +1,10 @@
 """The process bench/ncu.sh profiles: one shape's inputs, then a few calls of one candidate.
 
-``python -m bench.ncu_target --shape NAME --candidate fused|deterministic|grouped_gemm --calls N``
+``python -m bench.ncu_target --shape NAME --candidate fused|deterministic|grouped_gemm|mxfp8 --calls N``
 builds one buffer set of the shape with the harness's own builders, then calls one
 candidate of bench.candidates (dglu's fused op: class API, default dispatch, dswiglu with
-dprob and dbias; the same in deterministic mode; or torch._grouped_mm) N times, eagerly,
-on the current stream. Nothing else runs after the inputs are built, so ncu's kernel-name
+dprob and dbias; the same in deterministic mode; torch._grouped_mm; or the MXFP8 op on an
+MXFP8 set of the shape) N times, eagerly, on the current stream. Nothing else runs after the inputs are built, so ncu's kernel-name
 filter and launch skip select the candidate's kernel and skip its warm-up calls. Prints one
 JSON line: what ran.
 """
@@ -35,13 +35,13 @@ def run(shape_name: str, candidate: str, calls: int, seed: int) -> dict[str, Any
     ``calls`` times; what ran (the dglu variant for the fused op)."""
     import torch
 
-    shape, buffers = shape_buffers(shape_name, seed)
-    variant, call = candidate_call(candidate, buffers)
+    inputs = shape_buffers(shape_name, seed)
+    variant, call = candidate_call(candidate, inputs)
     torch.cuda.synchronize()  # the op's set-up work is done before the first call
     for _ in range(calls):
         call()
     torch.cuda.synchronize()
-    ran = {"shape": shape.describe(), "candidate": candidate, "calls": calls}
+    ran = {"shape": inputs.shape.describe(), "candidate": candidate, "calls": calls}
     return ran if candidate == "grouped_gemm" else {**ran, "variant": variant}
 
 

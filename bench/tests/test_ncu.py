@@ -176,6 +176,17 @@ def test_ncu_sh_profiles_both_kernels_and_summarizes(tmp_path):
     assert summary in done.stdout
 
 
+def test_ncu_sh_profiles_the_candidates_it_is_given(tmp_path):
+    out = tmp_path / "out"
+    done = run_ncu_sh(tmp_path, str(fake_wheel(tmp_path)), "ragged-8", str(out), NCU_CANDIDATES="mxfp8 fused")
+    assert done.returncode == 0, done.stderr
+    profile_mxfp8, _, profile_fused, _ = (tmp_path / "ncu.log").read_text().splitlines()
+    for line, candidate in ((profile_mxfp8, "mxfp8"), (profile_fused, "fused")):
+        assert "--kernel-name regex:^dglu_.*_main_[0-9]+$ " in line
+        assert line.endswith(f"--candidate {candidate} --calls 5")
+    assert "ragged-8-mxfp8, launch 0: dglu_v_main_0" in (out / "ragged-8-summary.txt").read_text()
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -183,6 +194,8 @@ def test_ncu_sh_profiles_both_kernels_and_summarizes(tmp_path):
         (("nope",), {}, "SHAPE: got nope; expected one of: dsv3-like"),
         (("ragged-8",), {"NCU_COUNT": "0"}, "NCU_COUNT: got 0; need a positive count"),
         (("ragged-8",), {"NCU": "/no/such/ncu"}, "NCU: /no/such/ncu is not a command"),
+        (("ragged-8",), {"NCU_CANDIDATES": "fused"}, "NCU_CANDIDATES: got 'fused'; need two of: fused"),
+        (("ragged-8",), {"NCU_CANDIDATES": "fused bf16"}, "NCU_CANDIDATES: got bf16; expected one of: fused"),
     ],
 )
 def test_ncu_sh_refuses_bad_arguments_naming_them(tmp_path, args, env, message):
