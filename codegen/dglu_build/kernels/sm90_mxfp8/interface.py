@@ -5,8 +5,8 @@ SFD_col) have the seed's logical shape (32, 4, ceil(rows/128), 4, ceil(Kc/128), 
 strides of its permuted allocation (docs/blockscaled_contract.md). The fused kernel
 (fused.py) takes the sm90 BF16 family's declared parameters over FP8 A and B (or B's
 expert template), C (widened to BF16 first when it is FP8) and the effective offsets, then
-the scale factors and the quantized outputs; no workspace grows with M, N or K but FP8 C's
-widened copy.
+the scale factors and the quantized outputs; no workspace grows with M or K but FP8 C's
+widened copy (dbias's fp32 sums are L x 2N, as in the BF16 family).
 """
 
 from __future__ import annotations
