@@ -14,11 +14,13 @@ CANDIDATES = ("fused", "deterministic", "grouped_gemm", "mxfp8")
 
 
 class ShapeInputs(NamedTuple):
-    """One shape's BF16 buffer set on a CUDA device, and the seed that made it."""
+    """One shape's BF16 buffer set on a CUDA device, and the generator that made it (an
+    MXFP8 set of the same buffers draws its block scales from it, as bench.mxfp8's first
+    set does)."""
 
     shape: Any  # bench.shapes.Shape
     buffers: Any  # bench.inputs.BufferSet
-    seed: int
+    generator: Any  # torch.Generator
 
 
 def shape_buffers(shape_name: str, seed: int) -> ShapeInputs:
@@ -31,13 +33,15 @@ def shape_buffers(shape_name: str, seed: int) -> ShapeInputs:
 
     (shape,) = select_shapes([shape_name])
     device = torch.device("cuda", torch.cuda.current_device())
-    return ShapeInputs(shape, make_buffer_set(shape, device, _generator(device, seed)), seed)
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed)
+    return ShapeInputs(shape, make_buffer_set(shape, device, generator), generator)
 
 
 def candidate_call(candidate: str, inputs: ShapeInputs) -> tuple[str, Callable[[], None]]:
     """What ``candidate`` runs on ``inputs``: its name (the dglu variant, once the op is
-    built) and one eager call on the current stream. The MXFP8 op runs on an MXFP8 set of
-    the same shape and seed (bench.mxfp8_problem)."""
+    built) and one eager call on the current stream. The MXFP8 op runs on the MXFP8 set of
+    the same buffers (bench.mxfp8_problem.mxfp8_set_of)."""
     from . import mxfp8_problem
     from .baselines import grouped_gemm
     from .fused import build_op, run_fused
@@ -46,19 +50,10 @@ def candidate_call(candidate: str, inputs: ShapeInputs) -> tuple[str, Callable[[
     if candidate == "grouped_gemm":
         return "torch._grouped_mm", lambda: grouped_gemm(buffers)
     if candidate == "mxfp8":
-        device = buffers.prob.device
-        s = mxfp8_problem.make_mxfp8_set(inputs.shape, device, _generator(device, inputs.seed))
+        s = mxfp8_problem.mxfp8_set_of(buffers, inputs.shape, inputs.generator)
         return mxfp8_problem.selected_variant(s)["name"], lambda: mxfp8_problem.run_mxfp8(s)
     op = build_op(buffers, deterministic=candidate == "deterministic")
     return op.variant_name, lambda: run_fused(op, buffers)
-
-
-def _generator(device: Any, seed: int) -> Any:
-    import torch
-
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return generator
 
 
 def add_call_options(parser: argparse.ArgumentParser, calls: int, calls_help: str) -> None:

@@ -1,4 +1,5 @@
-"""Device time per kernel of dglu's fused op, its deterministic variant and the grouped GEMM.
+"""Device time per kernel of dglu's fused op, its deterministic variant, the grouped GEMM and
+the MXFP8 op on the same shape.
 
 ``python -m bench.kernel_times SHAPE [SHAPE ...]`` (on the GPU machine, dglu installed as
 bench/run.sh installs it) builds each shape's inputs with the bench's own builders, calls

@@ -66,7 +66,12 @@ def _block_scaled(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 def make_mxfp8_set(shape: Shape, device: Any, generator: torch.Generator) -> Mxfp8Set:
     """bench.inputs' buffer set for ``shape``, its A and B block-scaled and quantized to
     MXFP8, and replaced by their exact bf16 decodes."""
-    base = make_buffer_set(shape, device, generator)
+    return mxfp8_set_of(make_buffer_set(shape, device, generator), shape, generator)
+
+
+def mxfp8_set_of(base: Any, shape: Shape, generator: torch.Generator) -> Mxfp8Set:
+    """The MXFP8 set of a BF16 buffer set ``base`` of ``shape`` (make_mxfp8_set's, ``base``
+    itself left as it is)."""
     m, k = shape.m, shape.k
     a, sfa = quantize_operand(_block_scaled(base.a.view(1, m, k), generator), AB_DTYPE)
     b, sfb = quantize_operand(_block_scaled(base.b_experts, generator), AB_DTYPE)
@@ -81,7 +86,7 @@ def make_mxfp8_set(shape: Shape, device: Any, generator: torch.Generator) -> Mxf
         sfa=sfa.view(torch.float8_e8m0fnu),
         b=b,
         sfb=sfb.view(torch.float8_e8m0fnu),
-        norm_const=torch.ones(1, dtype=torch.float32, device=device),
+        norm_const=torch.ones(1, dtype=torch.float32, device=base.prob.device),
     )
 
 

@@ -17,8 +17,8 @@ variant key fields (CHOICES). The rules of the call's architecture whose bounds 
 its problem's, in order (rules_for): each narrows the variants that match everything else
 the call asks to those with its fields, where any has them, so the first rule that some
 matching variant takes decides (a rule of fields no variant of the call's family has, e.g.
-a ping-pong consumer, passes over a block-scaled call); with no such variant, or no rule, the selection's default serves the
-call. This module reads and checks the data only.
+a ping-pong consumer, passes over a block-scaled call); with no such variant, or no rule,
+the selection's default serves the call. This module reads and checks the data only.
 """
 
 from __future__ import annotations
