@@ -65,17 +65,16 @@ def test_the_default_directory_verifies_and_the_runtime_reads_it(default_build):
 def _roles(variant: Variant) -> list[str]:
     """The kernels a variant launches, in order. BF16: B's descriptors for discrete weights,
     the fused kernel, its finisher (_finishers).
-    MXFP8: the offsets' clamp, B's descriptors for discrete weights, FP8 C's widener, the
-    fused kernel (decoding and quantizing), dbias's finisher.
+    MXFP8: the offsets' clamp, B's descriptors for discrete weights, the fused kernel
+    (decoding and quantizing), dbias's finisher.
     Blackwell (cuDNN FE's kernel): its helper (per-expert descriptors, the dynamic
     scheduler's counter), the fused kernel."""
     if variant.arch in BLACKWELL:
         return [*(["helper"] if variant.weight_mode == "discrete" or variant.scheduler == "dynamic" else []), "main"]
     if variant.ab_dtype in ("e4m3", "e5m2"):
-        widen_c = ["widen_c"] if variant.c_dtype in ("e4m3", "e5m2") else []
         dbias_finish = ["dbias_finish"] if variant.dbias else []
         descriptors = ["b_descriptors"] if variant.weight_mode == "discrete" else []
-        return ["effective_offsets", *descriptors, *widen_c, "main", *dbias_finish]
+        return ["effective_offsets", *descriptors, "main", *dbias_finish]
     return [
         *(["b_descriptors"] if variant.weight_mode == "discrete" else []),
         "main",

@@ -1,7 +1,7 @@
 """The sm90 MXFP8 family's one-pass kernel, as declared (no CuTe DSL): FP8 A and B go to the
 fused kernel by TMA with their scale factors, it quantizes D in its epilogue, no workspace
-grows with M or K (dbias's sums are L x 2N; FP8 C is widened first), and its shared memory
-holds the FP8 stages beside the decoded buffers."""
+grows with M or K (dbias's sums are L x 2N; FP8 C is read in the slot ring), and its shared
+memory holds the FP8 stages beside the decoded buffers."""
 
 from __future__ import annotations
 
@@ -75,11 +75,50 @@ def test_no_workspace_grows_with_the_problem(weight_mode: str, b_major: str) -> 
     assert _bytes(config, 4096, 2048, 2048, 8) - base == 8 * 2 * 1024 * 4  # dbias_ws: L x 2N fp32
 
 
-def test_fp8_c_is_widened_into_the_one_workspace_of_d_size() -> None:
+@pytest.mark.parametrize("c_dtype", ["e4m3", "e5m2"])
+def test_fp8_c_goes_to_the_fused_kernel_by_tma_with_no_workspace(c_dtype: str) -> None:
+    config = _config(c_dtype=c_dtype)
+    assert [kernel.role for kernel in interface.kernels(config)] == ["effective_offsets", "main", "dbias_finish"]
+    assert set(interface.workspaces(config)) <= O_L_WORKSPACES
+    assert interface.views(config) == {}
+    rule = interface.tma_rules(config)["c"]
+    # one unswizzled box of an epilogue warp's 16 rows by the group's 64 one-byte columns
+    assert (rule["dtype"], rule["swizzle"], rule["box"]) == (c_dtype, "none", [64, 16])
+
+
+def _d_rows_overwriting_fp8_c(config: Config) -> dict[tuple[int, int], set[int]]:
+    """(slot, D row) -> the rows of FP8 C whose bytes that row's fp32 D overwrites, from the
+    ring's D boxes (the BF16 kernel's: 128-byte rows, one box per 32 columns) and Fp8CBoxes."""
+    slots, placed = config.main.slots, config.fp8_c_boxes
+    d_row_bytes = slots.d.box_cols * 4
+    c_bytes = {}  # byte of the ring -> (slot, C row)
+    for slot in range(2):
+        for row in range(config.tile_m):
+            start = placed.offset(slot, row // placed.rows) + row % placed.rows * 64
+            c_bytes.update({byte: (slot, row) for byte in range(start, start + 64)})
+    overwritten = {}
+    for slot in range(2):
+        for row in range(config.tile_m):
+            rows = overwritten.setdefault((slot, row), set())
+            for box in range(slots.d.boxes):
+                start = slot * placed.slot_bytes + (box * config.tile_m + row) * d_row_bytes
+                hits = {c_bytes[byte] for byte in range(start, start + d_row_bytes) if byte in c_bytes}
+                assert {hit_slot for hit_slot, _ in hits} <= {slot}
+                rows.update(c_row for _, c_row in hits)
+    assert len(c_bytes) == 2 * config.tile_m * 64  # the C boxes do not overlap
+    return overwritten
+
+
+def test_fp8_c_is_overwritten_only_where_its_warp_has_read_it() -> None:
+    """The epilogue warp that owns D row r (of ``rows`` consecutive ones) reads C row by row and
+    writes each row's D after reading that row's C: its D may only overwrite C of its own
+    rows, at or before r."""
     config = _config(c_dtype="e4m3")
-    roles = [kernel.role for kernel in interface.kernels(config)]
-    assert roles == ["effective_offsets", "widen_c", "main", "dbias_finish"]
-    assert set(interface.workspaces(config)) - O_L_WORKSPACES == {"c_bf16"}
+    rows = config.fp8_c_boxes.rows
+    overwritten = _d_rows_overwriting_fp8_c(config)
+    assert any(overwritten.values())  # the check below is not vacuous
+    for (_, row), c_rows in overwritten.items():
+        assert all(c // rows == row // rows and c <= row for c in c_rows), (row, sorted(c_rows))
 
 
 def test_shared_memory_holds_two_fp8_stages_beside_the_decoded_buffers() -> None:

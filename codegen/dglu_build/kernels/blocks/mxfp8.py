@@ -1,19 +1,16 @@
 """Building blocks of the MXFP8 family (blockscaled_contract.md): the E8M0 scale-factor
 layout, FP8 conversions, the D quantizer's block operation (``quantize_block``, bit for bit
-the contract's quantizer, tests/gpu/blockscaled_reference.py) and two small kernels, one
-thread per item:
-
-- ``EffectiveOffsets``: the expert offsets the fused kernel reads (padded_offsets, or [M]
-  for a single group);
-- ``WidenC``: an FP8 C -> bf16 (exact, no scale).
+the contract's quantizer, tests/gpu/blockscaled_reference.py) and one small kernel,
+``EffectiveOffsets``: the expert offsets the fused kernel reads (padded_offsets, or [M] for
+a single group).
 
 FP8 data moves as 32-bit words of 4 values and is converted by inline PTX (``cvt.rn.f16x2``
 to decode, ``cvt.rn.satfinite.e4m3x2/e5m2x2.f32`` to encode, ``cvt.rn.bf16x2.f32``), so the
 rounding is exactly the named instruction's. Kernels take raw pointers and build typed views
 with explicit alignment; byte offsets into matrices are 64-bit.
 
-Constraints: ``threads`` a multiple of 32; C and its bf16 copy 16-byte aligned; 2N a
-multiple of 64; L <= 1024; expert boundaries multiples of 128 (the contract's 256 is more).
+Constraints: ``threads`` a multiple of 32; 2N a multiple of 64; L <= 1024; expert
+boundaries multiples of 128 (the contract's 256 is more).
 """
 
 import cutlass
@@ -25,7 +22,6 @@ from .conversions import bits_of_f32, f32_from_bits, f32x2_to_bf16x2
 from .expert_search import expert_of_row
 
 SF_VEC = 32  # elements per E8M0 scale
-HALF_BLOCK = 16  # K rows are padded to 16 elements, so a 32-block may be half full
 ATOM_ROWS = 128  # rows of one 512-byte SF atom
 ATOM_BLOCKS = 4  # 32-blocks of one SF atom
 ATOM_BYTES = 512
@@ -42,13 +38,6 @@ FP8_FORMATS = {
     cutlass.Float8E4M3FN: ("e4m3", 1 / 448),
     cutlass.Float8E5M2: ("e5m2", 1 / 128),
 }
-
-
-def fp8_format(dtype: type, argument: str) -> tuple[str, float]:
-    """(PTX name, quantizer rcp) of an FP8 dtype; a clear error naming ``argument`` otherwise."""
-    if dtype not in FP8_FORMATS:
-        raise ValueError(f"{argument}: got {dtype}, need one of {[t.__name__ for t in FP8_FORMATS]}")
-    return FP8_FORMATS[dtype]
 
 
 def check_threads(threads: int) -> int:
@@ -144,14 +133,6 @@ def byte_value(byte: cutlass.Uint8) -> cutlass.Int32:
 def store_byte(address: cutlass.Int64, byte: cutlass.Int32):
     """Store the low byte of ``byte`` at global ``address``."""
     gmem_vector(address, cutlass.Uint8, 1, 1)[0] = byte.to(cutlass.Uint8)
-
-
-@cute.jit
-def item_index(threads: cutlass.Constexpr):
-    """The global index of this thread's item."""
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    return bidx * threads + tidx
 
 
 # --- scale-factor layout ------------------------------------------------------------------
@@ -277,32 +258,6 @@ def widen_words(fp8_words: cute.Tensor, scale: cutlass.Float32, bf16_words: cute
         bf16_words[2 * w + 1] = f32x2_to_bf16x2(v[2] * scale, v[3] * scale)
 
 
-@cute.jit
-def store_widened(fp8_words: cute.Tensor, scale: cutlass.Float32, dst_address: cutlass.Int64, kind: cutlass.Constexpr):
-    """Widen one half block (4 FP8 words) and store its 16 bf16 (32 bytes) at ``dst_address``."""
-    bf16_words = cute.make_rmem_tensor(2 * HALF_BLOCK // 4, cutlass.Int32)
-    widen_words(fp8_words, scale, bf16_words, kind)
-    cute.autovec_copy(bf16_words, gmem_vector(dst_address, cutlass.Int32, 2 * HALF_BLOCK // 4, 16))
-
-
-@cute.jit
-def widen_contiguous(
-    src_address: cutlass.Int64,
-    dst_address: cutlass.Int64,
-    length: cutlass.Int32,
-    scale: cutlass.Float32,
-    kind: cutlass.Constexpr,
-):
-    """The first min(length, 32) (a multiple of 16) contiguous FP8 values at ``src_address``
-    times ``scale`` -> bf16 at ``dst_address``; 16-byte loads and stores."""
-    for half in cutlass.range_constexpr(SF_VEC // HALF_BLOCK):
-        if half * HALF_BLOCK < length:
-            fp8_words = cute.make_rmem_tensor(HALF_BLOCK // 4, cutlass.Int32)
-            src = gmem_vector(src_address + half * HALF_BLOCK, cutlass.Int32, HALF_BLOCK // 4, 16)
-            cute.autovec_copy(src, fp8_words)
-            store_widened(fp8_words, scale, dst_address + half * HALF_BLOCK * 2, kind)
-
-
 # --- kernels -----------------------------------------------------------------------------
 
 
@@ -346,23 +301,6 @@ class EffectiveOffsets:
         """offsets_ws = padded_offsets, or [m] when single_group != 0."""
         tidx, _, _ = cute.arch.thread_idx()
         write_effective_offsets(offsets_ptr, offsets_ws_ptr, m, l, single_group, tidx, self.threads)
-
-
-class WidenC:
-    """FP8 C -> bf16, exact. Item i: elements [32 i, 32 i + 32)."""
-
-    def __init__(self, fp8_dtype: type, threads: int):
-        self.kind, _ = fp8_format(fp8_dtype, "fp8_dtype")
-        self.threads = check_threads(threads)
-
-    @cute.kernel
-    def kernel(self, c_ptr: cute.Pointer, out_ptr: cute.Pointer, count: cutlass.Int32):
-        """out[j] = bf16(c[j]) for the 32 elements of each of ``count`` chunks."""
-        i = item_index(self.threads)
-        if i < count:
-            element = matrix_index(i, SF_VEC, 0)
-            src = c_ptr.toint() + element
-            widen_contiguous(src, out_ptr.toint() + element * 2, cutlass.Int32(SF_VEC), cutlass.Float32(1.0), self.kind)
 
 
 @cute.jit

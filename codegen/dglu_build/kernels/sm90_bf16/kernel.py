@@ -193,7 +193,7 @@ class Sm90Bf16Kernel:
     def storage_fields(self) -> dict:
         """The shared-memory struct's fields, in order: barriers, tile queue, A and B's
         stages (as the MMA reads them), the staging buffer and the slot ring."""
-        a_layout, b_layout, c_layout, _ = self._smem_layouts()
+        a_layout, b_layout, _, _ = self._smem_layouts()
         struct, i64 = cute.struct, cutlass.Int64
         return {
             "mainloop_barriers": struct.MemRange[i64, self.num_stages * 2],
@@ -205,7 +205,7 @@ class Sm90Bf16Kernel:
             "sA": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(a_layout)], 1024],
             "sB": struct.Align[struct.MemRange[self.ab_dtype, cute.cosize(b_layout)], 1024],
             "staging": struct.Align[struct.MemRange[self.acc_dtype, self.tile_m * self.tile_n], 1024],
-            "sC": struct.Align[struct.MemRange[self.c_dtype, cute.cosize(c_layout)], 1024],
+            "sC": struct.Align[struct.MemRange[self.c_dtype, self.slots.bytes * 8 // self.c_dtype.width], 1024],
         }
 
     def shared_storage(self):
@@ -302,7 +302,7 @@ class Sm90Bf16Kernel:
         two_n = n * 2
         _, _, c_smem, d_smem = self._smem_layouts()
         c_mn = cute.make_tensor(c, cute.make_layout((m, two_n), stride=(two_n, 1)))
-        atoms = {"c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.slots.c.box)}
+        atoms = {"c": tma_atom(cpasync.CopyBulkTensorTileG2SOp(), c_mn, c_smem, self.c_box)}
         if d_row is not None:
             d_mn = cute.make_tensor(d_row, cute.make_layout((m, two_n), stride=(two_n, 1)))
             atoms["d_row"] = tma_atom(cpasync.CopyBulkTensorTileS2GOp(), d_mn, d_smem, self.slots.d.box)
@@ -412,7 +412,7 @@ class Sm90Bf16Kernel:
 
         loaded, operands = self.operand_buffers(storage, operand_inputs)
         sAcc = storage.staging.get_tensor(cute.make_layout((self.tile_m, self.tile_n), stride=(self.tile_n, 1)))
-        sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+        sC = self.c_boxes(storage, c_smem)
         if cutlass.const_expr(self.d_in_place):
             sD = sC
         else:
@@ -520,7 +520,7 @@ class Sm90Bf16Kernel:
         """
         num_m_tiles, num_n_tiles, num_tiles = tiles
         # (rows, box, RestM, RestBoxes)
-        gC = cute.local_tile(mC_mn, self.slots.c.box, (None, None))
+        gC = cute.local_tile(mC_mn, self.c_box, (None, None))
         one = cute.make_layout(1)
         tCsC, tCgC = cpasync.tma_partition(tma_atom_c, 0, one, cute.group_modes(sC, 0, 2), cute.group_modes(gC, 0, 2))
         tDsD, tDgD = None, None  # no D atom: the epilogue stored D itself
@@ -552,11 +552,12 @@ class Sm90Bf16Kernel:
                 newer_column = column
                 with cute.arch.elect_one():
                     cute.arch.mbarrier_arrive_and_expect_tx(c_full + slot, self.slots.c.bytes)
-                for box in cutlass.range_constexpr(self.slots.c.boxes):
+                for box in cutlass.range_constexpr(self.c_boxes_per_group):
+                    (row_box, column_box), ring_box = self.c_box_at(slot, box, m_tile, column)
                     cute.copy(
                         tma_atom_c,
-                        tCgC[(None, m_tile, column * self.slots.c.boxes + box)],
-                        tCsC[(None, slot * self.slots.slot_boxes + box)],
+                        tCgC[(None, row_box, column_box)],
+                        tCsC[(None, ring_box)],
                         tma_bar_ptr=c_full + slot,
                         cache_policy=cutlass.Int64(L2_EVICT_FIRST),
                     )
@@ -744,8 +745,8 @@ class Sm90Bf16Kernel:
                     # row first_row + r: its offsets are those of row first_row + r % 8, plus
                     # r // 8 blocks of 8 rows (the swizzles repeat every 8 rows)
                     k, rows_8 = r % 8, r // 8 * 8
-                    gate_at = self.ring_offset(self.slots.c, slot, first_row, k, 0, lane, rows_8)
-                    input_at = self.ring_offset(self.slots.c, slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)
+                    gate_at = self.c_offset(slot, first_row, k, 0, lane, rows_8)
+                    input_at = self.c_offset(slot, first_row, k, BLOCK_COLUMNS, lane, rows_8)
                     gate = ring_c[gate_at].to(cutlass.Float32)
                     x = ring_c[input_at].to(cutlass.Float32)
                     if cutlass.const_expr(self.c_scaled_by_beta):
@@ -801,8 +802,32 @@ class Sm90Bf16Kernel:
 
     # ------------------------------------------------------------- hook points
     # What a family variant changes is confined to these methods: the mainloop operand
-    # path (operand_buffers, mma_operands, b_operand, accumulate) and the output stage
+    # path (operand_buffers, mma_operands, b_operand, accumulate), C's place in the slot
+    # ring (c_box, c_boxes_per_group, c_boxes, c_box_at, c_offset) and the output stage
     # (store_d_pair, group_done).
+    @property
+    def c_box(self) -> tuple[int, int]:
+        """(rows, columns) of one of C's TMA boxes: one 128-byte swizzle row by the tile's rows."""
+        return self.slots.c.box
+
+    @property
+    def c_boxes_per_group(self) -> int:
+        """C's TMA boxes per epilogue group."""
+        return self.slots.c.boxes
+
+    def c_boxes(self, storage, c_smem):
+        """The slot ring as C's TMA boxes (rows, columns, boxes), swizzled as ``c_smem``."""
+        return storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+
+    def c_box_at(self, slot, box: int, m_tile, column):
+        """Where C's box ``box`` of the group at (``m_tile``, group ``column``) in ``slot``
+        moves: ((row, column) of its TMA box in C, its box in the ring)."""
+        return (m_tile, column * self.slots.c.boxes + box), slot * self.slots.slot_boxes + box
+
+    def c_offset(self, slot, first_row, k: int, col0: int, lane, rows_8: int):
+        """Element offset of C in the flat view of the ring: ring_offset's, of C's boxes."""
+        return self.ring_offset(self.slots.c, slot, first_row, k, col0, lane, rows_8)
+
     def operand_buffers(self, storage, operand_inputs):
         """Mainloop operand path: the shared-memory tensors the producer's TMA loads (A's
         and B's stages), and what the MMA warpgroups take (mma_operands reads it and

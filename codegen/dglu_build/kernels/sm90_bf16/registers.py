@@ -170,7 +170,7 @@ class Sm90Bf16RegisterEpilogueKernel(Sm90Bf16Kernel):
         pipeline.pipeline_init_wait(cluster_shape_mn=(self.cluster_m, 1))
 
         loaded, operands = self.operand_buffers(storage, operand_inputs)
-        sC = storage.sC.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+        sC = self.c_boxes(storage, c_smem)
         if cutlass.const_expr(self.d_in_place):
             sD = sC
         else:

@@ -43,7 +43,6 @@ def _host_pointers(config: Config) -> dict[str, tuple[Any, int]]:
         "prob": (f32, 4),
         "dprob": (f32, 4),
         "dbias": (bf16, 4),
-        "c_bf16": (bf16, 128),
         "offsets_ws": (i32, 16),
         "dbias_ws": (f32, 16),
         "tile_counter": (i32, 16),

@@ -4,9 +4,9 @@ The arguments are the seed's block-scaled ones; the scale-factor tensors (SFA, S
 SFD_col) have the seed's logical shape (32, 4, ceil(rows/128), 4, ceil(Kc/128), L) and the
 strides of its permuted allocation (docs/blockscaled_contract.md). The fused kernel
 (fused.py) takes the sm90 BF16 family's declared parameters over FP8 A and B (or B's
-expert template), C (widened to BF16 first when it is FP8) and the effective offsets, then
-the scale factors and the quantized outputs; no workspace grows with M or K but FP8 C's
-widened copy (dbias's fp32 sums are L x 2N, as in the BF16 family).
+expert template), C (any of its dtypes, FP8 too: the epilogue reads it in shared memory)
+and the effective offsets, then the scale factors and the quantized outputs; no workspace
+grows with M or K (dbias's fp32 sums are L x 2N, as in the BF16 family).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ SCALARS = {
     "sfb_bytes": "n_atoms*k_pitch",  # per expert
     "sfd_row_bytes": "m_atoms*n2_pitch",
     "sfd_col_bytes": "n2_atoms*m_pitch",
-    "row_items": "m*n2_blocks",  # widen_c's: one 32-element block of a row of C each
 }
 # the expressions above spell them out
 assert SF_VEC == 32 and SF_ATOM_BYTES == 512
@@ -102,30 +101,24 @@ def limits(config: Config) -> dict[str, dict]:
     return found
 
 
-# FP8 C's widened copy, which the fused kernel's TMA reads as C
-_C_VIEW = {"c_op": {"of": "c_bf16", "dtype": "bf16", "shape": ["m", "n2", 1], "strides": ["n2", 1, "m*n2"],
-                    "address_align_down": bf16.TMA_ALIGN_BYTES}}
-
-
 def views(config: Config) -> dict[str, dict]:
-    """The fused kernel's TMA views: FP8 C's widened copy, and with discrete weights the
-    template of one expert's FP8 B that b_descriptors copies."""
-    return {**(_C_VIEW if config.c_widened else {}), **bf16.views(config.fused_main_declared)}
+    """The fused kernel's TMA views: with discrete weights the template of one expert's FP8 B
+    that b_descriptors copies."""
+    return bf16.views(config.fused_main_declared)
 
 
 def workspaces(config: Config) -> dict[str, dict]:
-    """FP8 C's widened copy, the effective offsets and the BF16 kernel's own (dbias's sums,
-    the tile counter, B's descriptors)."""
-    widened = {"c_bf16": {"dtype": "bf16", "count": "m*n2", "align": 128, "zero": "never"}} if config.c_widened else {}
+    """The effective offsets and the BF16 kernel's own (dbias's sums, the tile counter, B's
+    descriptors)."""
     # padded_offsets, or [M] with use_single_group_runtime_offsets: written by effective_offsets
     offsets = {"offsets_ws": {"dtype": "i32", "count": "l", "align": 16, "zero": "never"}}
-    return {**widened, **offsets, **bf16.workspaces(config.fused_main)}
+    return {**offsets, **bf16.workspaces(config.fused_main)}
 
 
 def main_tensor_names(config: Config) -> dict[str, str]:
-    """The BF16 family's names of the fused kernel's tensors -> this family's: C's widened
-    copy (FP8 C) and the effective offsets."""
-    return {"c": "c_op" if config.c_widened else "c", "padded_offsets": "offsets_ws"}
+    """The BF16 family's names of the fused kernel's tensors -> this family's: the effective
+    offsets."""
+    return {"padded_offsets": "offsets_ws"}
 
 
 def _main(config: Config) -> KernelDeclaration:
@@ -156,21 +149,12 @@ EFFECTIVE_OFFSETS = KernelDeclaration(
 )
 
 
-WIDEN_C = KernelDeclaration(
-    role="widen_c",
-    params=(Pointer("c"), Pointer("c_bf16"), Int32("row_items")),
-    block=CONVERT_THREADS,
-    grid={"rule": "elementwise", "count": "row_items"},
-)
-
-
 def kernels(config: Config) -> list[KernelDeclaration]:
     """The variant's kernels in launch order: the offsets' clamp, B's descriptors (discrete
-    weights), C's widener (FP8 C), the fused kernel, dbias's finisher (dbias)."""
+    weights), the fused kernel, dbias's finisher (dbias)."""
     return [
         EFFECTIVE_OFFSETS,
         *([bf16.B_DESCRIPTORS] if config.discrete_weights else []),
-        *([WIDEN_C] if config.c_widened else []),
         _main(config),
         *([bf16.DBIAS_FINISH] if config.dbias else []),
     ]
@@ -193,10 +177,14 @@ def _fp8_operand_rules(config: Config) -> dict[str, dict]:
 
 
 def tma_rules(config: Config) -> dict[str, dict]:
-    """FP8 A's and B's TMA rules, then the BF16 kernel's rule of C (renamed onto its
-    widened copy for FP8 C); D leaves through the epilogue's quantizer, not TMA."""
+    """FP8 A's and B's TMA rules, then C's: the BF16 kernel's, or FP8 C's unswizzled boxes of
+    one epilogue warp's rows (config.Fp8CBoxes); D leaves through the epilogue's quantizer,
+    not TMA."""
     c = bf16.tma_rules(config.main)["c"]
-    return {**_fp8_operand_rules(config), main_tensor_names(config)["c"]: c}
+    if config.fp8_c:
+        rows, cols = config.fp8_c_boxes.box
+        c = {**c, "swizzle": "none", "box": [cols, rows]}
+    return {**_fp8_operand_rules(config), "c": c}
 
 
 def tma_extents(config: Config, tensor: str) -> list[str]:

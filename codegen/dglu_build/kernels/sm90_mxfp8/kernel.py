@@ -4,26 +4,23 @@ Per call, in launch order (interface.kernels):
 - ``effective_offsets``: the expert offsets every later kernel reads (padded_offsets, or
   [M] for a single group whose rows come from A's shape);
 - ``b_descriptors`` (discrete weights): each expert's TMA descriptor of its FP8 B;
-- ``widen_c`` (FP8 C only): C -> BF16, exactly;
 - ``main``: the fused kernel (fused.py): FP8 A and B decoded in shared memory for the
   BF16 WGMMAs, the dGLU epilogue (dprob into the caller's, dbias into an fp32 workspace)
   and the quantizer writing D_row and D_col in FP8 with SFD_row and SFD_col;
 - ``dbias_finish`` (dbias): the BF16 family's.
 
 Constraints: the BF16 kernel's (tile 128x128, experts' rows start at multiples of 256, at
-most 1024 experts, N a multiple of 32), K a multiple of 16; workspaces O(L) (+ 2*M*2N
-bytes for FP8 C's widened copy).
+most 1024 experts, N a multiple of 32), K a multiple of 16; workspaces O(L).
 """
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 
-from ..blocks.mxfp8 import EffectiveOffsets, WidenC
+from ..blocks.mxfp8 import EffectiveOffsets
 from ..declaration import launch_arguments
-from ..dtypes import DTYPES
 from . import interface
-from .config import CONVERT_THREADS, SF_VEC, Config
+from .config import CONVERT_THREADS, Config
 from .fused import Sm90Mxfp8Fused
 
 
@@ -32,8 +29,8 @@ class Sm90Mxfp8Kernels:
 
     def __init__(self, config: Config):
         self.config = config
-        self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
-        self.widen_c = WidenC(DTYPES[config.c_dtype], CONVERT_THREADS) if config.c_widened else None
+        self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype,
+                                   config.fp8_c_boxes if config.fp8_c else None)
         self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
 
     def kernel_functions(self) -> dict:
@@ -41,7 +38,6 @@ class Sm90Mxfp8Kernels:
         return {
             "effective_offsets": EffectiveOffsets(CONVERT_THREADS).kernel,
             "b_descriptors": self.main.prologue.kernel,
-            **({"widen_c": self.widen_c.kernel} if self.widen_c else {}),
             "main": self.main.kernel,
             "dbias_finish": self.main.finish.kernel,
         }
@@ -67,7 +63,6 @@ class Sm90Mxfp8Kernels:
         prob: cute.Pointer,
         dprob: cute.Pointer,
         dbias: cute.Pointer,
-        c_bf16: cute.Pointer,
         offsets_ws: cute.Pointer,
         dbias_ws: cute.Pointer,
         tile_counter: cute.Pointer,
@@ -84,16 +79,16 @@ class Sm90Mxfp8Kernels:
         launches the variant's kernels; the runtime computes grids and encodes descriptors
         itself from the manifest."""
         # no D_row atom: the fused kernel's epilogue quantizes D and writes it itself
-        atoms = self.main.operand_atoms(a, b, c_bf16 if self.config.c_widened else c, None, m, n, k, l)
+        atoms = self.main.operand_atoms(a, b, c, None, m, n, k, l)
         views = interface.main_tensor_names(self.config)
         two_n = n * 2
         values = {
             "a": a, "sfa": sfa, "b": b, "sfb": sfb, "b_ptrs": b_ptrs, "sfb_ptrs": sfb_ptrs, "c": c,
             "d_row": d_row, "d_col": d_col, "sfd_row": sfd_row, "sfd_col": sfd_col, "norm_const": norm_const,
             "padded_offsets": padded_offsets, "alpha": alpha, "beta": beta, "prob": prob, "dprob": dprob,
-            "dbias": dbias, "c_bf16": c_bf16,
+            "dbias": dbias,
             "offsets_ws": offsets_ws, "dbias_ws": dbias_ws, "tile_counter": tile_counter, "b_desc_ws": b_desc_ws,
-            "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n, "row_items": m * (two_n // SF_VEC),
+            "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n,
             "discrete_col_sfd": discrete_col_sfd,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
             # last: C's TMA atom replaces its pointer when the fused kernel reads C itself
