@@ -29,7 +29,6 @@ from .occupancy import max_active_clusters
 from .params import POINTER_BYTES, KernelArguments, pack_params
 from .problem import Problem, TensorView
 from .tma import encode_tensor_map
-from .validation import derived_views
 
 LOADED_CAPACITY = 256  # loaded variants kept (a few hundred bytes each)
 
@@ -215,11 +214,7 @@ def _plan(
     ):
         return _replanned(loaded, problem, start, tuple(clears), fills)
     views: dict[str, TensorView] = dict(problem.tensors)
-    workspace_views = {
-        name: _workspace_view(loaded.device, workspace) for name, workspace in workspaces.items()
-    }
-    views.update(workspace_views)
-    views.update(derived_views(loaded.variant, workspace_views, scalars))
+    views.update((name, _workspace_view(loaded.device, workspace)) for name, workspace in workspaces.items())
     pointers = {name: view.pointer for name, view in views.items()}
     launches = []
     for kernel, function, grid in zip(loaded.variant.kernels, loaded.functions, grids, strict=True):

@@ -239,8 +239,8 @@ def _derived_view(rule: ViewRule, of: TensorView, scalars: Mapping[str, int]) ->
 def derived_views(
     variant: Variant, views: Mapping[str, TensorView], scalars: Mapping[str, int]
 ) -> dict[str, TensorView]:
-    """The variant's VIEWs of the tensors in ``views`` (docs/manifest.md, VIEW_RULE): of
-    the call's arguments when it is described, of its workspaces once they are acquired."""
+    """The variant's VIEWs of the tensors in ``views``, the call's arguments (docs/manifest.md,
+    VIEW_RULE)."""
     return {
         name: _derived_view(rule, views[rule.of], scalars)
         for name, rule in variant.views.items()

@@ -451,8 +451,7 @@ def _read_rules(entry: _Entry) -> _Rules:
             raise entry.fail("limits", f"limits unknown scalar {scalar!r} (known: {sorted(scalars)})")
         limits[scalar] = _read_limit(e)
     workspaces = {w: _read_workspace(e, scalars) for w, e in entry.objects("workspaces").items()}
-    sources = frozenset((*arguments, *workspaces))
-    views = {v: _read_view(e, scalars, sources) for v, e in entry.objects("views").items()}
+    views = {v: _read_view(e, scalars, frozenset(arguments)) for v, e in entry.objects("views").items()}
     clash = sorted((set(arguments) & set(views)) | (set(workspaces) & {*arguments, *views}))
     if clash:
         raise entry.fail("workspaces", f"reuses tensor names {clash} of arguments or views")
