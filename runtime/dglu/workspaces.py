@@ -44,11 +44,6 @@ runs between the two nodes (never shared with eager calls or with another graph 
 the same time), and it goes with the graph. Workspaces hold nothing from one call to the
 next (zeroed each call, or written before read), so an allocation inside the graph loses
 nothing.
-
-``DGLU_ZERO_NEW_WORKSPACES=1`` zeroes every workspace when it is allocated (not per call),
-for compute-sanitizer's initcheck: it does not see TMA stores, so the fp32 D that the
-block-scaled family's fused kernel stores by TMA and its quantizers then load would count
-as uninitialised (docs/sanitizer.md). ci/sanitize.sh sets it; nothing else needs it.
 """
 from __future__ import annotations
 
@@ -65,7 +60,6 @@ from .dtypes import ELEMENT_TYPES
 from .errors import CudaDriverError, DeviceMemoryError
 
 WORD_BYTES = 4  # cuMemsetD32Async writes 32-bit words
-ZERO_NEW_ENV = "DGLU_ZERO_NEW_WORKSPACES"  # zero workspaces when allocated (initcheck runs)
 
 
 class Workspace(Record):
@@ -157,7 +151,7 @@ def _allocate(
         raise _no_room(name, rule, elements, device, exc) from exc
     workspace = Workspace(name, rule, pointer, elements)
     try:
-        if rule.zero == "by_consumer" or os.environ.get(ZERO_NEW_ENV, "") not in ("", "0"):
+        if rule.zero == "by_consumer":
             clear(pointer, size, stream)
         return _aligned(workspace)
     except (RuntimeError, CudaDriverError):

@@ -510,24 +510,6 @@ def test_clear_uses_words_when_the_size_allows(monkeypatch) -> None:
     ]
 
 
-def test_new_workspaces_are_zeroed_once_only_when_asked(recorder, rules, monkeypatch) -> None:
-    """DGLU_ZERO_NEW_WORKSPACES (the sanitizer's initcheck run) zeroes each workspace when the
-    pool allocates it, on the pool's stream; a reused one is not cleared again, and without
-    the variable nothing is zeroed (but a ``by_consumer`` one, tested above)."""
-    pool = workspaces.stream_pool(0, STREAM)
-    workspaces.acquire({"tile_counter": rules["tile_counter"]}, SCALARS, 0, pool)
-    assert recorder.counts["cuMemsetD32Async"] == 0
-    monkeypatch.setenv(workspaces.ZERO_NEW_ENV, "1")
-    made = workspaces.acquire(rules, SCALARS, 0, pool)
-    zeroed = [args for name, args in recorder.calls if name == "cuMemsetD32Async"]
-    assert zeroed == [
-        (made["b_desc_ws"].pointer, 0, L * 16 * 2, STREAM),
-        (made["dbias_ws"].pointer, 0, L * 2 * N, STREAM),
-    ]  # the pooled tile_counter was allocated before: reused, not zeroed
-    workspaces.acquire(rules, SCALARS, 0, pool)
-    assert recorder.counts["cuMemsetD32Async"] == 2
-
-
 def test_a_plan_for_new_output_addresses_repacks_only_what_moved(launches, variants) -> None:
     """A new problem of the same scalars (the wrapper's fresh D_row and dbias) starts from
     the last plan: no descriptor of an unmoved tensor is encoded again and only the moved
