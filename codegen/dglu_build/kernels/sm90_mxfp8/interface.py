@@ -115,17 +115,15 @@ def workspaces(config: Config) -> dict[str, dict]:
     return {**offsets, **bf16.workspaces(config.fused_main)}
 
 
-def main_tensor_names(config: Config) -> dict[str, str]:
-    """The BF16 family's names of the fused kernel's tensors -> this family's: the effective
-    offsets."""
-    return {"padded_offsets": "offsets_ws"}
+# the BF16 family's names of the fused kernel's tensors -> this family's
+MAIN_TENSOR_NAMES = {"padded_offsets": "offsets_ws"}  # the effective offsets
 
 
 def _main(config: Config) -> KernelDeclaration:
     """The fused kernel (fused.py): the BF16 kernel's parameters over FP8 A and B (or B's
-    expert template), this family's C and effective offsets, without D's descriptor, then
-    the scale factors, the outputs and the discrete_col_sfd flag."""
-    names = main_tensor_names(config)
+    expert template), C and the effective offsets, without D's descriptor, then the scale
+    factors, the outputs and the discrete_col_sfd flag."""
+    names = MAIN_TENSOR_NAMES
     declared = bf16.main_kernel(config.fused_main_declared)
     params = [
         p._replace(tensor=names.get(p.tensor, p.tensor)) if isinstance(p, (TmaTensor, Pointer)) else p

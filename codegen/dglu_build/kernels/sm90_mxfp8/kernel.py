@@ -75,12 +75,11 @@ class Sm90Mxfp8Kernels:
         use_single_group_runtime_offsets: cutlass.Int32,
         stream: cuda.CUstream,
     ):
-        """Compile-time entry: builds the fused kernel's TMA atoms over the workspaces and
-        launches the variant's kernels; the runtime computes grids and encodes descriptors
-        itself from the manifest."""
+        """Compile-time entry: builds the fused kernel's TMA atoms of A, B and C and launches
+        the variant's kernels; the runtime computes grids and encodes descriptors itself from
+        the manifest."""
         # no D_row atom: the fused kernel's epilogue quantizes D and writes it itself
         atoms = self.main.operand_atoms(a, b, c, None, m, n, k, l)
-        views = interface.main_tensor_names(self.config)
         two_n = n * 2
         values = {
             "a": a, "sfa": sfa, "b": b, "sfb": sfb, "b_ptrs": b_ptrs, "sfb_ptrs": sfb_ptrs, "c": c,
@@ -91,8 +90,8 @@ class Sm90Mxfp8Kernels:
             "m": m, "n": n, "k": k, "l": l, "n2": two_n, "l_n2": l * two_n,
             "discrete_col_sfd": discrete_col_sfd,
             "use_single_group_runtime_offsets": use_single_group_runtime_offsets,
-            # last: C's TMA atom replaces its pointer when the fused kernel reads C itself
-            **{views.get(tensor, tensor): atom for tensor, atom in atoms.items()},
+            # last: the TMA atoms replace the pointers of the tensors the fused kernel loads by TMA
+            **atoms,
         }
         # recorded for the manifest: the fused kernel's dynamic shared memory
         self.smem_bytes = self.main.shared_storage().size_in_bytes()
