@@ -13,8 +13,9 @@ stage (the hook points):
   before keep running meanwhile. The decode of k-tile j (counted over all of the CTA's
   tiles) writes the buffer the WGMMAs of k-tile j - 2 read: each warpgroup waits for its own
   WGMMAs of k-tile j - 1 before the barrier of k-tile j, so that buffer is free;
-- FP8 C comes into the slot ring by TMA one box per epilogue warp (config.Fp8CBoxes), where
-  the epilogue reads it in place, as it reads other C dtypes from the BF16 kernel's boxes;
+- FP8 C (Sm90Mxfp8FusedFp8C) comes into the slot ring by TMA one box per epilogue warp
+  (config.Fp8CBoxes), where the epilogue reads it in place, as it reads other C dtypes from
+  the BF16 kernel's boxes;
 - the epilogue writes each group's fp32 D into its slot of the ring as the BF16 kernel does
   (dbias and dprob from those unquantized values); then, instead of the block mover's TMA
   store, the 256 epilogue threads meet at a named barrier and quantize the slot's 128 x 64
@@ -75,10 +76,8 @@ SWIZZLE_ROWS = 8  # the 128-byte swizzle repeats every 8 rows
 class Sm90Mxfp8Fused(Sm90Bf16Kernel):
     """The fused kernel of one MXFP8 variant; see the module docstring."""
 
-    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str,
-                 fp8_c: Fp8CBoxes | None):
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str):
         super().__init__(main)
-        self.fp8_c = fp8_c  # where FP8 C sits in the slot ring (None: C in the BF16 kernel's boxes)
         # the FP8 D of the quantizer (its PTX name and 1/max)
         self.d_kind, self.d_rcp = FP8_FORMATS[DTYPES[d_dtype]]
         self.fp8_dtype = DTYPES[fp8_dtype]
@@ -106,41 +105,12 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
         bf16 = cutlass.BFloat16
         a = sm90_utils.make_smem_layout_a(row_major, self.tile_shape_mnk, bf16, DECODED_STAGES)
         b = sm90_utils.make_smem_layout_b(row_major, self.tile_shape_mnk, bf16, DECODED_STAGES)
-        if self.fp8_c is not None:
-            # (rows, columns, (box, slot)) from the first box's bytes (c_boxes)
-            placed = self.fp8_c
-            c = cute.make_layout((*placed.box, (placed.boxes, EPILOGUE_SLOTS)),
-                                 stride=(GROUP_COLUMNS, 1, (2 * placed.box_bytes, placed.slot_bytes)))
-        else:
-            c = box_smem_layout(*self.slots.c.box, self.c_dtype, self.slots.boxes)
         d = box_smem_layout(*self.slots.d.box, self.d_dtype, self.slots.boxes)
-        return a, b, c, d
+        return a, b, self._c_layout(), d
 
-    # ------------------------------------------------- FP8 C's place in the slot ring
-    @property
-    def c_box(self) -> tuple[int, int]:
-        return self.fp8_c.box if self.fp8_c is not None else super().c_box
-
-    @property
-    def c_boxes_per_group(self) -> int:
-        return self.fp8_c.boxes if self.fp8_c is not None else super().c_boxes_per_group
-
-    def c_boxes(self, storage, c_smem):
-        if self.fp8_c is None:
-            return super().c_boxes(storage, c_smem)
-        return cute.make_tensor(storage.sC.data_ptr() + self.fp8_c.offset(0, 0), c_smem)
-
-    def c_box_at(self, slot, box: int, m_tile, column):
-        if self.fp8_c is None:
-            return super().c_box_at(slot, box, m_tile, column)
-        return (m_tile * self.fp8_c.boxes + box, column), slot * self.fp8_c.boxes + box
-
-    def c_offset(self, slot, first_row, k: int, col0: int, lane, rows_8: int):
-        if self.fp8_c is None:
-            return super().c_offset(slot, first_row, k, col0, lane, rows_8)
-        # the epilogue warp's box is first_row // rows; one byte an element
-        placed = self.fp8_c
-        return placed.offset(slot, first_row // placed.rows) + (k + rows_8) * GROUP_COLUMNS + col0 + lane
+    def _c_layout(self):
+        """C's view of the slot ring: the BF16 kernel's boxes."""
+        return box_smem_layout(*self.slots.c.box, self.c_dtype, self.slots.boxes)
 
     def storage_fields(self) -> dict:
         """The BF16 kernel's fields (its A and B: the decoded buffers), then the FP8 stages."""
@@ -354,3 +324,37 @@ class Sm90Mxfp8Fused(Sm90Bf16Kernel):
             store_byte(d_col_ptr.toint() + matrix_index(first + j, n2, d_column), code)
         offset = col_sf_offset(offsets_ptr, d_column, first // SF_VEC, m, n2, l, discrete)
         store_byte(sfd_col_ptr.toint() + cutlass.Int64(offset), byte)
+
+
+class Sm90Mxfp8FusedFp8C(Sm90Mxfp8Fused):
+    """The fused kernel of an MXFP8 variant with FP8 C: C's boxes in the slot ring as
+    ``fp8_c`` (config.Fp8CBoxes) places them, where the epilogue reads C in place."""
+
+    def __init__(self, main: Bf16Config, fp8_dtype: str, geometry: FusedGeometry, d_dtype: str, fp8_c: Fp8CBoxes):
+        super().__init__(main, fp8_dtype, geometry, d_dtype)
+        self.fp8_c = fp8_c
+
+    def _c_layout(self):
+        """C's boxes as (rows, columns, (box, slot)), from the first box's bytes (c_boxes)."""
+        placed = self.fp8_c
+        return cute.make_layout((*placed.box, (placed.boxes, EPILOGUE_SLOTS)),
+                                stride=(GROUP_COLUMNS, 1, (2 * placed.box_bytes, placed.slot_bytes)))
+
+    @property
+    def c_box(self) -> tuple[int, int]:
+        return self.fp8_c.box
+
+    @property
+    def c_boxes_per_group(self) -> int:
+        return self.fp8_c.boxes
+
+    def c_boxes(self, storage, c_smem):
+        return cute.make_tensor(storage.sC.data_ptr() + self.fp8_c.offset(0, 0), c_smem)
+
+    def c_box_at(self, slot, box: int, m_tile, column):
+        return (m_tile * self.fp8_c.boxes + box, column), slot * self.fp8_c.boxes + box
+
+    def c_offset(self, slot, first_row, k: int, col0: int, lane, rows_8: int):
+        # the epilogue warp's box is first_row // rows; one byte an element
+        placed = self.fp8_c
+        return placed.offset(slot, first_row // placed.rows) + (k + rows_8) * GROUP_COLUMNS + col0 + lane

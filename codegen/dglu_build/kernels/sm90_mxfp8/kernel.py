@@ -21,7 +21,7 @@ from ..blocks.mxfp8 import EffectiveOffsets
 from ..declaration import launch_arguments
 from . import interface
 from .config import CONVERT_THREADS, Config
-from .fused import Sm90Mxfp8Fused
+from .fused import Sm90Mxfp8Fused, Sm90Mxfp8FusedFp8C
 
 
 class Sm90Mxfp8Kernels:
@@ -29,8 +29,8 @@ class Sm90Mxfp8Kernels:
 
     def __init__(self, config: Config):
         self.config = config
-        self.main = Sm90Mxfp8Fused(config.fused_main, config.ab_dtype, config.geometry, config.d_dtype,
-                                   config.fp8_c_boxes if config.fp8_c else None)
+        fused = (config.fused_main, config.ab_dtype, config.geometry, config.d_dtype)
+        self.main = Sm90Mxfp8FusedFp8C(*fused, config.fp8_c_boxes) if config.fp8_c else Sm90Mxfp8Fused(*fused)
         self.smem_bytes = 0  # the fused kernel's, set when the host entry is traced
 
     def kernel_functions(self) -> dict:
